@@ -1,0 +1,144 @@
+// The sandbox service: everything the REST API (src/api) can ask of the daemon. The API layer
+// parses and validates HTTP requests into these types, calls the service, and renders results
+// and errors; the daemon (src/daemon/daemon.cc) implements it. Keeping the interface here lets
+// the API be tested against a test double and lets a second front end (gRPC, say) reuse it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "runtime/runtime.h"
+
+namespace space::daemon {
+
+struct CreateRequest {
+  std::string runtime = "linux";      // linux | qemu | firecracker
+  std::string image = "host";
+  std::string profile = "test";
+  runtime::Limits limits;
+  std::optional<double> timeout_s;    // lifetime; destroyed when it expires
+  std::vector<std::string> env;       // "K=V", default environment of every exec
+  std::vector<std::string> secrets;   // credential names granted (egress issue)
+  std::vector<std::string> allow;     // HOST[:PORT] narrowing the profile's egress allowlist
+  std::string workdir = "/root";      // default cwd of execs
+};
+
+// A sandbox as the API shows it (GET /v1/sandboxes/{id}). JSON shape documented in
+// api/openapi.yaml (schema Sandbox).
+using SandboxInfo = nlohmann::json;
+
+struct ExecRequest {
+  std::vector<std::string> argv;      // non-empty
+  std::vector<std::string> env;       // "K=V", added to the sandbox's env
+  std::string cwd;                    // empty = the sandbox's workdir
+  std::optional<double> timeout_s;    // kill the exec's process tree after this long
+  bool detach = false;                // start and return at once; output discarded
+  bool stdin = false;                 // the client will stream stdin
+};
+
+struct ExitStatus {
+  std::optional<int> exit_code;       // set if the process exited
+  std::optional<int> signal;          // set if it was killed by a signal
+  bool core_dumped = false;
+  bool timed_out = false;             // killed because --timeout expired
+  bool oom_killed = false;            // the sandbox's memory limit killed a process meanwhile
+  std::string error;                  // set if the program could not be started
+  double duration_s = 0;
+  // The code a shell would give: exit_code, or 128+signal.
+  int shell_code() const { return exit_code ? *exit_code : 128 + signal.value_or(0); }
+};
+
+// One running exec, as its HTTP handler sees it. Thread-safe: one thread may feed stdin while
+// another reads events.
+class ExecSession {
+ public:
+  virtual ~ExecSession() = default;  // if the exec has not ended: kills its process tree
+
+  struct Event {
+    enum class Kind { kStarted, kStdout, kStderr, kExit } kind;
+    std::string data;                 // stdout/stderr bytes
+    int pid = 0;                      // kStarted: pid inside the sandbox
+    ExitStatus exit;                  // kExit
+  };
+  // Blocks for the next event. After kExit it returns kExit again. An error means the sandbox
+  // went away (destroyed, agent lost).
+  virtual Result<Event> next() = 0;
+  // Tells the agent that `bytes` of stdout/stderr were delivered to the client (flow control).
+  // Call after writing each kStdout/kStderr event out.
+  virtual void consumed(size_t bytes) = 0;
+  virtual Result<void> write_stdin(std::string_view bytes) = 0;
+  virtual Result<void> close_stdin() = 0;
+  virtual void signal(int sig) = 0;
+};
+
+// Streams a file from the sandbox: called with chunks of bytes; return false to abort.
+using ChunkSink = std::function<bool(std::string_view)>;
+// Pulls bytes to write into the sandbox: fills `out` (clears it first); an empty `out` with
+// a success result means end of input.
+using ChunkSource = std::function<Result<void>(std::string& out)>;
+
+struct FileStat {
+  std::string type;                   // file | dir | symlink | other
+  uint32_t mode = 0;
+  uint64_t size = 0;
+  std::string target;                 // symlink target
+};
+
+class SandboxService {
+ public:
+  virtual ~SandboxService() = default;
+
+  virtual Result<SandboxInfo> create(const CreateRequest& req) = 0;
+  virtual Result<std::vector<SandboxInfo>> list() = 0;
+  virtual Result<SandboxInfo> inspect(const std::string& id) = 0;
+  // force: also when processes are running (otherwise the same: destroy is always allowed;
+  // `force` exists for future states such as "snapshot in progress").
+  virtual Result<void> destroy(const std::string& id, bool force) = 0;
+
+  virtual Result<std::unique_ptr<ExecSession>> exec(const std::string& id,
+                                                    const ExecRequest& req) = 0;
+  // Processes inside the sandbox (JSON array, schema Process in the OpenAPI file).
+  virtual Result<nlohmann::json> processes(const std::string& id) = 0;
+  virtual Result<void> kill(const std::string& id, int pid, int sig) = 0;
+
+  virtual Result<FileStat> stat(const std::string& id, const std::string& path) = 0;
+  // A regular file's bytes, or (dir) a tar archive of the directory tree.
+  virtual Result<void> read_file(const std::string& id, const std::string& path,
+                                 const ChunkSink& sink) = 0;
+  virtual Result<void> read_tar(const std::string& id, const std::string& path,
+                                const ChunkSink& sink) = 0;
+  // Writes a regular file (created or truncated) with `mode`.
+  virtual Result<void> write_file(const std::string& id, const std::string& path, uint32_t mode,
+                                  const ChunkSource& source) = 0;
+  // Extracts a tar archive into directory `path` (created if missing). Entries are resolved
+  // inside the sandbox; absolute names and ".." are refused.
+  virtual Result<void> write_tar(const std::string& id, const std::string& path,
+                                 const ChunkSource& source) = 0;
+  virtual Result<void> remove(const std::string& id, const std::string& path, bool recursive) = 0;
+
+  // Files added, changed and deleted since creation (JSON object {"added":[],"changed":[],
+  // "deleted":[]} of absolute paths, sorted).
+  virtual Result<nlohmann::json> diff(const std::string& id) = 0;
+
+  virtual Result<void> pause(const std::string& id) = 0;
+  virtual Result<void> resume(const std::string& id) = 0;
+
+  // Images. import_image reads a tar archive (plain, gzip, xz or zstd) of a root filesystem.
+  virtual Result<nlohmann::json> import_image(const std::string& name, const ChunkSource& source) = 0;
+  virtual Result<nlohmann::json> list_images() = 0;  // JSON array, schema Image
+  virtual Result<void> remove_image(const std::string& name) = 0;
+
+  virtual nlohmann::json health() = 0;
+  virtual std::string metrics() = 0;   // Prometheus text exposition format
+  virtual nlohmann::json doctor() = 0;
+};
+
+}  // namespace space::daemon

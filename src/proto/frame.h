@@ -1,0 +1,78 @@
+// The daemon <-> agent wire format: one framed, multiplexed protocol over any byte stream
+// (a socketpair for the linux runtime, virtio-serial or vsock for microVMs). See
+// docs/agent-protocol.md for the frame types and their payloads.
+//
+// A frame is a 12-byte little-endian header followed by `length` payload bytes:
+//   u32 length   payload bytes, at most kMaxPayload
+//   u8  type     one of FrameType; anything else is a protocol error
+//   u8  flags    must be 0 (reserved)
+//   u16 reserved must be 0
+//   u32 stream   request/exec/transfer id chosen by the daemon; 0 = control
+// Every field is validated by the decoder; a bad frame poisons the decoder (the channel must be
+// closed), it never crashes the process.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+
+namespace space::proto {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr size_t kHeaderSize = 12;
+inline constexpr uint32_t kMaxPayload = 1u << 20;  // 1 MiB
+// Flow control: the agent sends at most this many unacknowledged data bytes per stream
+// (stdout+stderr of an exec, or a file read) before it waits for a kCredit frame.
+inline constexpr uint32_t kStreamWindow = 1u << 20;
+
+enum class FrameType : uint8_t {
+  kHello = 1,        // a->d, stream 0, JSON {"version","pid"}: first frame after start/reattach
+  kRequest = 2,      // d->a, JSON {"op":...}: one-shot operation, answered by kResponse
+  kResponse = 3,     // a->d, JSON {"ok":true,...} or {"error":{"code","message","errno"}}
+  kExec = 4,         // d->a, JSON exec spec: starts a process on this stream
+  kStarted = 5,      // a->d, JSON {"pid"}: the process is running
+  kStdin = 6,        // d->a, raw bytes for the process's stdin; empty payload = EOF
+  kStdout = 7,       // a->d, raw bytes
+  kStderr = 8,       // a->d, raw bytes
+  kExit = 9,         // a->d, JSON {"exit_code"} | {"signal","core_dumped"}: stream ends
+  kSignal = 10,      // d->a, JSON {"signal"}: signal the exec's whole process tree
+  kCredit = 11,      // d->a, JSON {"bytes"}: the daemon consumed this many data bytes
+  kData = 12,        // both ways, raw bytes of a file transfer; empty payload = end
+  kPing = 13,        // d->a, answered by kPong with the same payload
+  kPong = 14,        // a->d
+};
+
+const char* frame_type_name(FrameType t);
+bool is_valid_type(uint8_t t);
+
+struct Frame {
+  FrameType type = FrameType::kPing;
+  uint32_t stream = 0;
+  std::string payload;  // raw bytes (JSON text for the JSON-typed frames)
+};
+
+// Appends the encoded frame to out. Fails (kInvalidArgument) if the payload is too large.
+Result<void> encode(FrameType type, uint32_t stream, std::string_view payload, std::string& out);
+
+// Incremental decoder over untrusted bytes. feed() appends bytes; next() yields complete
+// frames. After an error the decoder stays failed.
+class Decoder {
+ public:
+  void feed(std::span<const char> bytes);
+  // Returns a frame, std::nullopt if more bytes are needed, or an error (kProtocol).
+  Result<std::optional<Frame>> next();
+  size_t buffered() const { return buf_.size() - pos_; }
+
+ private:
+  std::string buf_;
+  size_t pos_ = 0;
+  std::optional<Error> failed_;
+};
+
+}  // namespace space::proto

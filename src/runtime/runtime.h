@@ -1,0 +1,106 @@
+// The runtime interface: what the daemon needs from any way of running a sandbox (the linux
+// namespace jail today, QEMU and Firecracker microVMs later). A runtime creates a sandbox
+// from a spec and hands back an Instance whose only link to the inside is a byte stream to the
+// in-sandbox agent (space-agent, PID 1 / init); everything else (exec, files, ps) goes over
+// that stream, so it is the same for every runtime.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/fd.h"
+
+namespace space::runtime {
+
+struct Limits {
+  uint64_t memory_bytes = 512ull << 20;
+  double cpus = 1.0;
+  uint32_t pids = 256;
+  uint64_t disk_bytes = 2ull << 30;  // size of the writable layer
+  uint64_t disk_inodes = 0;          // 0 = derived from disk_bytes
+};
+
+struct Image {
+  std::string name;                    // "host" or an imported image's name
+  std::filesystem::path rootfs;        // directory used as the read-only lower layer
+  // Host directories bind-mounted read-only (nosuid, nodev) at the same path inside, over the
+  // lower layer. The "host" image uses {/usr, /etc/ssl, /etc/alternatives}; its rootfs is a
+  // generated skeleton holding a minimal /etc and the host's top-level symlinks (/bin -> usr/bin).
+  std::vector<std::filesystem::path> ro_binds;
+};
+
+struct SandboxSpec {
+  std::string id;                      // "sb_<hex>", also the hostname
+  Image image;
+  Limits limits;
+  std::filesystem::path dir;           // per-sandbox state directory, created by the daemon
+  uint32_t uid_base = 0;               // first host uid/gid of the sandbox's 65536-id range
+  static constexpr uint32_t kIdRange = 65536;
+};
+
+// Resource usage as the cgroup reports it.
+struct Usage {
+  uint64_t memory_bytes = 0;
+  uint64_t memory_limit = 0;
+  uint64_t oom_kills = 0;     // processes the kernel OOM-killed in this sandbox so far
+  uint64_t pids = 0;
+  uint64_t cpu_usage_ns = 0;
+};
+
+class Instance {
+ public:
+  virtual ~Instance() = default;  // releases host handles; does not destroy the sandbox
+
+  // The byte stream to the agent (socketpair, virtio-serial socket, vsock). The instance owns
+  // it; the daemon reads and writes frames on it.
+  virtual int channel_fd() const = 0;
+  // Host pid of the agent (for logs, ps translation and the posture check).
+  virtual int agent_pid() const = 0;
+
+  virtual Result<void> pause() = 0;
+  virtual Result<void> resume() = 0;
+  virtual bool paused() const = 0;
+  virtual Result<Usage> usage() const = 0;
+
+  // Kills every process of the sandbox and removes every host object it had (cgroups,
+  // directories, namespaces). Idempotent; safe to call on a half-dead sandbox.
+  virtual Result<void> destroy() = 0;
+
+  // The root of the sandbox's writable layer, opened O_PATH|O_DIRECTORY (for diff and
+  // snapshots). Runtimes without one return kUnimplemented.
+  virtual Result<UniqueFd> writable_layer() = 0;
+
+  // What reattach() needs to find this sandbox again after a daemon restart.
+  virtual nlohmann::json persist() const = 0;
+};
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+  virtual std::string_view name() const = 0;
+
+  // Creates and starts a sandbox; on return the agent is running and the channel is open.
+  // On failure nothing is left behind.
+  virtual Result<std::unique_ptr<Instance>> create(const SandboxSpec& spec) = 0;
+
+  // After a daemon restart: finds the sandbox described by `persisted` and opens a fresh
+  // channel to its agent. Fails (kNotFound) if it is gone or is not the same sandbox.
+  virtual Result<std::unique_ptr<Instance>> reattach(const SandboxSpec& spec,
+                                                     const nlohmann::json& persisted) = 0;
+
+  // Removes whatever a sandbox that could not be reattached left behind. Idempotent.
+  virtual Result<void> cleanup(const SandboxSpec& spec, const nlohmann::json& persisted) = 0;
+
+  // What this host supports for this runtime, for `space doctor`.
+  virtual nlohmann::json doctor() const = 0;
+};
+
+}  // namespace space::runtime
