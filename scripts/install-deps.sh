@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The one list of Debian 12 packages SPACE needs to build, test and run. Installs whatever is
+# missing and does nothing else: when everything is present it only asks dpkg (well under a
+# second), so `make run` and `make test` can call it every time.
+#
+#   scripts/install-deps.sh           install what is missing (needs root for that)
+#   scripts/install-deps.sh --check   list what is missing; exit 1 if anything is
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config g++
+  clang                   # fuzz targets (libFuzzer) and clang-tidy runs
+  clang-format            # make format
+  # libraries (headers + static/shared libs)
+  libboost-dev            # Beast/Asio, header-only: the HTTP server and client
+  libssl-dev              # TLS for the egress gateway
+  libseccomp-dev          # the linux runtime's seccomp policy
+  libsqlite3-dev          # daemon metadata and audit log
+  nlohmann-json3-dev      # JSON everywhere
+  libcli11-dev            # CLI parsing
+  libfmt-dev libspdlog-dev
+  libzstd-dev             # snapshot chunks
+  libarchive-dev          # image import, cp of directories
+  libgtest-dev libgmock-dev
+  libbenchmark-dev        # bench/ microbenchmarks
+  # runtime tools used by the daemon, the tests, the demo and the bench
+  python3                 # integration tests (stdlib only) and the demo
+  curl                    # talking to the API by hand, egress tests
+  iproute2                # ip: network namespace checks
+  e2fsprogs               # mkfs.ext4: VM disks
+  procps                  # ps, pgrep
+  util-linux              # unshare, nsenter, mount
+)
+
+missing=()
+# One dpkg-query for all packages: prints "name status" for the ones it knows.
+installed="$(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "${PACKAGES[@]}" 2>/dev/null || true)"
+for p in "${PACKAGES[@]}"; do
+  if ! grep -qx "$p installed" <<<"$installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+if [[ "${1:-}" == "--check" ]]; then
+  echo "missing packages: ${missing[*]}"
+  exit 1
+fi
+
+echo "install-deps: installing missing packages: ${missing[*]}" >&2
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    SUDO=(sudo -n)
+  else
+    echo "install-deps: these Debian packages are missing and installing them needs root:" >&2
+    echo "  sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+else
+  SUDO=()
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" apt-get update -q
+"${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,179 @@
+// The agent's event loop: one thread, one epoll set over the channel to the daemon, the spare
+// socketpair (reattach), a signalfd for SIGCHLD and every exec's pipes. It dispatches frames
+// (docs/agent-protocol.md), runs execs under per-exec shims (shim.h), serves file requests
+// inside the root (file_ops.h) and, as PID 1, reaps every child.
+//
+// The implementation is split by concern: agent.cc (start-up, loop, channel, reattach,
+// reaping), agent_exec.cc (exec streams), agent_requests.cc (requests and file transfers).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "agent/channel.h"
+#include "agent/exec_spec.h"
+#include "agent/file_ops.h"
+#include "agent/options.h"
+#include "agent/path_resolver.h"
+#include "common/error.h"
+#include "common/fd.h"
+#include "proto/frame.h"
+
+namespace space::agent {
+
+using Clock = std::chrono::steady_clock;
+
+// How long after the main process exited the agent waits for background processes that keep
+// its stdout/stderr open before closing the pipes and sending `exit`.
+inline constexpr std::chrono::milliseconds kDrainGrace{200};
+// Chunk size for pipe and file reads (each becomes at most one data frame).
+inline constexpr size_t kReadChunk = 64 * 1024;
+// Bytes of stdin the agent buffers per exec before it closes the process's stdin (see
+// docs/agent-protocol.md, "Stdin").
+inline constexpr size_t kMaxStdinPending = 8u << 20;
+// While this much output is queued for the daemon the agent stops reading the channel and
+// producing file-transfer data.
+inline constexpr size_t kOutputHighWater = 4u << 20;
+
+class Agent {
+ public:
+  explicit Agent(Options opts) : opts_(std::move(opts)) {}
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // The start-up recipe: fds, dumpability, signals, root fd, epoll, hello.
+  Result<void> init();
+  // Runs the loop. Returns only on an unrecoverable internal error.
+  Result<void> run();
+
+ private:
+  enum Kind : uint64_t {
+    kChannel = 1,
+    kSpare = 2,
+    kSignalFd = 3,
+    kExecStatus = 4,
+    kExecStdout = 5,
+    kExecStderr = 6,
+    kExecStdin = 7,
+  };
+  static uint64_t key(Kind k, uint64_t id) { return (static_cast<uint64_t>(k) << 56) | id; }
+
+  struct Exec {
+    uint64_t serial = 0;
+    uint32_t stream = 0;
+    bool attached = true;  // false once the channel it belonged to is gone: output discarded
+    ExecSpec spec;
+    pid_t shim_pid = -1;
+    pid_t worker_pid = -1;
+    UniqueFd status_r, stdin_w, stdout_r, stderr_r;
+    bool stdout_polled = false, stderr_polled = false, stdin_polled = false;
+    std::string status_buf;
+    std::string stdin_pending;  // bytes from stdin_off on are not yet in the pipe
+    size_t stdin_off = 0;
+    bool stdin_close_requested = false;
+    bool started = false;
+    std::optional<int> wait_status;
+    std::optional<StartFailure> failure;
+    uint64_t unacked = 0;  // data bytes sent and not yet credited
+    std::optional<Clock::time_point> drain_deadline;
+  };
+  struct ShimInfo {
+    uint32_t stream = 0;
+    UniqueFd control;
+  };
+  struct ReadTransfer {
+    UniqueFd fd;
+    uint64_t size = 0;
+    uint64_t unacked = 0;
+  };
+  struct WalkTransfer {
+    std::unique_ptr<Walker> walker;
+    std::string pending;  // listing text produced and not yet sent (entries may span frames)
+    bool done = false;    // the walker has nothing more
+    uint64_t unacked = 0;
+  };
+  struct WriteTransfer {
+    UniqueFd fd;
+    uint64_t size = 0;
+  };
+
+  // agent.cc
+  Result<void> epoll_add(int fd, uint32_t events, uint64_t k);
+  void epoll_del(int fd);
+  void send(proto::FrameType type, uint32_t stream, std::string_view payload);
+  void send_hello();
+  void set_channel(UniqueFd fd);
+  void channel_lost(std::string_view why);
+  void on_channel_event(uint32_t events);
+  void on_spare_readable();
+  void try_reopen_channel();
+  void update_channel_interest();
+  void dispatch(proto::Frame& f);
+  void on_sigchld();
+  int next_timeout_ms() const;
+
+  // agent_exec.cc
+  void start_exec(uint32_t stream, std::string_view payload);
+  void on_exec_event(Kind kind, uint64_t serial);
+  void read_status(Exec& e);
+  void mark_started(Exec& e);
+  ssize_t read_output(Exec& e, bool is_stderr, size_t max);
+  bool drain_blocked(const Exec& e) const;
+  void write_stdin(Exec& e);
+  void update_exec_interest(Exec& e);
+  void maybe_finish(Exec& e);
+  void finish(Exec& e);
+  void on_stdin_frame(uint32_t stream, std::string&& payload);
+  void on_signal_frame(uint32_t stream, std::string_view payload);
+  void on_credit_frame(uint32_t stream, std::string_view payload);
+  void on_worker_reaped(pid_t pid, int status);
+  void check_exec_deadlines();
+  void detach_execs();
+  Exec* exec_for_stream(uint32_t stream);
+
+  // agent_requests.cc
+  void on_request(uint32_t stream, std::string_view payload);
+  void on_data_frame(uint32_t stream, std::string&& payload);
+  Result<nlohmann::json> do_ps();
+  Result<void> do_kill(const nlohmann::json& req);
+  bool pump_transfers();  // true while a transfer could make progress right away
+  void drop_transfers();
+  void respond(uint32_t stream, const Result<nlohmann::json>& r);
+
+  Options opts_;
+  UniqueFd root_fd_;
+  std::unique_ptr<PathResolver> resolver_;
+  UniqueFd epoll_;
+  UniqueFd sigfd_;
+  std::unique_ptr<Channel> channel_;
+  uint64_t channel_gen_ = 0;
+  bool channel_in_polled_ = false;
+  bool channel_out_polled_ = false;
+  std::optional<Clock::time_point> reopen_at_;
+  int reopen_backoff_ms_ = 50;
+  bool warned_direction_ = false;
+
+  uint64_t next_serial_ = 1;
+  std::map<uint64_t, std::unique_ptr<Exec>> execs_;
+  std::unordered_map<uint32_t, uint64_t> stream_execs_;  // attached, unfinished execs
+  std::unordered_map<pid_t, uint64_t> worker_execs_;     // worker pid -> exec without status
+  std::map<pid_t, ShimInfo> shims_;                      // live shims (outlive their execs)
+
+  std::map<uint32_t, ReadTransfer> reads_;
+  std::map<uint32_t, WalkTransfer> walks_;
+  std::map<uint32_t, WriteTransfer> writes_;
+  std::set<uint32_t> failed_writes_;  // write streams answered with an error: data ignored
+};
+
+// Logs one line to stderr ("space-agent: ..."). Used sparingly: stderr may be /dev/null.
+void log_line(std::string_view msg);
+
+}  // namespace space::agent

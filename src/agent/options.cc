@@ -1,0 +1,88 @@
+// Parsing of the agent's command line (see options.h for the contract).
+#include "agent/options.h"
+
+#include <charconv>
+#include <string_view>
+
+namespace space::agent {
+namespace {
+
+Result<int> parse_fd(std::string_view s, std::string_view flag) {
+  int v = -1;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || v < 0 || v > 1 << 20)
+    return fail(Code::kInvalidArgument,
+                std::string(flag) + ": \"" + std::string(s) + "\" is not a file descriptor");
+  return v;
+}
+
+Result<std::vector<int>> parse_fd_list(std::string_view s, std::string_view flag) {
+  std::vector<int> out;
+  while (true) {
+    size_t comma = s.find(',');
+    out.push_back(TRY(parse_fd(s.substr(0, comma), flag)));
+    if (comma == std::string_view::npos) break;
+    s.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<Options> parse_options(int argc, const char* const* argv) {
+  Options o;
+  bool have_channel_fd = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    std::string_view value;
+    bool inline_value = false;
+    if (size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      inline_value = true;
+    }
+    auto need_value = [&]() -> Result<std::string_view> {
+      if (inline_value) return value;
+      if (i + 1 >= argc) return fail(Code::kInvalidArgument, std::string(arg) + " needs a value");
+      return std::string_view(argv[++i]);
+    };
+    if (arg == "--channel-fd") {
+      o.channel_fd = TRY(parse_fd(TRY(need_value()), arg));
+      have_channel_fd = true;
+    } else if (arg == "--channel") {
+      o.channel_path = std::string(TRY(need_value()));
+      if (o.channel_path.empty()) return fail(Code::kInvalidArgument, "--channel: empty path");
+    } else if (arg == "--spare-fds") {
+      auto fds = TRY(parse_fd_list(TRY(need_value()), arg));
+      if (fds.size() != 2 || fds[0] == fds[1])
+        return fail(Code::kInvalidArgument, "--spare-fds takes two different fds: AGENT,DAEMON");
+      o.spare_agent_fd = fds[0];
+      o.spare_daemon_fd = fds[1];
+    } else if (arg == "--hold-fds") {
+      auto fds = TRY(parse_fd_list(TRY(need_value()), arg));
+      o.hold_fds.insert(o.hold_fds.end(), fds.begin(), fds.end());
+    } else {
+      return fail(Code::kInvalidArgument, "unknown argument \"" + std::string(arg) + "\"");
+    }
+  }
+  if (have_channel_fd == !o.channel_path.empty())
+    return fail(Code::kInvalidArgument, "exactly one of --channel-fd and --channel is required");
+  // The fds must all be distinct and must not be stdio.
+  std::vector<int> all = o.hold_fds;
+  if (have_channel_fd) all.push_back(o.channel_fd);
+  if (o.spare_agent_fd >= 0) {
+    all.push_back(o.spare_agent_fd);
+    all.push_back(o.spare_daemon_fd);
+  }
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i] <= 2)
+      return fail(Code::kInvalidArgument,
+                  "fd " + std::to_string(all[i]) + " is stdio and cannot be a channel or held fd");
+    for (size_t j = i + 1; j < all.size(); ++j)
+      if (all[i] == all[j])
+        return fail(Code::kInvalidArgument, "fd " + std::to_string(all[i]) + " given twice");
+  }
+  return o;
+}
+
+}  // namespace space::agent

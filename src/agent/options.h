@@ -1,0 +1,34 @@
+// The agent's command line. The launcher (linux runtime) execs
+//   space-agent --channel-fd 3 --spare-fds 4,5 --hold-fds 6
+// and the microVM runtimes start it as init with
+//   space-agent --channel /dev/vport0p1
+// Parsing is separate from main.cc so the contract is testable.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace space::agent {
+
+struct Options {
+  // Exactly one of channel_fd / channel_path is set.
+  int channel_fd = -1;       // an inherited byte stream (SOCK_STREAM socketpair end)
+  std::string channel_path;  // a character device opened O_RDWR (virtio-serial port, tty)
+  // The spare socketpair for reattach after a daemon restart: the agent's end and the daemon's
+  // end (which the agent only keeps open so a new daemon can take it with pidfd_getfd).
+  int spare_agent_fd = -1;
+  int spare_daemon_fd = -1;
+  // Fds the agent keeps open and otherwise ignores (the writable layer's directory).
+  std::vector<int> hold_fds;
+};
+
+inline constexpr const char* kUsage =
+    "usage: space-agent (--channel-fd N | --channel PATH) [--spare-fds A,B] [--hold-fds N[,N...]]";
+
+// Parses argv (argv[0] is the program name). Accepts "--opt value" and "--opt=value".
+Result<Options> parse_options(int argc, const char* const* argv);
+
+}  // namespace space::agent

@@ -1,0 +1,206 @@
+// Request-body reading and response writing for one HTTP exchange (see exchange.h).
+#include "api/exchange.h"
+
+#include <cstdio>
+
+namespace space::api {
+namespace {
+
+constexpr size_t kReadChunk = 64 * 1024;
+
+Error body_read_error(const boost::system::error_code& ec) {
+  if (ec == boost::asio::error::timed_out) {
+    return Error(Code::kTimeout, "timed out waiting for the request body");
+  }
+  if (ec == boost::asio::error::operation_aborted) {
+    return Error(Code::kUnavailable, "reading the request body was interrupted");
+  }
+  if (ec == boost::asio::error::eof || ec == http::error::partial_message ||
+      ec == http::error::end_of_stream) {
+    return Error(Code::kInvalidArgument, "the request body ended early (connection closed)");
+  }
+  return Error(Code::kInvalidArgument, "malformed request body: " + ec.message());
+}
+
+}  // namespace
+
+nlohmann::json error_body(const Error& e) {
+  return {{"error", {{"code", code_name(e.code())}, {"message", e.message()}}}};
+}
+
+Exchange::Exchange(FdStream& stream, boost::beast::flat_buffer& buffer, RequestParser& parser,
+                   Target target, std::chrono::milliseconds body_timeout)
+    : stream_(stream),
+      buffer_(buffer),
+      parser_(parser),
+      target_(std::move(target)),
+      body_timeout_(body_timeout) {
+  auto expect = parser_.get()[http::field::expect];
+  expect_continue_ = !parser_.is_done() && boost::beast::iequals(expect, "100-continue");
+  keep_alive_ = parser_.get().keep_alive();
+}
+
+std::string_view Exchange::header(http::field f) const {
+  auto v = parser_.get()[f];
+  return std::string_view(v.data(), v.size());
+}
+
+const std::string& Exchange::param(std::string_view name) const {
+  static const std::string kEmpty;
+  for (const auto& [k, v] : params_) {
+    if (k == name) return v;
+  }
+  return kEmpty;
+}
+
+Result<size_t> Exchange::read_some(char* out, size_t n) {
+  if (parser_.is_done() || n == 0) return 0;
+  if (broken_) return fail(Code::kInvalidArgument, "the request body could not be read");
+  if (expect_continue_) {
+    expect_continue_ = false;
+    if (status_ == 0) TRY_VOID(write_raw("HTTP/1.1 100 Continue\r\n\r\n"));
+  }
+  stream_.set_read_deadline(FdStream::Clock::time_point::max());
+  stream_.set_read_timeout(body_timeout_);
+  for (;;) {
+    auto& body = parser_.get().body();
+    body.data = out;
+    body.size = n;
+    body.more = true;
+    boost::system::error_code ec;
+    http::read_some(stream_, buffer_, parser_, ec);
+    size_t got = n - body.size;
+    body.data = nullptr;
+    body.size = 0;
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      broken_ = true;
+      return fail(body_read_error(ec));
+    }
+    if (got > 0 || parser_.is_done()) return got;
+  }
+}
+
+Result<std::string> Exchange::read_body(size_t limit) {
+  auto too_large = [&] {
+    keep_alive_ = false;
+    return fail(Code::kPayloadTooLarge,
+                "request body is larger than " + std::to_string(limit >> 10) +
+                    " KiB; JSON bodies are limited to 1 MiB (send files with PUT .../files)");
+  };
+  if (auto len = parser_.content_length(); len && *len > limit) return too_large();
+  std::string body;
+  char buf[kReadChunk];
+  for (;;) {
+    size_t n = TRY(read_some(buf, sizeof buf));
+    if (n == 0) break;
+    if (body.size() + n > limit) return too_large();
+    body.append(buf, n);
+  }
+  return body;
+}
+
+Result<nlohmann::json> Exchange::read_json(std::optional<nlohmann::json> empty_as) {
+  std::string body = TRY(read_body(kMaxJsonBody));
+  bool blank = body.find_first_not_of(" \t\r\n") == std::string::npos;
+  if (blank) {
+    if (empty_as) return std::move(*empty_as);
+    return fail(Code::kInvalidArgument, "the request body is empty; send a JSON object");
+  }
+  return parse_json(body);
+}
+
+daemon::ChunkSource Exchange::body_source() {
+  return [this](std::string& out) -> Result<void> {
+    out.resize(kReadChunk);
+    size_t n = TRY(read_some(out.data(), out.size()));
+    out.resize(n);
+    return {};
+  };
+}
+
+template <class Message>
+void Exchange::prepare(Message& m, http::status status, std::string_view content_type,
+                       const Headers& headers) {
+  status_ = static_cast<int>(status);
+  m.version(11);
+  m.result(status);
+  m.set(http::field::server, "spaced");
+  if (!content_type.empty()) {
+    m.set(http::field::content_type,
+          boost::beast::string_view(content_type.data(), content_type.size()));
+  }
+  for (const auto& [k, v] : headers) m.set(k, v);
+  // A request whose body we did not read to the end leaves the connection unusable.
+  if (!parser_.is_done()) keep_alive_ = false;
+  m.keep_alive(keep_alive_);
+}
+
+Result<void> Exchange::write_raw(std::string_view data) {
+  auto ec = stream_.write_all(data);
+  if (ec) {
+    broken_ = true;
+    return fail(Code::kUnavailable, "writing the response: " + ec.message());
+  }
+  return {};
+}
+
+Result<void> Exchange::respond(http::status status, std::string_view content_type,
+                               std::string body, const Headers& headers) {
+  http::response<http::string_body> res;
+  prepare(res, status, content_type, headers);
+  res.body() = std::move(body);
+  res.prepare_payload();
+  boost::system::error_code ec;
+  http::write(stream_, res, ec);
+  if (ec) {
+    broken_ = true;
+    return fail(Code::kUnavailable, "writing the response: " + ec.message());
+  }
+  return {};
+}
+
+Result<void> Exchange::respond_json(http::status status, const nlohmann::json& body) {
+  return respond(status, "application/json",
+                 body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+}
+
+Result<void> Exchange::respond_no_content() {
+  return respond(http::status::no_content, "", "");
+}
+
+Result<void> Exchange::respond_error(const Error& e) {
+  if (e.code() == Code::kPayloadTooLarge) keep_alive_ = false;
+  return respond_json(static_cast<http::status>(http_status(e.code())), error_body(e));
+}
+
+Result<void> Exchange::begin_chunked(http::status status, std::string_view content_type,
+                                     const Headers& headers) {
+  http::response<http::empty_body> res;
+  prepare(res, status, content_type, headers);
+  res.chunked(true);
+  http::response_serializer<http::empty_body> sr(res);
+  boost::system::error_code ec;
+  http::write_header(stream_, sr, ec);
+  if (ec) {
+    broken_ = true;
+    return fail(Code::kUnavailable, "writing the response: " + ec.message());
+  }
+  return {};
+}
+
+Result<void> Exchange::write_chunk(std::string_view data) {
+  if (data.empty()) return {};  // an empty chunk would end the body
+  char size_line[24];
+  int len = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
+  std::string chunk;
+  chunk.reserve(static_cast<size_t>(len) + data.size() + 2);
+  chunk.append(size_line, static_cast<size_t>(len));
+  chunk.append(data);
+  chunk.append("\r\n");
+  return write_raw(chunk);
+}
+
+Result<void> Exchange::end_chunked() { return write_raw("0\r\n\r\n"); }
+
+}  // namespace space::api

@@ -1,0 +1,107 @@
+// One HTTP request and its response on a server connection, as a handler sees it: the parsed
+// target, the request body as a stream (or as size-limited JSON), and the response as either a
+// complete message or a chunked stream written piece by piece. Reading (the request body) and
+// writing (the response) may happen on two threads at once, which is what exec's full-duplex
+// stdin needs; each side touches only its own state.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include "api/fd_stream.h"
+#include "api/request.h"
+#include "common/error.h"
+#include "daemon/service.h"
+
+namespace space::api {
+
+namespace http = boost::beast::http;
+using Headers = std::vector<std::pair<std::string, std::string>>;
+using RequestParser = http::request_parser<http::buffer_body>;
+
+// {"error":{"code":"not_found","message":"..."}}
+nlohmann::json error_body(const Error& e);
+
+class Exchange {
+ public:
+  Exchange(FdStream& stream, boost::beast::flat_buffer& buffer, RequestParser& parser,
+           Target target, std::chrono::milliseconds body_timeout);
+
+  // --- the request
+  http::verb method() const { return parser_.get().method(); }
+  std::string_view method_string() const {
+    auto m = parser_.get().method_string();
+    return std::string_view(m.data(), m.size());
+  }
+  const Target& target() const { return target_; }
+  std::string_view header(http::field f) const;
+  // A placeholder of the matched route ("id" for /v1/sandboxes/{id}); set by the router.
+  const std::string& param(std::string_view name) const;
+  void set_params(std::vector<std::pair<std::string, std::string>> params) {
+    params_ = std::move(params);
+  }
+
+  // Reads up to `n` body bytes into `out`; 0 means the body has ended. Each read must make
+  // progress within the body timeout (set_body_timeout(0) waits forever, for exec stdin).
+  Result<size_t> read_some(char* out, size_t n);
+  bool body_done() const { return parser_.is_done(); }
+  void set_body_timeout(std::chrono::milliseconds t) { body_timeout_ = t; }
+  // The whole body, refused with 413 beyond `limit` bytes.
+  Result<std::string> read_body(size_t limit);
+  // The whole body as JSON (<= kMaxJsonBody). An empty body is `empty_as` if given, else 400.
+  Result<nlohmann::json> read_json(std::optional<nlohmann::json> empty_as = std::nullopt);
+  // The body as a ChunkSource for the service (file and image uploads: no size limit).
+  daemon::ChunkSource body_source();
+  // Aborts a read_some blocked on another thread (exec's stdin pump).
+  void set_read_interrupt_fd(int fd) { stream_.set_read_interrupt_fd(fd); }
+  // Waits (without reading) until the client hangs up or `read_interrupt` fires.
+  bool wait_client_hangup() { return !stream_.wait_hangup(); }
+
+  // --- the response
+  Result<void> respond(http::status status, std::string_view content_type, std::string body,
+                       const Headers& headers = {});
+  Result<void> respond_json(http::status status, const nlohmann::json& body);
+  Result<void> respond_no_content();
+  Result<void> respond_error(const Error& e);
+  // Chunked streaming: headers now, then any number of chunks, then the end. If a handler
+  // fails after begin_chunked() the connection is closed without the final chunk, so the
+  // client sees a truncated body rather than a complete-looking one.
+  Result<void> begin_chunked(http::status status, std::string_view content_type,
+                             const Headers& headers = {});
+  Result<void> write_chunk(std::string_view data);
+  Result<void> end_chunked();
+
+  bool responded() const { return status_ != 0; }
+  int status() const { return status_; }
+  // Whether the connection can carry another request after this one.
+  bool keep_alive() const { return keep_alive_ && body_done() && !broken_; }
+  void close_after() { keep_alive_ = false; }
+  // Set when the response was cut short (mid-stream failure).
+  void mark_broken() { broken_ = true; }
+
+ private:
+  template <class Message>
+  void prepare(Message& m, http::status status, std::string_view content_type,
+               const Headers& headers);
+  Result<void> write_raw(std::string_view data);
+
+  FdStream& stream_;
+  boost::beast::flat_buffer& buffer_;
+  RequestParser& parser_;
+  Target target_;
+  std::vector<std::pair<std::string, std::string>> params_;
+  std::chrono::milliseconds body_timeout_;
+  bool expect_continue_ = false;
+  bool keep_alive_ = true;
+  bool broken_ = false;
+  int status_ = 0;
+};
+
+}  // namespace space::api

@@ -1,0 +1,203 @@
+// POST /v1/sandboxes/{id}/exec: runs a command and streams its events as NDJSON.
+//
+// The request body is a JSON object; with "stdin": true it is followed by "\n" and then the
+// raw stdin bytes until the (chunked) body ends. The response starts as soon as the process
+// does, long before the request body ends: this thread writes events while a helper thread
+// pumps the rest of the body into the process's stdin (full duplex over one HTTP/1.1
+// exchange). The helper then watches the connection: if the client goes away, the exec's
+// process tree is killed. Flow control: ExecSession::consumed() is called only after an
+// output event reached the socket, so a client that reads slowly slows the process down
+// instead of filling the daemon's memory.
+#include <sys/eventfd.h>
+
+#include <atomic>
+#include <csignal>
+#include <thread>
+
+#include "api/base64.h"
+#include "api/handlers.h"
+
+namespace space::api::handlers {
+namespace {
+
+using nlohmann::json;
+
+json exit_event(const daemon::ExitStatus& s) {
+  json j = {{"type", "exit"},
+            {"exit_code", s.exit_code ? json(*s.exit_code) : json(nullptr)},
+            {"signal", s.signal ? json(*s.signal) : json(nullptr)},
+            {"core_dumped", s.core_dumped},
+            {"timed_out", s.timed_out},
+            {"oom_killed", s.oom_killed},
+            {"duration_s", s.duration_s}};
+  if (!s.error.empty()) j["error"] = s.error;
+  return j;
+}
+
+std::string line(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+struct ExecBody {
+  daemon::ExecRequest req;
+  std::string stdin_head;  // stdin bytes that arrived with the JSON object
+};
+
+// Reads the JSON object at the start of the body (and, without stdin, checks nothing follows).
+Result<ExecBody> read_exec_body(Exchange& ex) {
+  std::string buf;
+  JsonValueScanner scanner;
+  char tmp[64 * 1024];
+  bool ended = false;
+  for (;;) {
+    auto state = scanner.feed(buf);
+    if (state == JsonValueScanner::State::kComplete) break;
+    if (state == JsonValueScanner::State::kTooDeep) {
+      return fail(Code::kInvalidArgument, "the exec request is nested more than " +
+                                              std::to_string(kMaxJsonDepth) + " levels deep");
+    }
+    if (state == JsonValueScanner::State::kNotAnObject) {
+      return fail(Code::kInvalidArgument,
+                  "the exec body must start with a JSON object, e.g. {\"cmd\": [\"ls\"]}");
+    }
+    if (buf.size() > kMaxJsonBody) {
+      ex.close_after();
+      return fail(Code::kPayloadTooLarge, "the exec request's JSON object is larger than 1 MiB");
+    }
+    size_t n = TRY(ex.read_some(tmp, sizeof tmp));
+    if (n == 0) {
+      ended = true;
+      break;
+    }
+    buf.append(tmp, n);
+  }
+  if (buf.find_first_not_of(" \t\r\n") == std::string::npos) {
+    return fail(Code::kInvalidArgument,
+                "the exec request needs a JSON body, e.g. {\"cmd\": [\"ls\", \"-l\"]}");
+  }
+  size_t end = ended ? buf.size() : scanner.end();
+  json j = TRY(parse_json(std::string_view(buf).substr(0, end)));
+  ExecBody body{TRY(parse_exec_request(j)), buf.substr(end)};
+
+  if (!body.req.stdin) {
+    // Nothing but whitespace may follow the object.
+    std::string rest = std::move(body.stdin_head);
+    body.stdin_head.clear();
+    std::string more = TRY(ex.read_body(kMaxJsonBody));
+    rest += more;
+    if (rest.find_first_not_of(" \t\r\n") != std::string::npos) {
+      return fail(Code::kInvalidArgument,
+                  "unexpected data after the exec request's JSON object; to send stdin set "
+                  "\"stdin\": true and put the bytes after a newline");
+    }
+    return body;
+  }
+  // stdin: the object is followed by exactly one "\n" (or the end of the body).
+  while (body.stdin_head.empty() && !ex.body_done()) {
+    size_t n = TRY(ex.read_some(tmp, sizeof tmp));
+    body.stdin_head.append(tmp, n);
+  }
+  if (!body.stdin_head.empty()) {
+    if (body.stdin_head[0] != '\n') {
+      return fail(Code::kInvalidArgument,
+                  "with \"stdin\": true the JSON object must be followed by \"\\n\" and then "
+                  "the stdin bytes");
+    }
+    body.stdin_head.erase(0, 1);
+  }
+  return body;
+}
+
+// Starts a detached exec and answers 202 {"pid": N}, or {"pid": null, "exit": {...}} if it
+// ended (or could not start) before it was reported running.
+Result<void> exec_detached(Exchange& ex, daemon::ExecSession& session) {
+  for (;;) {
+    auto ev = TRY(session.next());
+    if (ev.kind == daemon::ExecSession::Event::Kind::kStarted) {
+      return ex.respond_json(http::status::accepted, {{"pid", ev.pid}});
+    }
+    if (ev.kind == daemon::ExecSession::Event::Kind::kExit) {
+      json exit = exit_event(ev.exit);
+      exit.erase("type");
+      return ex.respond_json(http::status::accepted, {{"pid", nullptr}, {"exit", exit}});
+    }
+    session.consumed(ev.data.size());  // output of a detached exec is discarded
+  }
+}
+
+}  // namespace
+
+Result<void> exec(Exchange& ex, ApiContext& ctx) {
+  std::string id = TRY(sandbox_id(ex));
+  ExecBody body = TRY(read_exec_body(ex));
+  std::unique_ptr<daemon::ExecSession> session = TRY(ctx.service.exec(id, body.req));
+  if (body.req.detach) return exec_detached(ex, *session);
+
+  UniqueFd done(::eventfd(0, EFD_CLOEXEC));
+  if (!done) return fail_sys("eventfd");
+  TRY_VOID(ex.begin_chunked(http::status::ok, "application/x-ndjson",
+                            {{"Cache-Control", "no-store"}}));
+
+  // The helper: pumps stdin (if any), then waits for the client to hang up. `done` stops it;
+  // anything else that ends its wait (the client vanished, the server is stopping) kills the
+  // exec's process tree so that next() below returns.
+  ex.set_read_interrupt_fd(done.get());
+  std::atomic<bool> finished{false};
+  std::thread helper([&ex, &session, &body, &finished] {
+    daemon::ExecSession& s = *session;
+    if (body.req.stdin) {
+      bool forward = true;  // false once the process no longer takes stdin: then drain
+      if (!body.stdin_head.empty()) forward = s.write_stdin(body.stdin_head).has_value();
+      ex.set_body_timeout(std::chrono::milliseconds(0));  // stdin may idle for as long as it likes
+      char buf[64 * 1024];
+      for (;;) {
+        auto n = ex.read_some(buf, sizeof buf);
+        if (!n) {
+          if (!finished) s.signal(SIGKILL);
+          return;
+        }
+        if (*n == 0) {
+          if (forward) (void)s.close_stdin();
+          break;
+        }
+        if (forward) forward = s.write_stdin(std::string_view(buf, *n)).has_value();
+      }
+    }
+    ex.wait_client_hangup();
+    if (!finished) s.signal(SIGKILL);
+  });
+
+  bool complete = false;
+  for (;;) {
+    auto ev = session->next();
+    if (!ev) {
+      json err = {{"type", "error"}, {"error", error_body(ev.error())["error"]}};
+      if (ex.write_chunk(line(err)) && ex.end_chunked()) complete = true;
+      break;
+    }
+    using Kind = daemon::ExecSession::Event::Kind;
+    if (ev->kind == Kind::kStarted) {
+      if (!ex.write_chunk(line({{"type", "started"}, {"pid", ev->pid}}))) break;
+    } else if (ev->kind == Kind::kStdout || ev->kind == Kind::kStderr) {
+      json j = {{"type", ev->kind == Kind::kStdout ? "stdout" : "stderr"},
+                {"data", base64_encode(ev->data)}};
+      if (!ex.write_chunk(line(j))) break;
+      session->consumed(ev->data.size());
+    } else {
+      if (ex.write_chunk(line(exit_event(ev->exit))) && ex.end_chunked()) complete = true;
+      break;
+    }
+  }
+
+  finished = true;
+  uint64_t one = 1;
+  (void)!::write(done.get(), &one, sizeof one);
+  helper.join();
+  ex.set_read_interrupt_fd(-1);
+  // Destroying a session whose exec has not ended kills its process tree (client gone).
+  session.reset();
+  if (!complete) ex.mark_broken();
+  return {};
+}
+
+}  // namespace space::api::handlers

@@ -1,0 +1,116 @@
+// Handlers for files inside a sandbox. GET streams a regular file's bytes or a directory as a
+// tar archive (the X-Space-File-Type header says which); PUT writes a file or extracts a tar
+// into a directory; DELETE removes. Bodies stream in both directions without a size limit: the
+// sandbox's disk quota bounds uploads. Paths are resolved inside the sandbox by the daemon.
+#include "api/handlers.h"
+
+#include <cctype>
+#include <cstdio>
+
+#include <boost/beast/core/string.hpp>
+
+namespace space::api::handlers {
+namespace {
+
+Result<std::string> path_param(const Exchange& ex) {
+  auto it = ex.target().query.find("path");
+  if (it == ex.target().query.end()) {
+    return fail(Code::kInvalidArgument,
+                "missing query parameter path, e.g. ?path=/etc/hostname");
+  }
+  TRY_VOID(check_sandbox_path(it->second));
+  return it->second;
+}
+
+std::string octal_mode(uint32_t mode) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%04o", mode & 07777);
+  return buf;
+}
+
+// The Content-Type's media type, lower-case, without parameters.
+std::string media_type(std::string_view content_type) {
+  std::string out(content_type.substr(0, content_type.find(';')));
+  while (!out.empty() && (out.back() == ' ' || out.back() == '\t')) out.pop_back();
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+Result<void> get_file(Exchange& ex, ApiContext& ctx) {
+  std::string id = TRY(sandbox_id(ex));
+  std::string path = TRY(path_param(ex));
+  bool stat_only = TRY(parse_bool_param(ex.target(), "stat", false));
+  daemon::FileStat st = TRY(ctx.service.stat(id, path));
+  if (stat_only) {
+    nlohmann::json j = {{"path", path}, {"type", st.type}, {"mode", st.mode}, {"size", st.size}};
+    if (st.type == "symlink") j["target"] = st.target;
+    return ex.respond_json(http::status::ok, j);
+  }
+
+  const bool is_file = st.type == "file";
+  if (!is_file && st.type != "dir") {
+    std::string what = st.type == "symlink" ? "a symlink to " + st.target : "not a regular file";
+    return fail(Code::kInvalidArgument, path + " is " + what +
+                                            "; only regular files and directories can be "
+                                            "downloaded (?stat=true describes it)");
+  }
+  Headers headers = {{"X-Space-File-Type", is_file ? "file" : "dir"}};
+  if (is_file) headers.emplace_back("X-Space-File-Mode", octal_mode(st.mode));
+  const char* content_type = is_file ? "application/octet-stream" : "application/x-tar";
+
+  // Headers go out with the first chunk, so an error before any data (the file vanished, the
+  // sandbox died) is still a proper JSON error response.
+  bool started = false;
+  bool write_failed = false;
+  daemon::ChunkSink sink = [&](std::string_view chunk) {
+    if (!started) {
+      if (!ex.begin_chunked(http::status::ok, content_type, headers)) {
+        write_failed = true;
+        return false;
+      }
+      started = true;
+    }
+    if (!ex.write_chunk(chunk)) {
+      write_failed = true;
+      return false;
+    }
+    return true;
+  };
+  auto r = is_file ? ctx.service.read_file(id, path, sink) : ctx.service.read_tar(id, path, sink);
+  if (!r) return fail(std::move(r.error()).wrap("reading " + path + " in " + id));
+  if (write_failed) {
+    ex.mark_broken();
+    return {};
+  }
+  if (!started) TRY_VOID(ex.begin_chunked(http::status::ok, content_type, headers));
+  return ex.end_chunked();
+}
+
+Result<void> put_file(Exchange& ex, ApiContext& ctx) {
+  std::string id = TRY(sandbox_id(ex));
+  std::string path = TRY(path_param(ex));
+  std::string type = media_type(ex.header(http::field::content_type));
+  if (type.empty() || type == "application/octet-stream") {
+    uint32_t mode = TRY(parse_mode_param(ex.target(), "mode", 0644));
+    TRY_VOID(ctx.service.write_file(id, path, mode, ex.body_source()));
+  } else if (type == "application/x-tar") {
+    TRY_VOID(ctx.service.write_tar(id, path, ex.body_source()));
+  } else {
+    return fail(Code::kInvalidArgument,
+                "Content-Type must be application/octet-stream (a file) or application/x-tar "
+                "(a directory tree to extract), got " + type);
+  }
+  return ex.respond_no_content();
+}
+
+Result<void> delete_file(Exchange& ex, ApiContext& ctx) {
+  std::string id = TRY(sandbox_id(ex));
+  std::string path = TRY(path_param(ex));
+  bool recursive = TRY(parse_bool_param(ex.target(), "recursive", false));
+  TRY_VOID(ctx.service.remove(id, path, recursive));
+  return ex.respond_no_content();
+}
+
+}  // namespace space::api::handlers

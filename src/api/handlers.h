@@ -1,0 +1,40 @@
+// The REST handlers, one file per resource: sandboxes.cc, exec.cc, processes.cc, files.cc,
+// images.cc, system.cc. Each validates its request (request.h), calls the SandboxService and
+// writes the response; errors are returned and rendered by the router.
+#pragma once
+
+#include <string>
+
+#include "api/router.h"
+
+namespace space::api::handlers {
+
+// The {id} placeholder, validated.
+Result<std::string> sandbox_id(const Exchange& ex);
+
+Result<void> create_sandbox(Exchange& ex, ApiContext& ctx);
+Result<void> list_sandboxes(Exchange& ex, ApiContext& ctx);
+Result<void> get_sandbox(Exchange& ex, ApiContext& ctx);
+Result<void> delete_sandbox(Exchange& ex, ApiContext& ctx);
+Result<void> pause_sandbox(Exchange& ex, ApiContext& ctx);
+Result<void> resume_sandbox(Exchange& ex, ApiContext& ctx);
+Result<void> diff_sandbox(Exchange& ex, ApiContext& ctx);
+
+Result<void> exec(Exchange& ex, ApiContext& ctx);
+
+Result<void> list_processes(Exchange& ex, ApiContext& ctx);
+Result<void> kill_process(Exchange& ex, ApiContext& ctx);
+
+Result<void> get_file(Exchange& ex, ApiContext& ctx);
+Result<void> put_file(Exchange& ex, ApiContext& ctx);
+Result<void> delete_file(Exchange& ex, ApiContext& ctx);
+
+Result<void> import_image(Exchange& ex, ApiContext& ctx);
+Result<void> list_images(Exchange& ex, ApiContext& ctx);
+Result<void> delete_image(Exchange& ex, ApiContext& ctx);
+
+Result<void> health(Exchange& ex, ApiContext& ctx);
+Result<void> doctor(Exchange& ex, ApiContext& ctx);
+Result<void> metrics(Exchange& ex, ApiContext& ctx);
+
+}  // namespace space::api::handlers

@@ -1,0 +1,59 @@
+// Handlers for the sandbox resource: create, list, inspect, destroy, pause, resume, diff.
+#include "api/handlers.h"
+
+namespace space::api::handlers {
+
+Result<std::string> sandbox_id(const Exchange& ex) {
+  const std::string& id = ex.param("id");
+  TRY_VOID(check_sandbox_id(id));
+  return id;
+}
+
+Result<void> create_sandbox(Exchange& ex, ApiContext& ctx) {
+  nlohmann::json body = TRY(ex.read_json(nlohmann::json::object()));
+  daemon::CreateRequest req = TRY(parse_create_request(body));
+  daemon::SandboxInfo info = TRY(ctx.service.create(req));
+  return ex.respond_json(http::status::created, info);
+}
+
+Result<void> list_sandboxes(Exchange& ex, ApiContext& ctx) {
+  std::vector<daemon::SandboxInfo> list = TRY(ctx.service.list());
+  nlohmann::json arr = nlohmann::json::array();
+  for (auto& s : list) arr.push_back(std::move(s));
+  return ex.respond_json(http::status::ok, {{"sandboxes", std::move(arr)}});
+}
+
+Result<void> get_sandbox(Exchange& ex, ApiContext& ctx) {
+  std::string id = TRY(sandbox_id(ex));
+  daemon::SandboxInfo info = TRY(ctx.service.inspect(id));
+  return ex.respond_json(http::status::ok, info);
+}
+
+Result<void> delete_sandbox(Exchange& ex, ApiContext& ctx) {
+  std::string id = TRY(sandbox_id(ex));
+  bool force = TRY(parse_bool_param(ex.target(), "force", false));
+  TRY_VOID(ctx.service.destroy(id, force));
+  return ex.respond_no_content();
+}
+
+Result<void> pause_sandbox(Exchange& ex, ApiContext& ctx) {
+  std::string id = TRY(sandbox_id(ex));
+  TRY_VOID(ctx.service.pause(id));
+  daemon::SandboxInfo info = TRY(ctx.service.inspect(id));
+  return ex.respond_json(http::status::ok, info);
+}
+
+Result<void> resume_sandbox(Exchange& ex, ApiContext& ctx) {
+  std::string id = TRY(sandbox_id(ex));
+  TRY_VOID(ctx.service.resume(id));
+  daemon::SandboxInfo info = TRY(ctx.service.inspect(id));
+  return ex.respond_json(http::status::ok, info);
+}
+
+Result<void> diff_sandbox(Exchange& ex, ApiContext& ctx) {
+  std::string id = TRY(sandbox_id(ex));
+  nlohmann::json diff = TRY(ctx.service.diff(id));
+  return ex.respond_json(http::status::ok, diff);
+}
+
+}  // namespace space::api::handlers

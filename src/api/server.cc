@@ -1,0 +1,278 @@
+// The API server's socket, accept loop and per-connection request loop (see server.h).
+#include "api/server.h"
+
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <spdlog/spdlog.h>
+
+#include "api/exchange.h"
+#include "api/fd_stream.h"
+#include "api/router.h"
+
+namespace space::api {
+namespace {
+
+namespace http = boost::beast::http;
+namespace fs = std::filesystem;
+
+Result<sockaddr_un> unix_address(const fs::path& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string& s = path.native();
+  if (s.empty() || s.size() >= sizeof addr.sun_path) {
+    return fail(Code::kInvalidArgument, "socket path \"" + s + "\" must be 1 to " +
+                                            std::to_string(sizeof addr.sun_path - 1) +
+                                            " bytes long; choose a shorter --socket");
+  }
+  std::memcpy(addr.sun_path, s.data(), s.size());
+  return addr;
+}
+
+// Creates the missing directories above the socket, each mode 0700 (root-only).
+Result<void> make_parent_dirs(const fs::path& dir) {
+  if (dir.empty()) return {};
+  fs::path partial;
+  for (const auto& part : dir) {
+    partial /= part;
+    if (::mkdir(partial.c_str(), 0700) != 0 && errno != EEXIST) {
+      return fail_sys("mkdir", "\"" + partial.native() + "\"");
+    }
+  }
+  return {};
+}
+
+// An existing socket file is replaced only if nothing answers on it.
+Result<void> remove_stale_socket(const fs::path& path, const sockaddr_un& addr) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return {};
+    return fail_sys("lstat", "\"" + path.native() + "\"");
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return fail(Code::kAlreadyExists, path.native() +
+                                          " exists and is not a socket; remove it or choose "
+                                          "another --socket");
+  }
+  UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!probe) return fail_sys("socket", "AF_UNIX");
+  if (::connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0 ||
+      errno == EAGAIN) {
+    return fail(Code::kAlreadyExists, "another daemon is answering on " + path.native() +
+                                          "; stop it first or pass a different --socket");
+  }
+  if (errno != ECONNREFUSED) return fail_sys("connect", "\"" + path.native() + "\"");
+  spdlog::info("api: removing stale socket {}", path.native());
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return fail_sys("unlink", "\"" + path.native() + "\"");
+  }
+  return {};
+}
+
+// Writes a complete error response on a connection that has no Exchange (bad HTTP, limits).
+void write_plain_error(FdStream& stream, Code code, const std::string& message) {
+  http::response<http::string_body> res;
+  res.version(11);
+  res.result(static_cast<http::status>(http_status(code)));
+  res.set(http::field::server, "spaced");
+  res.set(http::field::content_type, "application/json");
+  res.keep_alive(false);
+  res.body() = error_body(Error(code, message)).dump() + "\n";
+  res.prepare_payload();
+  stream.set_write_timeout(std::chrono::milliseconds(5000));
+  boost::system::error_code ec;
+  http::write(stream, res, ec);
+}
+
+// After answering a request whose body we did not read, keep reading (and discarding) for a
+// moment before closing: closing with unread data could make the client's send fail before
+// it reads our answer.
+void linger_close(FdStream& stream) {
+  stream.shutdown(SHUT_WR);
+  stream.set_read_timeout(std::chrono::milliseconds(0));
+  stream.set_read_deadline(FdStream::Clock::now() + std::chrono::seconds(2));
+  char buf[64 * 1024];
+  size_t total = 0;
+  boost::system::error_code ec;
+  while (!ec && total < (64u << 20)) {
+    total += stream.read_some(boost::asio::buffer(buf), ec);
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ApiServer>> ApiServer::listen(const fs::path& socket_path,
+                                                     daemon::SandboxService& service,
+                                                     Options options) {
+  const std::string where = "listening on " + socket_path.native();
+  sockaddr_un addr = TRY_CTX(unix_address(socket_path), where);
+  TRY_VOID_CTX(make_parent_dirs(socket_path.parent_path()), where);
+  TRY_VOID_CTX(remove_stale_socket(socket_path, addr), where);
+
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) return fail(Error::sys("socket", "AF_UNIX").wrap(where));
+  // umask so the socket is never, even briefly, connectable by other users; chmod after in
+  // case the filesystem ignores it.
+  mode_t old_mask = ::umask(0177);
+  int rc = ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+  int bind_errno = errno;
+  ::umask(old_mask);
+  if (rc != 0) return fail(Error::sys("bind", "\"" + socket_path.native() + "\"", bind_errno));
+  if (::chmod(socket_path.c_str(), 0600) != 0) {
+    return fail(Error::sys("chmod", "\"" + socket_path.native() + "\" 0600").wrap(where));
+  }
+  if (::listen(fd.get(), 512) != 0) return fail(Error::sys("listen").wrap(where));
+  struct stat st;
+  if (::stat(socket_path.c_str(), &st) != 0) return fail(Error::sys("stat").wrap(where));
+  UniqueFd stop_fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!stop_fd) return fail(Error::sys("eventfd").wrap(where));
+  spdlog::info("api: listening on {}", socket_path.native());
+  return std::unique_ptr<ApiServer>(new ApiServer(socket_path, service, options, std::move(fd),
+                                                  std::move(stop_fd), st.st_ino));
+}
+
+ApiServer::ApiServer(fs::path socket_path, daemon::SandboxService& service, Options options,
+                     UniqueFd listen_fd, UniqueFd stop_fd, ino_t socket_ino)
+    : socket_path_(std::move(socket_path)),
+      service_(service),
+      options_(options),
+      listen_fd_(std::move(listen_fd)),
+      stop_fd_(std::move(stop_fd)),
+      socket_ino_(socket_ino) {}
+
+ApiServer::~ApiServer() {
+  stop();
+  wait_connections();
+  struct stat st;
+  if (::stat(socket_path_.c_str(), &st) == 0 && st.st_ino == socket_ino_ && S_ISSOCK(st.st_mode)) {
+    ::unlink(socket_path_.c_str());
+  }
+}
+
+void ApiServer::stop() {
+  uint64_t one = 1;
+  (void)!::write(stop_fd_.get(), &one, sizeof one);
+}
+
+void ApiServer::wait_connections() {
+  std::unique_lock lock(mu_);
+  idle_cv_.wait(lock, [&] { return active_ == 0; });
+}
+
+void ApiServer::serve() {
+  for (;;) {
+    pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      spdlog::error("api: poll: {}", std::strerror(errno));
+      break;
+    }
+    if (fds[1].revents != 0) break;
+    UniqueFd conn(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!conn) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS) {
+        spdlog::warn("api: accept: {}; pausing accepts for 100 ms", std::strerror(errno));
+        ::usleep(100'000);
+      }
+      continue;  // EAGAIN, EINTR, ECONNABORTED: nothing to do
+    }
+    {
+      std::lock_guard lock(mu_);
+      if (active_ >= options_.max_connections) {
+        reject(std::move(conn));
+        continue;
+      }
+      ++active_;
+    }
+    metrics_.connection_opened();
+    try {
+      std::thread([this, fd = std::move(conn)]() mutable {
+        serve_connection(std::move(fd));
+        metrics_.connection_closed();
+        std::lock_guard lock(mu_);
+        --active_;
+        idle_cv_.notify_all();  // under the lock: the server may be destroyed right after
+      }).detach();
+    } catch (const std::system_error& e) {
+      spdlog::warn("api: cannot start a connection thread: {}", e.what());
+      metrics_.connection_closed();
+      std::lock_guard lock(mu_);
+      --active_;
+    }
+  }
+  wait_connections();
+}
+
+void ApiServer::reject(UniqueFd fd) {
+  metrics_.connection_rejected();
+  std::string body = error_body(Error(Code::kUnavailable,
+                                      "too many connections (" +
+                                          std::to_string(options_.max_connections) +
+                                          " open); retry later"))
+                         .dump() +
+                     "\n";
+  std::string res = "HTTP/1.1 503 Service Unavailable\r\nServer: spaced\r\n"
+                    "Content-Type: application/json\r\nConnection: close\r\nContent-Length: " +
+                    std::to_string(body.size()) + "\r\n\r\n" + body;
+  // Best effort and non-blocking: the accept loop must not wait on one client.
+  (void)!::send(fd.get(), res.data(), res.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+void ApiServer::serve_connection(UniqueFd fd) {
+  FdStream stream(std::move(fd));
+  stream.set_stop_fd(stop_fd_.get());
+  boost::beast::flat_buffer buffer;
+  ApiContext ctx{service_, metrics_};
+  for (;;) {
+    RequestParser parser;
+    parser.header_limit(options_.header_limit);
+    // Handlers enforce their own limits. (Not boost::none: Boost 1.74 compares a Content-Length
+    // against an empty optional as "greater", refusing every body.)
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    stream.set_read_timeout(std::chrono::milliseconds(0));
+    stream.set_read_deadline(FdStream::Clock::now() + options_.idle_timeout);
+    boost::system::error_code ec;
+    http::read_header(stream, buffer, parser, ec);
+    if (ec) {
+      if (ec == http::error::header_limit) {
+        write_plain_error(stream, Code::kPayloadTooLarge,
+                          "request header is larger than " +
+                              std::to_string(options_.header_limit >> 10) + " KiB");
+        metrics_.request_done("unmatched", 413);
+      } else if (ec != http::error::end_of_stream && ec != http::error::partial_message &&
+                 ec != boost::asio::error::eof && ec != boost::asio::error::timed_out &&
+                 ec != boost::asio::error::operation_aborted &&
+                 ec.category() == make_error_code(http::error::bad_target).category()) {
+        write_plain_error(stream, Code::kInvalidArgument,
+                          "malformed HTTP request (" + ec.message() + "); speak HTTP/1.1");
+        metrics_.request_done("unmatched", 400);
+      }
+      return;  // idle timeout, client gone, stop(), or an error answered above
+    }
+
+    auto raw_target = parser.get().target();
+    auto target = parse_target(std::string_view(raw_target.data(), raw_target.size()));
+    Exchange ex(stream, buffer, parser, target ? std::move(*target) : Target{},
+                options_.body_timeout);
+    if (!target) {
+      (void)ex.respond_error(target.error());
+      metrics_.request_done("unmatched", ex.status());
+    } else {
+      dispatch(ex, ctx);
+    }
+    if (!ex.keep_alive()) {
+      if (ex.responded() && !ex.body_done()) linger_close(stream);
+      return;
+    }
+  }
+}
+
+}  // namespace space::api

@@ -1,0 +1,311 @@
+// CLI11 definitions of every `space` command and option, and the flag -> request conversions.
+#include "cli/args.h"
+
+#include <csignal>
+#include <cstring>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+
+#include "common/units.h"
+
+namespace space::cli {
+namespace {
+
+void add_sandbox_flags(CLI::App* sub, SandboxFlags& f) {
+  sub->add_option("--runtime", f.runtime, "linux | qemu | firecracker (default linux)");
+  sub->add_option("--image", f.image, "image name (default host)");
+  sub->add_option("--profile", f.profile, "profile: egress policy and secrets (default test)");
+  sub->add_option("--memory", f.memory, "memory limit, e.g. 512M (default 512M)");
+  sub->add_option("--cpus", f.cpus, "CPUs, e.g. 1.5 (default 1)");
+  sub->add_option("--pids", f.pids, "process limit (default 256)");
+  sub->add_option("--disk", f.disk, "writable layer size, e.g. 2G (default 2G)");
+  sub->add_option("--timeout", f.timeout, "lifetime, e.g. 30m; destroyed when it expires");
+  sub->add_option("--env", f.env, "K=V environment of every command (repeatable)")
+      ->allow_extra_args(false);
+  sub->add_option("--secret", f.secrets, "credential NAME the sandbox may use (repeatable)")
+      ->allow_extra_args(false);
+  sub->add_option("--allow", f.allow, "HOST[:PORT] the sandbox may reach (repeatable)")
+      ->allow_extra_args(false);
+  sub->add_option("--workdir", f.workdir, "default working directory (default /root)");
+}
+
+// The later issues' commands: registered so --help lists them; running one says it is not in
+// this build.
+void add_later(CLI::App& app, Args& a) {
+  auto* snapshot = app.add_subcommand("snapshot", "snapshot a sandbox (not in this build yet)");
+  snapshot->add_option("id", a.id, "sandbox id")->required();
+  snapshot->add_option("--name", a.name, "snapshot name");
+  auto* snapshots = app.add_subcommand("snapshots", "list snapshots (not in this build yet)");
+  snapshots->add_option("id", a.id, "sandbox id")->required();
+  snapshots->add_flag("--json", a.json, "print JSON");
+  auto* rollback = app.add_subcommand("rollback", "roll back in place (not in this build yet)");
+  rollback->add_option("id", a.id, "sandbox id")->required();
+  rollback->add_option("snap", a.snap, "snapshot id")->required();
+  auto* restore = app.add_subcommand("restore", "new sandbox from a snapshot (not in this build yet)");
+  restore->add_option("snap", a.snap, "snapshot id")->required();
+  restore->add_flag("--json", a.json, "print JSON");
+  auto* audit = app.add_subcommand("audit", "audit log of a sandbox (not in this build yet)");
+  audit->add_option("id", a.id, "sandbox id")->required();
+  audit->add_flag("--json", a.json, "print JSON");
+  audit->add_flag("--verify", a.verify, "verify the hash chain");
+}
+
+bool is_command_taking(const std::string& command) {
+  return command == "run" || command == "exec";
+}
+
+}  // namespace
+
+ParseOutcome parse_args(const std::vector<std::string>& argv) {
+  ParseOutcome outcome;
+  Args a;
+
+  // Everything after the first `--` is the command to run, untouched by option parsing.
+  std::vector<std::string> head;
+  std::vector<std::string> tail;
+  bool dashdash = false;
+  for (size_t i = 1; i < argv.size(); ++i) {
+    if (!dashdash && argv[i] == "--") {
+      dashdash = true;
+    } else if (dashdash) {
+      tail.push_back(argv[i]);
+    } else {
+      head.push_back(argv[i]);
+    }
+  }
+
+  CLI::App app("space: disposable, isolated sandboxes for agent code.\n"
+               "Talks to spaced over $SPACE_SOCKET (default /run/space/space.sock).",
+               "space");
+  app.set_version_flag("--version", "space 0.1.0");
+  app.require_subcommand(1);
+  app.footer("Exit codes: the command's own; 125 when SPACE itself failed; 126/127 when the "
+             "command could not be run.");
+
+  auto* run = app.add_subcommand("run", "create a sandbox, run CMD in it, destroy it");
+  add_sandbox_flags(run, a.sandbox);
+  run->add_option("cmd", a.cmd, "command and arguments (after --)");
+  run->footer("Usage: space run [OPTIONS] -- CMD [ARGS...]");
+
+  auto* create = app.add_subcommand("create", "create a sandbox and print its id");
+  add_sandbox_flags(create, a.sandbox);
+  create->add_flag("--json", a.json, "print the sandbox as JSON");
+
+  auto* exec = app.add_subcommand("exec", "run CMD in an existing sandbox");
+  exec->add_option("id", a.id, "sandbox id")->required();
+  exec->add_option("cmd", a.cmd, "command and arguments (after --)");
+  exec->add_option("--timeout", a.timeout, "kill the command after this long, e.g. 30s");
+  exec->add_option("--env", a.env, "K=V (repeatable)")->allow_extra_args(false);
+  exec->add_option("--cwd", a.cwd, "working directory inside the sandbox");
+  exec->add_flag("--detach", a.detach, "start in the background and print its pid");
+  exec->add_flag("--snapshot", a.snapshot, "snapshot before running (not in this build yet)");
+  exec->footer("Usage: space exec ID [OPTIONS] -- CMD [ARGS...]");
+
+  auto* ps = app.add_subcommand("ps", "list the processes of a sandbox");
+  ps->add_option("id", a.id, "sandbox id")->required();
+  ps->add_flag("--json", a.json, "print JSON");
+
+  auto* kill = app.add_subcommand("kill", "send a signal to a process in a sandbox");
+  kill->add_option("id", a.id, "sandbox id")->required();
+  kill->add_option("pid", a.pid, "pid inside the sandbox (see `space ps ID`)")->required();
+  kill->add_option("--signal,-s", a.signal, "signal number or name (default TERM)");
+
+  auto* cp = app.add_subcommand("cp", "copy files or directories; either side may be ID:/path");
+  cp->add_option("src", a.src, "source: a local path or ID:/path")->required();
+  cp->add_option("dst", a.dst, "destination: a local path or ID:/path")->required();
+
+  auto* ls = app.add_subcommand("ls", "list sandboxes");
+  ls->add_flag("--json", a.json, "print JSON");
+
+  auto* inspect = app.add_subcommand("inspect", "show a sandbox as JSON");
+  inspect->add_option("id", a.id, "sandbox id")->required();
+  inspect->add_flag("--json", a.json, "print JSON (the default)");
+
+  auto* rm = app.add_subcommand("rm", "destroy a sandbox");
+  rm->add_option("id", a.id, "sandbox id")->required();
+  rm->add_flag("--force,-f", a.force, "also while commands run");
+
+  auto* pause = app.add_subcommand("pause", "freeze every process of a sandbox");
+  pause->add_option("id", a.id, "sandbox id")->required();
+  auto* resume = app.add_subcommand("resume", "thaw a paused sandbox");
+  resume->add_option("id", a.id, "sandbox id")->required();
+
+  auto* diff = app.add_subcommand("diff", "files added (A), changed (C), deleted (D) since creation");
+  diff->add_option("id", a.id, "sandbox id")->required();
+  diff->add_flag("--json", a.json, "print JSON");
+
+  auto* doctor = app.add_subcommand("doctor", "what this host supports");
+  doctor->add_flag("--json", a.json, "print the raw JSON report");
+
+  auto* image = app.add_subcommand("image", "manage images");
+  image->require_subcommand(1);
+  auto* image_import = image->add_subcommand("import", "import a root filesystem");
+  image_import->add_option("name", a.name, "image name")->required();
+  image_import->add_option("path", a.path, "a directory, or a tarball (plain, gz, xz, zst)")
+      ->required();
+  auto* image_ls = image->add_subcommand("ls", "list images");
+  image_ls->add_flag("--json", a.json, "print JSON");
+  auto* image_rm = image->add_subcommand("rm", "remove an image");
+  image_rm->add_option("name", a.name, "image name")->required();
+
+  add_later(app, a);
+
+  std::vector<std::string> reversed(head.rbegin(), head.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    std::ostringstream out, err;
+    int code = app.exit(e, out, err);
+    outcome.out = out.str();
+    if (code == 0) {
+      outcome.exit_code = 0;
+      return outcome;
+    }
+    std::string what = e.what();
+    std::string sub = head.empty() ? "" : head.front();
+    std::string hint = "see `space " + (sub.empty() || sub[0] == '-' ? "" : sub + " ") + "--help`";
+    if (is_command_taking(sub) && what.find("not expected") != std::string::npos) {
+      hint = "put the command after `--`: space " + sub + (sub == "exec" ? " ID" : "") +
+             " [OPTIONS] -- CMD [ARGS...]";
+    }
+    outcome.err = "space: " + what + "; " + hint + "\n";
+    if (head.empty()) outcome.err = app.help() + "\n" + outcome.err;
+    outcome.exit_code = kExitSpaceFailed;
+    return outcome;
+  }
+
+  CLI::App* sub = app.get_subcommands().front();
+  a.command = sub->get_name();
+  if (sub == image) a.command += " " + image->get_subcommands().front()->get_name();
+
+  auto usage_error = [&](std::string message) {
+    outcome.err = "space: " + message + "\n";
+    outcome.exit_code = kExitSpaceFailed;
+    return outcome;
+  };
+  if (is_command_taking(a.command)) {
+    if (dashdash) {
+      if (!a.cmd.empty()) {
+        return usage_error("put the whole command after `--`: space " + a.command +
+                           (a.command == "exec" ? " ID" : "") + " [OPTIONS] -- CMD [ARGS...]");
+      }
+      a.cmd = tail;
+    }
+    if (a.cmd.empty()) {
+      return usage_error("no command given: space " + a.command +
+                         (a.command == "exec" ? " ID" : "") + " [OPTIONS] -- CMD [ARGS...]");
+    }
+  } else if (dashdash) {
+    return usage_error("`space " + a.command + "` takes no command after `--`");
+  }
+  outcome.args = std::move(a);
+  return outcome;
+}
+
+Result<nlohmann::json> env_object(const std::vector<std::string>& pairs, std::string_view flag) {
+  nlohmann::json env = nlohmann::json::object();
+  for (const auto& kv : pairs) {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return fail(Code::kInvalidArgument,
+                  "invalid " + std::string(flag) + " \"" + kv + "\": expected K=V, e.g. DEBUG=1");
+    }
+    env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+Result<nlohmann::json> create_body(const SandboxFlags& f) {
+  nlohmann::json body = nlohmann::json::object();
+  auto bad = [](std::string_view flag, Error e) {
+    return fail(std::move(e).wrap("--" + std::string(flag)));
+  };
+  if (!f.runtime.empty()) {
+    if (f.runtime != "linux" && f.runtime != "qemu" && f.runtime != "firecracker") {
+      return fail(Code::kInvalidArgument, "--runtime must be linux, qemu or firecracker, not \"" +
+                                              f.runtime + "\"");
+    }
+    body["runtime"] = f.runtime;
+  }
+  if (!f.image.empty()) body["image"] = f.image;
+  if (!f.profile.empty()) body["profile"] = f.profile;
+  if (!f.memory.empty()) {
+    auto v = parse_size(f.memory);
+    if (!v) return bad("memory", std::move(v.error()));
+    body["memory"] = *v;
+  }
+  if (!f.disk.empty()) {
+    auto v = parse_size(f.disk);
+    if (!v) return bad("disk", std::move(v.error()));
+    body["disk"] = *v;
+  }
+  if (!f.cpus.empty()) {
+    char* end = nullptr;
+    double cpus = std::strtod(f.cpus.c_str(), &end);
+    if (end == f.cpus.c_str() || *end != '\0' || !(cpus > 0) || cpus > 1024) {
+      return fail(Code::kInvalidArgument,
+                  "--cpus must be a number greater than 0 and at most 1024, e.g. 1.5; got \"" +
+                      f.cpus + "\"");
+    }
+    body["cpus"] = cpus;
+  }
+  if (!f.pids.empty()) {
+    char* end = nullptr;
+    errno = 0;
+    long long pids = std::strtoll(f.pids.c_str(), &end, 10);
+    if (end == f.pids.c_str() || *end != '\0' || errno != 0 || pids < 8 || pids > 4194304) {
+      return fail(Code::kInvalidArgument,
+                  "--pids must be a whole number from 8 to 4194304; got \"" + f.pids + "\"");
+    }
+    body["pids"] = pids;
+  }
+  if (!f.timeout.empty()) {
+    auto v = parse_duration(f.timeout);
+    if (!v) return bad("timeout", std::move(v.error()));
+    if (*v <= 0) return fail(Code::kInvalidArgument, "--timeout must be greater than 0");
+    body["timeout"] = *v;
+  }
+  if (!f.env.empty()) body["env"] = TRY(env_object(f.env, "--env"));
+  if (!f.secrets.empty()) body["secrets"] = f.secrets;
+  if (!f.allow.empty()) body["allow"] = f.allow;
+  if (!f.workdir.empty()) body["workdir"] = f.workdir;
+  return body;
+}
+
+Result<nlohmann::json> exec_body(const Args& a) {
+  nlohmann::json body = {{"cmd", a.cmd}};
+  if (!a.env.empty()) body["env"] = TRY(env_object(a.env, "--env"));
+  if (!a.cwd.empty()) body["cwd"] = a.cwd;
+  if (!a.timeout.empty()) {
+    auto v = parse_duration(a.timeout);
+    if (!v) return fail(std::move(v.error()).wrap("--timeout"));
+    if (*v <= 0) return fail(Code::kInvalidArgument, "--timeout must be greater than 0");
+    body["timeout"] = *v;
+  }
+  if (a.detach) body["detach"] = true;
+  return body;
+}
+
+Result<int> parse_signal(std::string_view text) {
+  if (text.empty()) return SIGTERM;
+  char* end = nullptr;
+  std::string s(text);
+  long n = std::strtol(s.c_str(), &end, 10);
+  if (end != s.c_str() && *end == '\0') {
+    if (n >= 1 && n <= 64) return static_cast<int>(n);
+  } else {
+    std::string name;
+    for (char c : s) name += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (name.rfind("SIG", 0) == 0) name.erase(0, 3);
+    for (int sig = 1; sig < NSIG; ++sig) {
+      const char* abbrev = sigabbrev_np(sig);
+      if (abbrev != nullptr && name == abbrev) return sig;
+    }
+  }
+  return fail(Code::kInvalidArgument, "unknown signal \"" + s +
+                                          "\"; use a number (1-64) or a name such as TERM, KILL, "
+                                          "INT, HUP");
+}
+
+}  // namespace space::cli

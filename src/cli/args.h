@@ -1,0 +1,57 @@
+// The `space` command line (DESIGN.md §1), parsed with CLI11 into plain structs so parsing can
+// be tested without a daemon, and the flag values turned into API request bodies (validated
+// here, before anything is sent: `--memory 5Q` fails at once with a clear message).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace space::cli {
+
+// OPTIONS of run and create, as typed.
+struct SandboxFlags {
+  std::string runtime, image, profile, memory, cpus, pids, disk, timeout, workdir;
+  std::vector<std::string> env, secrets, allow;
+};
+
+struct Args {
+  // "run", "create", "exec", "ps", "kill", "cp", "ls", "inspect", "rm", "pause", "resume",
+  // "diff", "doctor", "image import", "image ls", "image rm", and the later-issue commands
+  // "snapshot", "snapshots", "rollback", "restore", "audit".
+  std::string command;
+  SandboxFlags sandbox;
+  std::string id;                       // sandbox id (most commands)
+  std::string pid, signal;              // kill
+  std::string src, dst;                 // cp
+  std::string name, path;               // image import NAME PATH; image rm NAME; snapshot --name
+  std::string snap;                     // rollback ID SNAP / restore SNAP
+  std::string timeout, cwd;             // exec
+  std::vector<std::string> env;         // exec --env
+  std::vector<std::string> cmd;         // run/exec: the command after `--`
+  bool json = false, force = false, detach = false, snapshot = false, verify = false;
+};
+
+struct ParseOutcome {
+  std::optional<Args> args;  // set: run the command
+  int exit_code = 0;         // otherwise exit with this: 0 after --help, 125 on a usage error
+  std::string out, err;      // text to print on stdout / stderr
+};
+
+ParseOutcome parse_args(const std::vector<std::string>& argv);
+
+// Body of POST /v1/sandboxes from run/create flags.
+Result<nlohmann::json> create_body(const SandboxFlags& flags);
+// {"K":"V",...} from repeated K=V flags; `flag` names the option in messages.
+Result<nlohmann::json> env_object(const std::vector<std::string>& pairs, std::string_view flag);
+// Body of POST .../exec (without "stdin", which the caller decides).
+Result<nlohmann::json> exec_body(const Args& args);
+// "9", "KILL", "SIGKILL", "kill" -> 9.
+Result<int> parse_signal(std::string_view text);
+
+}  // namespace space::cli

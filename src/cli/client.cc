@@ -1,0 +1,218 @@
+// HTTP client over the daemon's Unix socket (see client.h).
+#include "cli/client.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+namespace space::cli {
+namespace {
+
+namespace http = boost::beast::http;
+
+Error transport_error(const boost::system::error_code& ec, std::string_view what,
+                      const std::string& socket) {
+  if (ec == boost::asio::error::operation_aborted) {
+    return Error(Code::kUnavailable, std::string(what) + ": interrupted");
+  }
+  if (ec == boost::asio::error::timed_out) {
+    return Error(Code::kTimeout, std::string(what) + ": the daemon at " + socket +
+                                     " did not answer in time");
+  }
+  return Error(Code::kUnavailable, std::string(what) + ": " + ec.message() +
+                                       " (the daemon at " + socket +
+                                       " closed the connection; is it still running?)");
+}
+
+std::optional<Code> code_from_name(std::string_view name) {
+  for (Code c : {Code::kInvalidArgument, Code::kNotFound, Code::kAlreadyExists, Code::kConflict,
+                 Code::kPermissionDenied, Code::kUnauthenticated, Code::kPayloadTooLarge,
+                 Code::kResourceExhausted, Code::kTimeout, Code::kUnavailable,
+                 Code::kUnimplemented, Code::kProtocol, Code::kInternal}) {
+    if (code_name(c) == name) return c;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string socket_path_from_env() {
+  const char* env = std::getenv("SPACE_SOCKET");
+  return env != nullptr && *env != '\0' ? env : kDefaultSocket;
+}
+
+std::string url_encode(std::string_view s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+Error api_error(int status, std::string_view body) {
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_object() && j.contains("error") && j["error"].is_object()) {
+    const auto& e = j["error"];
+    std::string message = e.value("message", "");
+    auto code = code_from_name(e.value("code", ""));
+    if (code && !message.empty()) return Error(*code, message);
+  }
+  Code code = status == 404 ? Code::kNotFound
+              : status >= 500 ? Code::kInternal
+                              : Code::kInvalidArgument;
+  std::string text(body.substr(0, 200));
+  return Error(code, "the daemon answered HTTP " + std::to_string(status) +
+                         (text.empty() ? "" : ": " + text));
+}
+
+Connection::Connection(UniqueFd fd, std::string socket_path)
+    : socket_path_(std::move(socket_path)),
+      stream_(std::make_unique<api::FdStream>(std::move(fd))),
+      buffer_(std::make_unique<boost::beast::flat_buffer>()) {}
+
+Result<Connection> Connection::open(const std::string& socket_path, int stop_fd) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return fail_sys("socket", "AF_UNIX");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.empty() || socket_path.size() >= sizeof addr.sun_path) {
+    return fail(Code::kInvalidArgument,
+                "socket path \"" + socket_path + "\" is too long (check $SPACE_SOCKET)");
+  }
+  std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    int err = errno;
+    if (err == ENOENT || err == ECONNREFUSED) {
+      return fail(Code::kUnavailable, "no daemon at " + socket_path +
+                                          "; start one with `spaced` or run `space run`",
+                  err);
+    }
+    if (err == EACCES || err == EPERM) {
+      return fail(Code::kPermissionDenied,
+                  "permission denied connecting to " + socket_path +
+                      ": the socket is root-only (mode 0600); run space as root",
+                  err);
+    }
+    return fail(Error::sys("connect", "\"" + socket_path + "\"", err));
+  }
+  Connection c(std::move(fd), socket_path);
+  c.stream_->set_stop_fd(stop_fd);
+  return c;
+}
+
+Result<void> Connection::write(std::string_view data, std::string_view what) {
+  auto ec = stream_->write_all(data);
+  if (ec) return fail(transport_error(ec, what, socket_path_));
+  return {};
+}
+
+Result<void> Connection::send(std::string_view method, const std::string& target,
+                              std::string_view body, std::string_view content_type) {
+  std::string head = std::string(method) + " " + target + " HTTP/1.1\r\nHost: spaced\r\n";
+  if (!body.empty() || method == "POST" || method == "PUT") {
+    head += "Content-Type: " + std::string(content_type) + "\r\n";
+    head += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  }
+  head += "\r\n";
+  TRY_VOID(write(head, "sending the request"));
+  return write(body, "sending the request");
+}
+
+Result<void> Connection::start_chunked(std::string_view method, const std::string& target,
+                                       std::string_view content_type) {
+  std::string head = std::string(method) + " " + target +
+                     " HTTP/1.1\r\nHost: spaced\r\nTransfer-Encoding: chunked\r\nContent-Type: " +
+                     std::string(content_type) + "\r\n\r\n";
+  return write(head, "sending the request");
+}
+
+Result<void> Connection::write_chunk(std::string_view data) {
+  if (data.empty()) return {};
+  char size_line[24];
+  int n = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
+  std::string chunk(size_line, static_cast<size_t>(n));
+  chunk.append(data);
+  chunk.append("\r\n");
+  return write(chunk, "sending the request body");
+}
+
+Result<void> Connection::end_chunks() { return write("0\r\n\r\n", "sending the request body"); }
+
+Result<int> Connection::read_head() {
+  for (;;) {
+    parser_ = std::make_unique<http::response_parser<http::buffer_body>>();
+    parser_->header_limit(64 * 1024);
+    // Not boost::none: Boost 1.74 then refuses every body with a Content-Length.
+    parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
+    boost::system::error_code ec;
+    http::read_header(*stream_, *buffer_, *parser_, ec);
+    if (ec) return fail(transport_error(ec, "reading the response", socket_path_));
+    int status = parser_->get().result_int();
+    if (status != 100) return status;
+  }
+}
+
+std::string Connection::header(std::string_view name) const {
+  if (!parser_) return "";
+  auto v = parser_->get()[boost::beast::string_view(name.data(), name.size())];
+  return std::string(v.data(), v.size());
+}
+
+Result<size_t> Connection::read_some(char* out, size_t n) {
+  if (parser_->is_done() || n == 0) return 0;
+  for (;;) {
+    auto& body = parser_->get().body();
+    body.data = out;
+    body.size = n;
+    body.more = true;
+    boost::system::error_code ec;
+    http::read_some(*stream_, *buffer_, *parser_, ec);
+    size_t got = n - body.size;
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) return fail(transport_error(ec, "reading the response", socket_path_));
+    if (got > 0 || parser_->is_done()) return got;
+  }
+}
+
+Result<std::string> Connection::read_body(size_t limit) {
+  std::string body;
+  char buf[64 * 1024];
+  for (;;) {
+    size_t n = TRY(read_some(buf, sizeof buf));
+    if (n == 0) return body;
+    if (body.size() + n > limit) {
+      return fail(Code::kProtocol, "the daemon's response is larger than " +
+                                       std::to_string(limit >> 20) + " MiB");
+    }
+    body.append(buf, n);
+  }
+}
+
+Result<nlohmann::json> Client::call(std::string_view method, const std::string& target,
+                                    const std::optional<nlohmann::json>& body) const {
+  Connection c = TRY(connect());
+  TRY_VOID(c.send(method, target, body ? body->dump() : ""));
+  int status = TRY(c.read_head());
+  std::string text = TRY(c.read_body());
+  if (status >= 400) return fail(api_error(status, text));
+  if (status == 204 || text.empty()) return nlohmann::json(nullptr);
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) {
+    return fail(Code::kProtocol, "the daemon sent a malformed JSON response to " +
+                                     std::string(method) + " " + target);
+  }
+  return j;
+}
+
+}  // namespace space::cli

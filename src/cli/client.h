@@ -1,0 +1,86 @@
+// The CLI's HTTP/1.1 client for the daemon's REST API over its Unix socket (Beast on a raw fd,
+// see api/fd_stream.h). Two levels: Connection sends one request and reads its response
+// incrementally (streams: exec events, file bodies, chunked uploads, and full duplex for exec
+// stdin); Client::call does a whole JSON round trip and turns an API error body
+// {"error":{"code","message"}} back into a space::Error.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include "api/fd_stream.h"
+#include "common/error.h"
+
+namespace space::cli {
+
+inline constexpr const char* kDefaultSocket = "/run/space/space.sock";
+
+// $SPACE_SOCKET, or /run/space/space.sock.
+std::string socket_path_from_env();
+
+// Percent-encodes a query value or path segment.
+std::string url_encode(std::string_view s);
+
+// The Error an API error response stands for (its code from the body's code name; a body that
+// is not an API error gives a message with the HTTP status).
+Error api_error(int status, std::string_view body);
+
+class Connection {
+ public:
+  // Connects to the daemon's socket. No daemon -> kUnavailable naming the socket and what to
+  // do. `stop_fd` (an eventfd, -1 = none) aborts any wait once readable (Ctrl-C).
+  static Result<Connection> open(const std::string& socket_path, int stop_fd = -1);
+
+  // A request with a complete body (Content-Length).
+  Result<void> send(std::string_view method, const std::string& target, std::string_view body,
+                    std::string_view content_type = "application/json");
+  // A request whose body follows in chunks (Transfer-Encoding: chunked).
+  Result<void> start_chunked(std::string_view method, const std::string& target,
+                             std::string_view content_type);
+  Result<void> write_chunk(std::string_view data);
+  Result<void> end_chunks();
+
+  // Reads the response header (skipping any 100 Continue); returns the status.
+  Result<int> read_head();
+  // A response header, "" if absent (after read_head).
+  std::string header(std::string_view name) const;
+  // Next body bytes; 0 at the end of the body. A body cut short is an error.
+  Result<size_t> read_some(char* out, size_t n);
+  Result<std::string> read_body(size_t limit = 64u << 20);
+
+  api::FdStream& stream() { return *stream_; }
+
+ private:
+  explicit Connection(UniqueFd fd, std::string socket_path);
+  Result<void> write(std::string_view data, std::string_view what);
+
+  std::string socket_path_;
+  std::unique_ptr<api::FdStream> stream_;
+  std::unique_ptr<boost::beast::flat_buffer> buffer_;
+  std::unique_ptr<boost::beast::http::response_parser<boost::beast::http::buffer_body>> parser_;
+};
+
+class Client {
+ public:
+  explicit Client(std::string socket_path, int stop_fd = -1)
+      : socket_path_(std::move(socket_path)), stop_fd_(stop_fd) {}
+
+  const std::string& socket_path() const { return socket_path_; }
+  Result<Connection> connect() const { return Connection::open(socket_path_, stop_fd_); }
+
+  // One JSON round trip: the response body as JSON (null for 204), or the API's error.
+  Result<nlohmann::json> call(std::string_view method, const std::string& target,
+                              const std::optional<nlohmann::json>& body = std::nullopt) const;
+
+ private:
+  std::string socket_path_;
+  int stop_fd_;
+};
+
+}  // namespace space::cli

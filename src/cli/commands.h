@@ -1,0 +1,62 @@
+// The `space` commands, each a thin client of one or two REST calls. A command returns the
+// process exit code, or an Error that main() prints as "space: ..." with exit code 125.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/args.h"
+#include "cli/client.h"
+#include "common/error.h"
+
+namespace space::cli {
+
+// The whole CLI: parse, dispatch, print errors. Returns the exit code.
+int main(int argc, char** argv);
+Result<int> run_command(const Args& args, const Client& client);
+
+// sandbox commands (commands_sandbox.cc)
+Result<int> cmd_create(const Args& a, const Client& c);
+Result<int> cmd_ls(const Args& a, const Client& c);
+Result<int> cmd_inspect(const Args& a, const Client& c);
+Result<int> cmd_rm(const Args& a, const Client& c);
+Result<int> cmd_pause(const Args& a, const Client& c);
+Result<int> cmd_resume(const Args& a, const Client& c);
+Result<int> cmd_diff(const Args& a, const Client& c);
+Result<int> cmd_ps(const Args& a, const Client& c);
+Result<int> cmd_kill(const Args& a, const Client& c);
+Result<int> cmd_doctor(const Args& a, const Client& c);
+
+// run and exec (commands_exec.cc)
+Result<int> cmd_run(const Args& a, const Client& c);
+Result<int> cmd_exec(const Args& a, const Client& c);
+// Streams one exec: stdout/stderr to ours as they arrive, our stdin to it if
+// `forward_stdin`. Returns the command's exit code (126/127 if it could not start,
+// 128+signal if it was killed, 128+our signal if we were interrupted).
+Result<int> stream_exec(const Client& c, const std::string& id, nlohmann::json body,
+                        bool forward_stdin);
+// The shell-style exit code of an exit event, printing its notes (error, timeout, OOM).
+int exit_code_of(const nlohmann::json& exit_event);
+
+// cp (commands_cp.cc)
+struct Endpoint {
+  bool remote = false;
+  std::string id;    // remote only
+  std::string path;  // local path, or absolute path inside the sandbox
+};
+// "sb_1:/etc/hosts" -> remote; "./a:b", "/tmp/x", "file" -> local.
+Result<Endpoint> parse_endpoint(std::string_view text);
+Result<int> cmd_cp(const Args& a, const Client& c);
+
+// images (commands_image.cc)
+Result<int> cmd_image_import(const Args& a, const Client& c);
+Result<int> cmd_image_ls(const Args& a, const Client& c);
+Result<int> cmd_image_rm(const Args& a, const Client& c);
+
+// "/v1/sandboxes/<id>" with the id encoded.
+std::string sandbox_target(const std::string& id, std::string_view suffix = "");
+
+}  // namespace space::cli

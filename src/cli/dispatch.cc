@@ -1,0 +1,60 @@
+// The CLI's entry point: signal handling, argument parsing, dispatch to a command, and the one
+// place that turns an Error into "space: ..." and exit code 125.
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/output.h"
+#include "cli/signals.h"
+
+namespace space::cli {
+
+std::string sandbox_target(const std::string& id, std::string_view suffix) {
+  return "/v1/sandboxes/" + url_encode(id) + std::string(suffix);
+}
+
+Result<int> run_command(const Args& a, const Client& c) {
+  const std::string& cmd = a.command;
+  if (cmd == "run") return cmd_run(a, c);
+  if (cmd == "create") return cmd_create(a, c);
+  if (cmd == "exec") return cmd_exec(a, c);
+  if (cmd == "ps") return cmd_ps(a, c);
+  if (cmd == "kill") return cmd_kill(a, c);
+  if (cmd == "cp") return cmd_cp(a, c);
+  if (cmd == "ls") return cmd_ls(a, c);
+  if (cmd == "inspect") return cmd_inspect(a, c);
+  if (cmd == "rm") return cmd_rm(a, c);
+  if (cmd == "pause") return cmd_pause(a, c);
+  if (cmd == "resume") return cmd_resume(a, c);
+  if (cmd == "diff") return cmd_diff(a, c);
+  if (cmd == "doctor") return cmd_doctor(a, c);
+  if (cmd == "image import") return cmd_image_import(a, c);
+  if (cmd == "image ls") return cmd_image_ls(a, c);
+  if (cmd == "image rm") return cmd_image_rm(a, c);
+  // snapshot, snapshots, rollback, restore, audit: parsed, but not implemented in this build.
+  return fail(Code::kUnimplemented, "`space " + cmd +
+                                        "` is not available yet in this build (snapshots, "
+                                        "rollback, restore and audit come in a later release)");
+}
+
+int main(int argc, char** argv) {
+  install_signal_handling();
+  std::vector<std::string> args(argv, argv + argc);
+  ParseOutcome parsed = parse_args(args);
+  if (!parsed.args) {
+    write_all(STDOUT_FILENO, parsed.out);
+    write_all(STDERR_FILENO, parsed.err);
+    return parsed.exit_code;
+  }
+  Client client(socket_path_from_env(), interrupt_fd());
+  Result<int> r = run_command(*parsed.args, client);
+  std::fflush(stdout);
+  if (!r) {
+    if (int sig = received_signal(); sig != 0) return 128 + sig;
+    return report(r.error());
+  }
+  return *r;
+}
+
+}  // namespace space::cli

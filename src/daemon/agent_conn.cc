@@ -1,0 +1,307 @@
+// Agent channel: frame routing, validation and bounded writes. Everything read here comes from
+// inside a sandbox and is treated as hostile: frame headers are validated by the decoder,
+// frames for unknown streams are dropped, a stream whose agent overruns the flow-control window
+// or a malformed hello closes the channel.
+#include "daemon/agent_conn.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+namespace space::daemon {
+
+using proto::Frame;
+using proto::FrameType;
+
+Result<Frame> Stream::pop(std::optional<Clock::time_point> deadline) {
+  std::unique_lock lock(mu_);
+  while (q_.empty() && !err_) {
+    if (deadline) {
+      if (cv_.wait_until(lock, *deadline) == std::cv_status::timeout && q_.empty() && !err_)
+        return space::fail(Code::kTimeout, "timed out waiting for the agent");
+    } else {
+      cv_.wait(lock);
+    }
+  }
+  if (!q_.empty()) {
+    Frame f = std::move(q_.front());
+    q_.pop_front();
+    return f;
+  }
+  return std::unexpected(*err_);
+}
+
+std::optional<Frame> Stream::try_pop() {
+  std::lock_guard lock(mu_);
+  if (q_.empty()) return std::nullopt;
+  Frame f = std::move(q_.front());
+  q_.pop_front();
+  return f;
+}
+
+bool Stream::push(Frame f) {
+  std::lock_guard lock(mu_);
+  if (f.type == FrameType::kStdout || f.type == FrameType::kStderr ||
+      (f.type == FrameType::kData && !f.payload.empty())) {
+    unacked_ += f.payload.size();
+    if (unacked_ > proto::kStreamWindow) return false;
+  }
+  q_.push_back(std::move(f));
+  cv_.notify_one();
+  return true;
+}
+
+void Stream::fail(const Error& e) {
+  std::lock_guard lock(mu_);
+  if (!err_) err_ = e;
+  cv_.notify_all();
+}
+
+void Stream::credited(size_t n) {
+  std::lock_guard lock(mu_);
+  unacked_ = n > unacked_ ? 0 : unacked_ - n;
+}
+
+AgentConn::AgentConn(int fd, std::string name) : fd_(fd), name_(std::move(name)) {}
+
+Result<std::unique_ptr<AgentConn>> AgentConn::open(int fd, std::string name, bool ping_first,
+                                                   std::chrono::milliseconds timeout) {
+  std::unique_ptr<AgentConn> c(new AgentConn(fd, std::move(name)));
+  c->wake_.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!c->wake_) return fail_sys("eventfd");
+  c->reader_ = std::thread([p = c.get()] { p->reader(); });
+  if (ping_first) TRY_VOID_CTX(c->send(FrameType::kPing, 0, "reattach"), "pinging the agent");
+  std::unique_lock lock(c->mu_);
+  bool ok = c->hello_cv_.wait_for(lock, timeout, [&] { return c->hello_ || c->lost_error_; });
+  if (!c->hello_) {
+    Error e = c->lost_error_ ? *c->lost_error_
+                             : Error(Code::kTimeout, "the agent did not say hello within " +
+                                                         std::to_string(timeout.count()) + " ms");
+    (void)ok;
+    lock.unlock();
+    c->close();
+    return fail(std::move(e));
+  }
+  return c;
+}
+
+AgentConn::~AgentConn() { close(); }
+
+void AgentConn::close() {
+  if (closed_.exchange(true)) {
+    if (reader_.joinable() && reader_.get_id() != std::this_thread::get_id()) reader_.join();
+    return;
+  }
+  uint64_t one = 1;
+  if (wake_) (void)!::write(wake_.get(), &one, sizeof one);
+  if (reader_.joinable()) {
+    if (reader_.get_id() == std::this_thread::get_id()) reader_.detach();
+    else reader_.join();
+  }
+  lose(Error(Code::kUnavailable, "the sandbox's agent channel is closed"));
+}
+
+void AgentConn::set_on_lost(std::function<void(const Error&)> cb) {
+  std::optional<Error> already;
+  {
+    std::lock_guard lock(mu_);
+    if (lost_error_) already = lost_error_;
+    else on_lost_ = std::move(cb);
+  }
+  if (already && cb) cb(*already);
+}
+
+void AgentConn::lose(const Error& e) {
+  std::map<uint32_t, std::shared_ptr<Stream>> streams;
+  std::function<void(const Error&)> cb;
+  {
+    std::lock_guard lock(mu_);
+    if (lost_error_) return;
+    lost_error_ = e;
+    lost_ = true;
+    streams.swap(streams_);
+    cb = std::move(on_lost_);
+    hello_cv_.notify_all();
+  }
+  for (auto& [id, s] : streams) s->fail(e);
+  if (cb && !closed_.load()) cb(e);
+}
+
+std::shared_ptr<Stream> AgentConn::open_stream() {
+  auto s = std::make_shared<Stream>(next_stream_.fetch_add(1));
+  std::lock_guard lock(mu_);
+  if (lost_error_) s->fail(*lost_error_);
+  else streams_[s->id()] = s;
+  return s;
+}
+
+void AgentConn::close_stream(uint32_t id) {
+  std::lock_guard lock(mu_);
+  streams_.erase(id);
+}
+
+Result<void> AgentConn::send(FrameType type, uint32_t stream, std::string_view payload) {
+  std::string buf;
+  TRY_VOID(proto::encode(type, stream, payload, buf));
+  std::lock_guard lock(write_mu_);
+  if (lost_) return fail(Code::kUnavailable, "the sandbox's agent is gone");
+  size_t off = 0;
+  while (off < buf.size()) {
+    ssize_t n = ::send(fd_, buf.data() + off, buf.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      off += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // The agent is not reading. Wait a bounded time: a stuck or hostile agent must not
+      // pin a daemon thread forever.
+      pollfd p{fd_, POLLOUT, 0};
+      int r = ::poll(&p, 1, 10000);
+      if (r == 0) {
+        Error e(Code::kTimeout, "the agent stopped reading its channel for 10 s");
+        lose(e);
+        return fail(e);
+      }
+      continue;
+    }
+    Error e = Error::sys("writing to the agent channel");
+    lose(e);
+    return fail(e);
+  }
+  return {};
+}
+
+Result<void> AgentConn::send_json(FrameType type, uint32_t stream, const nlohmann::json& j) {
+  return send(type, stream, j.dump());
+}
+
+void AgentConn::credit(Stream& s, size_t bytes) {
+  if (bytes == 0) return;
+  s.credited(bytes);
+  (void)send_json(FrameType::kCredit, s.id(), {{"bytes", bytes}});
+}
+
+Error AgentConn::agent_error(const nlohmann::json& err, std::string_view what) {
+  std::string code = err.is_object() && err.contains("code") && err["code"].is_string()
+                         ? err["code"].get<std::string>() : "internal";
+  std::string msg = err.is_object() && err.contains("message") && err["message"].is_string()
+                        ? err["message"].get<std::string>() : "the agent reported an error";
+  int en = err.is_object() && err.contains("errno") && err["errno"].is_number_integer()
+               ? err["errno"].get<int>() : 0;
+  if (msg.size() > 4096) msg.resize(4096);
+  Code c = Code::kInternal;
+  if (code == "not_found") c = Code::kNotFound;
+  else if (code == "permission_denied") c = Code::kPermissionDenied;
+  else if (code == "invalid_argument" || code == "not_dir" || code == "is_dir") c = Code::kInvalidArgument;
+  else if (code == "exists") c = Code::kAlreadyExists;
+  else if (code == "no_space") c = Code::kResourceExhausted;
+  std::string m = std::string(what);
+  if (!m.empty()) m += ": ";
+  return Error(c, m + msg, en);
+}
+
+Result<nlohmann::json> AgentConn::request(const nlohmann::json& req,
+                                          std::chrono::milliseconds timeout) {
+  auto s = open_stream();
+  struct Closer {
+    AgentConn* c;
+    uint32_t id;
+    ~Closer() { c->close_stream(id); }
+  } closer{this, s->id()};
+  TRY_VOID(send_json(FrameType::kRequest, s->id(), req));
+  auto deadline = Clock::now() + timeout;
+  for (;;) {
+    Frame f = TRY(s->pop(deadline));
+    if (f.type != FrameType::kResponse) continue;  // stray data for a one-shot request
+    auto j = nlohmann::json::parse(f.payload, nullptr, false);
+    if (!j.is_object()) return fail(Code::kProtocol, "the agent sent a malformed response");
+    if (j.value("ok", false)) return j;
+    return fail(agent_error(j.value("error", nlohmann::json::object()), ""));
+  }
+}
+
+void AgentConn::route(Frame f) {
+  frames_in_.fetch_add(1);
+  switch (f.type) {
+    case FrameType::kHello: {
+      auto j = nlohmann::json::parse(f.payload, nullptr, false);
+      if (!j.is_object() || j.value("version", 0) != static_cast<int>(proto::kProtocolVersion)) {
+        lose(Error(Code::kProtocol, "the agent sent an unsupported hello: " +
+                                        f.payload.substr(0, 200)));
+        return;
+      }
+      std::lock_guard lock(mu_);
+      hello_ = true;
+      hello_cv_.notify_all();
+      return;
+    }
+    case FrameType::kPong:
+      return;
+    case FrameType::kResponse:
+    case FrameType::kStarted:
+    case FrameType::kStdout:
+    case FrameType::kStderr:
+    case FrameType::kExit:
+    case FrameType::kData: {
+      std::shared_ptr<Stream> s;
+      {
+        std::lock_guard lock(mu_);
+        auto it = streams_.find(f.stream);
+        if (it != streams_.end()) s = it->second;
+      }
+      if (!s) return;  // a stream nobody waits for any more (client gone): drop
+      if (!s->push(std::move(f)))
+        lose(Error(Code::kProtocol, "the agent overran the flow-control window"));
+      return;
+    }
+    default:
+      // Frames only the daemon may send (request, exec, stdin, signal, credit, ping).
+      lose(Error(Code::kProtocol,
+                 std::string("the agent sent a frame of daemon-only type ") +
+                     proto::frame_type_name(f.type)));
+  }
+}
+
+void AgentConn::reader() {
+  proto::Decoder dec;
+  std::string buf(64 * 1024, '\0');
+  pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+  for (;;) {
+    int r = ::poll(fds, 2, -1);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      lose(Error::sys("poll on the agent channel"));
+      return;
+    }
+    if (fds[1].revents) return;  // close() requested
+    if (!fds[0].revents) continue;
+    ssize_t n = ::read(fd_, buf.data(), buf.size());
+    if (n == 0) {
+      lose(Error(Code::kUnavailable, "the sandbox's agent closed its channel (it exited)"));
+      return;
+    }
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      lose(Error::sys("reading the agent channel"));
+      return;
+    }
+    dec.feed(std::span<const char>(buf.data(), static_cast<size_t>(n)));
+    for (;;) {
+      auto next = dec.next();
+      if (!next) {
+        spdlog::warn("{}: {}", name_, next.error().message());
+        lose(next.error());
+        return;
+      }
+      if (!*next) break;
+      route(std::move(**next));
+      if (lost_) return;
+    }
+  }
+}
+
+}  // namespace space::daemon

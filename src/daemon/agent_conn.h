@@ -1,0 +1,116 @@
+// The daemon's side of one agent channel: a reader thread that decodes and validates frames
+// from the (untrusted) agent and routes them to per-stream queues, and a writer that encodes
+// frames onto the channel with a bounded wait. Streams carry one request, exec or file
+// transfer each; their ids are allocated here.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/fd.h"
+#include "proto/frame.h"
+
+namespace space::daemon {
+
+using Clock = std::chrono::steady_clock;
+
+// Frames addressed to one stream, in order. The reader thread pushes; one consumer pops.
+class Stream {
+ public:
+  explicit Stream(uint32_t id) : id_(id) {}
+  uint32_t id() const { return id_; }
+
+  // Waits for the next frame until `deadline` (nullopt = forever). Returns kTimeout at the
+  // deadline, kUnavailable when the channel broke.
+  Result<proto::Frame> pop(std::optional<Clock::time_point> deadline = std::nullopt);
+  // Non-blocking: a frame if one is queued.
+  std::optional<proto::Frame> try_pop();
+
+ private:
+  friend class AgentConn;
+  // Returns false if the agent overran the flow-control window (a protocol violation).
+  bool push(proto::Frame f);
+  void fail(const Error& e);
+  void credited(size_t n);
+
+  const uint32_t id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<proto::Frame> q_;
+  size_t unacked_ = 0;  // data bytes received and not yet credited back
+  std::optional<Error> err_;
+};
+
+class AgentConn {
+ public:
+  // Starts the reader on `fd` (not owned: the runtime Instance owns it) and waits for the
+  // agent's hello. With `ping_first` (reattach) a ping is sent first: the agent switches to
+  // this channel when it sees it and then says hello.
+  static Result<std::unique_ptr<AgentConn>> open(int fd, std::string name, bool ping_first,
+                                                 std::chrono::milliseconds timeout);
+  ~AgentConn();
+  AgentConn(const AgentConn&) = delete;
+  AgentConn& operator=(const AgentConn&) = delete;
+
+  // Stops the reader; every open stream fails with kUnavailable. Idempotent.
+  void close();
+  bool alive() const { return !lost_.load(); }
+  // Called once, from the reader thread, when the channel breaks (EOF, error, bad frame).
+  void set_on_lost(std::function<void(const Error&)> cb);
+
+  std::shared_ptr<Stream> open_stream();
+  void close_stream(uint32_t id);
+
+  Result<void> send(proto::FrameType type, uint32_t stream, std::string_view payload);
+  Result<void> send_json(proto::FrameType type, uint32_t stream, const nlohmann::json& j);
+  // Grants flow-control credit for `bytes` data bytes of `stream`.
+  void credit(Stream& s, size_t bytes);
+
+  // One-shot request: sends {"op":...} and waits for the response. An {"ok":false} response
+  // becomes an Error carrying the agent's code and message.
+  Result<nlohmann::json> request(const nlohmann::json& req,
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+  // Converts an agent error object into an Error (codes mapped, message kept, errno kept).
+  static Error agent_error(const nlohmann::json& err, std::string_view what);
+
+  uint64_t frames_in() const { return frames_in_.load(); }
+
+ private:
+  AgentConn(int fd, std::string name);
+  void reader();
+  void lose(const Error& e);
+  void route(proto::Frame f);
+
+  const int fd_;
+  const std::string name_;
+  UniqueFd wake_;  // eventfd that stops the reader
+  std::thread reader_;
+  std::atomic<bool> lost_{false};
+  std::atomic<bool> closed_{false};
+  std::atomic<uint32_t> next_stream_{1};
+  std::atomic<uint64_t> frames_in_{0};
+
+  std::mutex write_mu_;
+
+  std::mutex mu_;  // guards streams_, hello_, on_lost_, lost_error_
+  std::condition_variable hello_cv_;
+  bool hello_ = false;
+  std::map<uint32_t, std::shared_ptr<Stream>> streams_;
+  std::function<void(const Error&)> on_lost_;
+  std::optional<Error> lost_error_;
+};
+
+}  // namespace space::daemon

@@ -1,0 +1,565 @@
+// Sandbox lifecycle: create, destroy, pause/resume, inspect, the lifetime reaper, and
+// reconciliation of what a previous spaced left behind. Exec lives in exec.cc, file operations
+// in files.cc.
+#include "daemon/daemon.h"
+
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+namespace space::daemon {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string rfc3339(double t) {
+  time_t s = static_cast<time_t>(t);
+  int ms = static_cast<int>((t - static_cast<double>(s)) * 1000);
+  struct tm tm;
+  gmtime_r(&s, &tm);
+  char buf[40];
+  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  char out[48];
+  snprintf(out, sizeof out, "%s.%03dZ", buf, ms);
+  return out;
+}
+
+namespace {
+
+std::string new_id() {
+  unsigned char b[6];
+  if (getrandom(b, sizeof b, 0) != static_cast<ssize_t>(sizeof b)) abort();  // cannot happen
+  static const char* hex = "0123456789abcdef";
+  std::string id = "sb_";
+  for (unsigned char c : b) {
+    id += hex[c >> 4];
+    id += hex[c & 15];
+  }
+  return id;
+}
+
+json limits_json(const runtime::Limits& l) {
+  return {{"memory", l.memory_bytes}, {"cpus", l.cpus}, {"pids", l.pids}, {"disk", l.disk_bytes}};
+}
+
+}  // namespace
+
+Daemon::Daemon(Config cfg, Runtimes runtimes, std::unique_ptr<Store> store)
+    : cfg_(std::move(cfg)),
+      runtimes_(std::move(runtimes)),
+      store_(std::move(store)),
+      images_(cfg_.state_dir / "images", *store_),
+      started_at_(now_s()) {}
+
+Result<std::unique_ptr<Daemon>> Daemon::start(Config cfg, Runtimes runtimes) {
+  std::error_code ec;
+  fs::create_directories(cfg.state_dir / "sandboxes", ec);
+  if (ec) return fail(Code::kUnavailable, "creating state dir " + cfg.state_dir.string() + ": " +
+                                               ec.message());
+  // Image trees and sandbox directories may hold setuid files and secrets: root only.
+  ::chmod(cfg.state_dir.c_str(), 0700);
+  auto store = TRY_CTX(Store::open(cfg.state_dir / "space.db"), "opening the state database");
+  std::unique_ptr<Daemon> d(new Daemon(std::move(cfg), std::move(runtimes), std::move(store)));
+  TRY_VOID_CTX(d->images_.init(), "preparing images");
+  TRY_VOID_CTX(d->reconcile(), "reconciling sandboxes from the previous run");
+  (void)d->store_->prune_destroyed(now_s() - d->cfg_.destroyed_retention_s);
+  d->reaper_ = std::thread([p = d.get()] { p->reaper(); });
+  return d;
+}
+
+Daemon::~Daemon() { shutdown(); }
+
+void Daemon::shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  reaper_cv_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+  std::map<std::string, std::shared_ptr<Sandbox>> all;
+  {
+    std::lock_guard lock(mu_);
+    all = sandboxes_;
+  }
+  for (auto& [id, sb] : all)
+    if (sb->conn) sb->conn->close();
+}
+
+Result<runtime::SandboxSpec> Daemon::spec_for(const SandboxRecord& rec) {
+  runtime::SandboxSpec spec;
+  spec.id = rec.id;
+  spec.image = TRY(images_.resolve(rec.image));
+  const json& s = rec.spec;
+  spec.limits.memory_bytes = s.value("memory", cfg_.default_limits.memory_bytes);
+  spec.limits.cpus = s.value("cpus", cfg_.default_limits.cpus);
+  spec.limits.pids = s.value("pids", cfg_.default_limits.pids);
+  spec.limits.disk_bytes = s.value("disk", cfg_.default_limits.disk_bytes);
+  spec.dir = cfg_.state_dir / "sandboxes" / rec.id;
+  spec.uid_base = rec.uid_base;
+  return spec;
+}
+
+Result<uint32_t> Daemon::allocate_uid_base() {
+  // 32768 slots of 65536 ids from 2^30 up: far above any real user. Random so that several
+  // daemons on one host (tests) rarely meet; the store guarantees uniqueness within a daemon.
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    uint32_t r;
+    if (getrandom(&r, sizeof r, 0) != sizeof r) return fail_sys("getrandom");
+    uint32_t base = (1u << 30) + (r % 32768u) * runtime::SandboxSpec::kIdRange;
+    if (!TRY(store_->uid_base_in_use(base))) return base;
+  }
+  return fail(Code::kResourceExhausted, "no free uid range for a new sandbox");
+}
+
+void Daemon::watch(const std::shared_ptr<Sandbox>& sb) {
+  std::weak_ptr<Sandbox> weak = sb;
+  sb->conn->set_on_lost([this, weak](const Error& e) {
+    if (auto s = weak.lock(); s && !s->destroyed) {
+      spdlog::warn("sandbox {}: agent lost: {}", s->rec.id, e.message());
+      metrics_.agents_lost++;
+      reaper_cv_.notify_all();  // the reaper destroys sandboxes whose agent is gone
+    }
+  });
+}
+
+Result<SandboxInfo> Daemon::create(const CreateRequest& req) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto rt_it = runtimes_.find(req.runtime);
+  if (rt_it == runtimes_.end())
+    return fail(Code::kUnavailable,
+                "runtime \"" + req.runtime + "\" is not available in this spaced; available: " +
+                    [&] {
+                      std::string s;
+                      for (auto& [n, r] : runtimes_) s += (s.empty() ? "" : ", ") + n;
+                      return s;
+                    }() + " (`space doctor` explains what the host supports)");
+  if (!cfg_.profiles.count(req.profile))
+    return fail(Code::kInvalidArgument, "unknown profile \"" + req.profile.substr(0, 64) +
+                                            "\"; configured profiles: " + [&] {
+                                              std::string s;
+                                              for (auto& p : cfg_.profiles)
+                                                s += (s.empty() ? "" : ", ") + p;
+                                              return s;
+                                            }());
+  if (!req.secrets.empty())
+    return fail(Code::kUnavailable,
+                "--secret needs the egress gateway, which this build does not have yet");
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return fail(Code::kUnavailable, "spaced is shutting down");
+    if (sandboxes_.size() >= cfg_.max_sandboxes)
+      return fail(Code::kResourceExhausted,
+                  "this spaced already runs " + std::to_string(sandboxes_.size()) +
+                      " sandboxes (max_sandboxes); remove some with `space rm`");
+  }
+  auto image = TRY(images_.resolve(req.image));
+
+  auto sb = std::make_shared<Sandbox>();
+  sb->rt = rt_it->second.get();
+  SandboxRecord& rec = sb->rec;
+  rec.id = new_id();
+  rec.profile = req.profile;
+  rec.runtime = req.runtime;
+  rec.image = req.image;
+  rec.state = "creating";
+  rec.uid_base = TRY(allocate_uid_base());
+  rec.created_at = now_s();
+  if (req.timeout_s) rec.expires_at = rec.created_at + *req.timeout_s;
+  std::string workdir = req.workdir;
+  rec.spec = limits_json(req.limits);
+  rec.spec["env"] = req.env;
+  rec.spec["workdir"] = workdir;
+  rec.spec["allow"] = req.allow;
+  rec.spec["secrets"] = req.secrets;
+
+  runtime::SandboxSpec spec;
+  spec.id = rec.id;
+  spec.image = std::move(image);
+  spec.limits = req.limits;
+  spec.dir = cfg_.state_dir / "sandboxes" / rec.id;
+  spec.uid_base = rec.uid_base;
+
+  std::error_code ec;
+  fs::create_directory(spec.dir, ec);
+  if (ec) return fail(Code::kInternal, "creating " + spec.dir.string() + ": " + ec.message());
+  ::chmod(spec.dir.c_str(), 0700);
+  auto undo_dir = [&] {
+    std::error_code e;
+    fs::remove_all(spec.dir, e);
+  };
+  if (auto r = store_->put_sandbox(rec); !r) {
+    undo_dir();
+    return fail(std::move(r.error()));
+  }
+  auto failed = [&](Error e) -> Result<SandboxInfo> {
+    metrics_.create_failures++;
+    if (sb->conn) sb->conn->close();
+    if (sb->inst) (void)sb->inst->destroy();
+    undo_dir();
+    rec.state = "destroyed";
+    rec.destroyed_at = now_s();
+    rec.reason = "creation failed: " + e.message();
+    (void)store_->put_sandbox(rec);
+    spdlog::warn("creating sandbox {} failed: {}", rec.id, e.message());
+    return fail(std::move(e).wrap("creating sandbox " + rec.id));
+  };
+
+  auto inst = rt_it->second->create(spec);
+  if (!inst) return failed(std::move(inst.error()));
+  sb->inst = std::move(*inst);
+  auto conn = AgentConn::open(sb->inst->channel_fd(), rec.id, false, std::chrono::seconds(10));
+  if (!conn) return failed(std::move(conn.error()).wrap("waiting for the sandbox's agent"));
+  sb->conn = std::move(*conn);
+  sb->spec = spec;
+  // The default working directory must exist (imported images may lack /root).
+  if (!workdir.empty()) {
+    auto r = sb->conn->request({{"op", "mkdir"}, {"path", workdir}, {"mode", 0755},
+                                {"parents", true}});
+    if (!r && r.error().code() != Code::kAlreadyExists)
+      return failed(std::move(r.error()).wrap("creating workdir " + workdir));
+  }
+  rec.runtime_state = sb->inst->persist();
+  rec.state = "running";
+  if (auto r = store_->put_sandbox(rec); !r) return failed(std::move(r.error()));
+  {
+    std::lock_guard lock(mu_);
+    sandboxes_[rec.id] = sb;
+  }
+  watch(sb);
+  metrics_.creates++;
+  metrics_.create_ns_sum += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
+  spdlog::info("created sandbox {} (image {}, profile {}, agent pid {})", rec.id, rec.image,
+               rec.profile, sb->inst->agent_pid());
+  return info(rec, sb.get());
+}
+
+Result<std::shared_ptr<Daemon::Sandbox>> Daemon::live(const std::string& id) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = sandboxes_.find(id);
+    if (it != sandboxes_.end() && !it->second->destroyed) return it->second;
+  }
+  auto rec = TRY(store_->get_sandbox(id));
+  if (rec && rec->state == "destroyed")
+    return fail(Code::kConflict, "sandbox " + id + " was destroyed (" + rec->reason +
+                                     "); create a new one with `space create`");
+  return fail(Code::kNotFound,
+              "unknown sandbox " + id.substr(0, 80) + "; `space ls` lists sandboxes");
+}
+
+Result<std::shared_ptr<Daemon::Sandbox>> Daemon::running(const std::string& id) {
+  auto sb = TRY(live(id));
+  if (sb->paused)
+    return fail(Code::kConflict, "sandbox " + id + " is paused; `space resume " + id +
+                                     "` first");
+  if (!sb->conn->alive())
+    return fail(Code::kUnavailable, "sandbox " + id + " lost its agent and is being removed");
+  return sb;
+}
+
+Result<std::vector<SandboxInfo>> Daemon::list() {
+  std::vector<SandboxInfo> out;
+  std::map<std::string, std::shared_ptr<Sandbox>> all;
+  {
+    std::lock_guard lock(mu_);
+    all = sandboxes_;
+  }
+  for (auto& [id, sb] : all) {
+    std::lock_guard lock(sb->mu);
+    if (!sb->destroyed) out.push_back(info(sb->rec, sb.get()));
+  }
+  return out;
+}
+
+Result<SandboxInfo> Daemon::inspect(const std::string& id) {
+  std::shared_ptr<Sandbox> sb;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sandboxes_.find(id);
+    if (it != sandboxes_.end()) sb = it->second;
+  }
+  if (sb) {
+    std::lock_guard lock(sb->mu);
+    return info(sb->rec, sb.get());
+  }
+  auto rec = TRY(store_->get_sandbox(id));
+  if (!rec) return fail(Code::kNotFound, "unknown sandbox " + id.substr(0, 80) +
+                                             "; `space ls` lists sandboxes");
+  return info(*rec, nullptr);
+}
+
+SandboxInfo Daemon::info(const SandboxRecord& rec, const Sandbox* sb) {
+  json j = {{"id", rec.id},
+            {"state", rec.state},
+            {"runtime", rec.runtime},
+            {"image", rec.image},
+            {"profile", rec.profile},
+            {"created_at", rfc3339(rec.created_at)},
+            {"expires_at", rec.expires_at ? json(rfc3339(*rec.expires_at)) : json(nullptr)},
+            {"limits",
+             {{"memory", rec.spec.value("memory", uint64_t{0})},
+              {"cpus", rec.spec.value("cpus", 0.0)},
+              {"pids", rec.spec.value("pids", 0)},
+              {"disk", rec.spec.value("disk", uint64_t{0})}}},
+            {"workdir", rec.spec.value("workdir", std::string("/"))},
+            {"uid_base", rec.uid_base}};
+  json env = json::object();
+  for (auto& kv : rec.spec.value("env", std::vector<std::string>{})) {
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  j["env"] = env;
+  if (rec.destroyed_at) {
+    j["destroyed_at"] = rfc3339(*rec.destroyed_at);
+    j["reason"] = rec.reason;
+  }
+  if (sb && sb->inst && !sb->destroyed) {
+    j["host_pid"] = sb->inst->agent_pid();
+    if (auto u = sb->inst->usage(); u) {
+      j["usage"] = {{"memory_bytes", u->memory_bytes}, {"memory_limit", u->memory_limit},
+                    {"oom_kills", u->oom_kills},       {"pids", u->pids},
+                    {"cpu_usage_ns", u->cpu_usage_ns}};
+    }
+  }
+  return j;
+}
+
+Result<void> Daemon::destroy_sandbox(const std::shared_ptr<Sandbox>& sb,
+                                     const std::string& reason) {
+  std::lock_guard lock(sb->mu);
+  if (sb->destroyed.exchange(true)) return {};
+  if (sb->conn) sb->conn->close();
+  Result<void> r = sb->inst ? sb->inst->destroy() : Result<void>{};
+  if (!r) {
+    // Keep it registered so a later destroy (or the reaper) retries; nothing is forgotten.
+    sb->destroyed = false;
+    spdlog::error("destroying sandbox {}: {}", sb->rec.id, r.error().message());
+    return fail(std::move(r.error()).wrap("destroying sandbox " + sb->rec.id));
+  }
+  std::error_code ec;
+  fs::remove_all(cfg_.state_dir / "sandboxes" / sb->rec.id, ec);
+  sb->rec.state = "destroyed";
+  sb->rec.destroyed_at = now_s();
+  sb->rec.reason = reason;
+  (void)store_->put_sandbox(sb->rec);
+  {
+    std::lock_guard l(mu_);
+    sandboxes_.erase(sb->rec.id);
+  }
+  metrics_.destroys++;
+  spdlog::info("destroyed sandbox {} ({})", sb->rec.id, reason);
+  return {};
+}
+
+Result<void> Daemon::destroy(const std::string& id, bool force) {
+  auto sb = TRY(live(id));
+  return destroy_sandbox(sb, "removed by the API");
+}
+
+Result<void> Daemon::pause(const std::string& id) {
+  auto sb = TRY(live(id));
+  std::lock_guard lock(sb->mu);
+  if (sb->destroyed) return fail(Code::kConflict, "sandbox " + id + " was destroyed");
+  if (sb->paused) return {};
+  TRY_VOID_CTX(sb->inst->pause(), "pausing sandbox " + id);
+  sb->paused = true;
+  sb->rec.state = "paused";
+  return store_->put_sandbox(sb->rec);
+}
+
+Result<void> Daemon::resume(const std::string& id) {
+  auto sb = TRY(live(id));
+  std::lock_guard lock(sb->mu);
+  if (sb->destroyed) return fail(Code::kConflict, "sandbox " + id + " was destroyed");
+  if (!sb->paused) return {};
+  TRY_VOID_CTX(sb->inst->resume(), "resuming sandbox " + id);
+  sb->paused = false;
+  sb->rec.state = "running";
+  return store_->put_sandbox(sb->rec);
+}
+
+void Daemon::reaper() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    reaper_cv_.wait_for(lock, std::chrono::milliseconds(200));
+    if (stopping_) break;
+    std::vector<std::pair<std::shared_ptr<Sandbox>, std::string>> doomed;
+    double now = now_s();
+    for (auto& [id, sb] : sandboxes_) {
+      if (sb->destroyed) continue;
+      if (sb->rec.expires_at && *sb->rec.expires_at <= now)
+        doomed.emplace_back(sb, "lifetime timeout expired");
+      else if (sb->conn && !sb->conn->alive())
+        doomed.emplace_back(sb, "the sandbox's agent exited");
+    }
+    lock.unlock();
+    for (auto& [sb, why] : doomed) {
+      if (why.starts_with("lifetime")) metrics_.timeouts++;
+      (void)destroy_sandbox(sb, why);
+    }
+    lock.lock();
+  }
+}
+
+Result<void> Daemon::reconcile() {
+  auto recs = TRY(store_->live_sandboxes());
+  std::set<std::string> keep;
+  for (auto& rec : recs) {
+    auto rt_it = runtimes_.find(rec.runtime);
+    auto sb = std::make_shared<Sandbox>();
+    sb->rec = rec;
+    auto mark_gone = [&](const std::string& why) {
+      rec.state = "destroyed";
+      rec.destroyed_at = now_s();
+      rec.reason = why;
+      (void)store_->put_sandbox(rec);
+      std::error_code ec;
+      fs::remove_all(cfg_.state_dir / "sandboxes" / rec.id, ec);
+      metrics_.cleaned_up++;
+      spdlog::warn("sandbox {}: {}", rec.id, why);
+    };
+    if (rt_it == runtimes_.end()) {
+      mark_gone("its runtime " + rec.runtime + " is not available in this spaced");
+      continue;
+    }
+    sb->rt = rt_it->second.get();
+    auto spec = spec_for(rec);
+    if (!spec) {
+      mark_gone("cannot rebuild its spec: " + spec.error().message());
+      continue;
+    }
+    sb->spec = *spec;
+    if (rec.state == "creating" || rec.runtime_state.is_null()) {
+      (void)sb->rt->cleanup(*spec, rec.runtime_state);
+      mark_gone("interrupted while being created (spaced stopped)");
+      continue;
+    }
+    auto inst = sb->rt->reattach(*spec, rec.runtime_state);
+    if (!inst) {
+      (void)sb->rt->cleanup(*spec, rec.runtime_state);
+      mark_gone("lost while spaced was down: " + inst.error().message());
+      continue;
+    }
+    sb->inst = std::move(*inst);
+    bool was_paused = rec.state == "paused";
+    if (was_paused) (void)sb->inst->resume();  // a frozen agent cannot answer the handshake
+    auto conn = AgentConn::open(sb->inst->channel_fd(), rec.id, true, std::chrono::seconds(5));
+    if (!conn) {
+      (void)sb->inst->destroy();
+      mark_gone("its agent did not answer after the restart: " + conn.error().message());
+      continue;
+    }
+    sb->conn = std::move(*conn);
+    if (was_paused && sb->inst->pause()) sb->paused = true;
+    sb->rec.state = sb->paused ? "paused" : "running";
+    sb->rec.runtime_state = sb->inst->persist();
+    (void)store_->put_sandbox(sb->rec);
+    sandboxes_[rec.id] = sb;
+    watch(sb);
+    keep.insert(rec.id);
+    metrics_.reattached++;
+    spdlog::info("reattached sandbox {} (agent pid {})", rec.id, sb->inst->agent_pid());
+  }
+  // Directories of sandboxes the database does not know as live.
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(cfg_.state_dir / "sandboxes", ec)) {
+    if (!keep.count(e.path().filename().string())) {
+      std::error_code e2;
+      fs::remove_all(e.path(), e2);
+    }
+  }
+  return {};
+}
+
+Result<nlohmann::json> Daemon::import_image(const std::string& name, const ChunkSource& source) {
+  auto rec = TRY(images_.import(name, source));
+  return json{{"name", rec.name}, {"kind", rec.kind}, {"created_at", rfc3339(rec.created_at)},
+              {"size_bytes", rec.size_bytes}, {"files", rec.files}};
+}
+
+Result<nlohmann::json> Daemon::list_images() {
+  json out = json::array();
+  for (auto& rec : TRY(images_.list()))
+    out.push_back({{"name", rec.name}, {"kind", rec.kind},
+                   {"created_at", rfc3339(rec.created_at)}, {"size_bytes", rec.size_bytes},
+                   {"files", rec.files}});
+  return out;
+}
+
+Result<void> Daemon::remove_image(const std::string& name) { return images_.remove(name); }
+
+json Daemon::health() {
+  size_t n;
+  {
+    std::lock_guard lock(mu_);
+    n = sandboxes_.size();
+  }
+  return {{"status", "ok"},
+          {"version", SPACE_VERSION},
+          {"sandboxes", n},
+          {"uptime_s", now_s() - started_at_},
+          {"pid", ::getpid()}};
+}
+
+std::string Daemon::metrics() {
+  std::ostringstream o;
+  size_t running = 0, paused = 0;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, sb] : sandboxes_) (sb->paused ? paused : running)++;
+  }
+  auto counter = [&](const char* name, const char* help, uint64_t v) {
+    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " counter\n"
+      << name << ' ' << v << '\n';
+  };
+  o << "# HELP space_sandboxes Live sandboxes by state.\n# TYPE space_sandboxes gauge\n"
+    << "space_sandboxes{state=\"running\"} " << running << '\n'
+    << "space_sandboxes{state=\"paused\"} " << paused << '\n';
+  counter("space_sandbox_creates_total", "Sandboxes created.", metrics_.creates);
+  counter("space_sandbox_create_failures_total", "Sandbox creations that failed.",
+          metrics_.create_failures);
+  counter("space_sandbox_destroys_total", "Sandboxes destroyed.", metrics_.destroys);
+  counter("space_sandbox_timeouts_total", "Sandboxes destroyed by their lifetime timeout.",
+          metrics_.timeouts);
+  counter("space_agents_lost_total", "Agent channels that broke.", metrics_.agents_lost);
+  counter("space_sandboxes_reattached_total", "Sandboxes reattached after a restart.",
+          metrics_.reattached);
+  counter("space_sandboxes_cleaned_up_total", "Sandboxes cleaned up after a restart.",
+          metrics_.cleaned_up);
+  counter("space_execs_total", "Execs started.", metrics_.execs);
+  counter("space_exec_failures_total", "Execs that could not be started.", metrics_.exec_failures);
+  o << "# HELP space_sandbox_create_seconds_sum Total time spent creating sandboxes.\n"
+    << "# TYPE space_sandbox_create_seconds_sum counter\n"
+    << "space_sandbox_create_seconds_sum " << static_cast<double>(metrics_.create_ns_sum) / 1e9
+    << '\n';
+  return o.str();
+}
+
+json Daemon::doctor() {
+  json rts = json::object();
+  for (auto& [name, rt] : runtimes_) rts[name] = rt->doctor();
+  for (const char* n : {"qemu", "firecracker"})
+    if (!rts.contains(n))
+      rts[n] = {{"available", false}, {"reason", "not built into this spaced yet"}};
+  return {{"version", SPACE_VERSION},
+          {"state_dir", cfg_.state_dir.string()},
+          {"socket", cfg_.socket.string()},
+          {"runtimes", rts}};
+}
+
+}  // namespace space::daemon

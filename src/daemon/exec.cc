@@ -1,0 +1,237 @@
+// Exec: starting a process in a sandbox through its agent, streaming its output with flow
+// control, enforcing the exec's timeout, and reporting how it ended (exit code, signal, OOM,
+// timeout). Also ps and kill.
+#include <signal.h>
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/daemon.h"
+
+namespace space::daemon {
+using nlohmann::json;
+using proto::FrameType;
+
+namespace {
+
+// Limits on what a client may ask for, so a request cannot make the daemon build huge frames.
+constexpr size_t kMaxArgs = 4096;
+constexpr size_t kMaxArgBytes = 256 * 1024;
+
+class ExecSessionImpl : public ExecSession {
+ public:
+  ExecSessionImpl(std::shared_ptr<Daemon::Sandbox> sb, std::shared_ptr<Stream> stream,
+                  std::optional<double> timeout_s, uint64_t oom_base)
+      : sb_(std::move(sb)),
+        stream_(std::move(stream)),
+        start_(Clock::now()),
+        oom_base_(oom_base) {
+    if (timeout_s)
+      deadline_ = start_ + std::chrono::duration_cast<Clock::duration>(
+                               std::chrono::duration<double>(*timeout_s));
+  }
+
+  ~ExecSessionImpl() override {
+    if (!done_) {
+      // The client went away before the exec ended: kill its tree, leave nothing running.
+      (void)sb_->conn->send_json(FrameType::kSignal, stream_->id(), {{"signal", SIGKILL}});
+    }
+    sb_->conn->close_stream(stream_->id());
+  }
+
+  Result<Event> next() override {
+    if (done_) return Event{Event::Kind::kExit, {}, 0, exit_};
+    for (;;) {
+      std::optional<Clock::time_point> dl;
+      if (deadline_ && !timed_out_) dl = deadline_;
+      auto f = stream_->pop(dl);
+      if (!f) {
+        if (f.error().code() == Code::kTimeout && deadline_ && !timed_out_) {
+          timed_out_ = true;
+          (void)sb_->conn->send_json(FrameType::kSignal, stream_->id(), {{"signal", SIGKILL}});
+          continue;
+        }
+        done_ = true;
+        return fail(std::move(f.error()).wrap("exec in sandbox " + sb_->rec.id));
+      }
+      switch (f->type) {
+        case FrameType::kStarted: {
+          auto j = json::parse(f->payload, nullptr, false);
+          int pid = j.is_object() ? j.value("pid", 0) : 0;
+          return Event{Event::Kind::kStarted, {}, pid, {}};
+        }
+        case FrameType::kStdout:
+          return Event{Event::Kind::kStdout, std::move(f->payload), 0, {}};
+        case FrameType::kStderr:
+          return Event{Event::Kind::kStderr, std::move(f->payload), 0, {}};
+        case FrameType::kExit: {
+          done_ = true;
+          auto j = json::parse(f->payload, nullptr, false);
+          if (!j.is_object()) return fail(Code::kProtocol, "the agent sent a malformed exit");
+          if (j.contains("exit_code") && j["exit_code"].is_number_integer())
+            exit_.exit_code = std::clamp(j["exit_code"].get<int>(), 0, 255);
+          else if (j.contains("signal") && j["signal"].is_number_integer())
+            exit_.signal = std::clamp(j["signal"].get<int>(), 1, 64);
+          else
+            return fail(Code::kProtocol, "the agent sent an exit without a status");
+          exit_.core_dumped = j.value("core_dumped", false);
+          if (j.contains("error") && j["error"].is_object())
+            exit_.error = j["error"].value("message", std::string("could not start"));
+          else if (j.contains("error") && j["error"].is_string())
+            exit_.error = j["error"].get<std::string>();
+          if (exit_.error.size() > 4096) exit_.error.resize(4096);
+          exit_.timed_out = timed_out_;
+          if (auto u = sb_->inst->usage(); u && u->oom_kills > oom_base_) exit_.oom_killed = true;
+          exit_.duration_s = std::chrono::duration<double>(Clock::now() - start_).count();
+          return Event{Event::Kind::kExit, {}, 0, exit_};
+        }
+        default:
+          continue;  // nothing else belongs on an exec stream; ignore
+      }
+    }
+  }
+
+  void consumed(size_t bytes) override { sb_->conn->credit(*stream_, bytes); }
+
+  Result<void> write_stdin(std::string_view bytes) override {
+    while (!bytes.empty()) {
+      size_t n = std::min(bytes.size(), size_t{256 * 1024});
+      TRY_VOID(sb_->conn->send(FrameType::kStdin, stream_->id(), bytes.substr(0, n)));
+      bytes.remove_prefix(n);
+    }
+    return {};
+  }
+  Result<void> close_stdin() override {
+    return sb_->conn->send(FrameType::kStdin, stream_->id(), {});
+  }
+  void signal(int sig) override {
+    (void)sb_->conn->send_json(FrameType::kSignal, stream_->id(), {{"signal", sig}});
+  }
+  // Lets the process run on after this session is gone (detached execs).
+  void disown() { done_ = true; }
+
+ private:
+  std::shared_ptr<Daemon::Sandbox> sb_;
+  std::shared_ptr<Stream> stream_;
+  Clock::time_point start_;
+  std::optional<Clock::time_point> deadline_;
+  uint64_t oom_base_;
+  bool timed_out_ = false;
+  bool done_ = false;
+  ExitStatus exit_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const ExecRequest& req) {
+  if (req.argv.empty() || req.argv[0].empty())
+    return fail(Code::kInvalidArgument, "exec needs a command: `space exec ID -- CMD [ARGS...]`");
+  size_t bytes = 0;
+  for (auto& a : req.argv) bytes += a.size() + 1;
+  for (auto& e : req.env) bytes += e.size() + 1;
+  if (req.argv.size() + req.env.size() > kMaxArgs || bytes > kMaxArgBytes)
+    return fail(Code::kInvalidArgument, "the command line and environment are too large (max " +
+                                            std::to_string(kMaxArgBytes) + " bytes)");
+  auto sb = TRY(running(id));
+  // Environment: defaults, then the sandbox's, then the exec's; later entries win.
+  std::vector<std::string> env = {
+      "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+      "HOME=/root",
+      "LANG=C.UTF-8",
+      "HOSTNAME=" + sb->rec.id,
+      "SPACE_SANDBOX_ID=" + sb->rec.id,
+  };
+  auto add = [&](const std::string& kv) {
+    auto eq = kv.find('=');
+    std::string key = kv.substr(0, eq);
+    std::erase_if(env, [&](const std::string& e) { return e.compare(0, key.size() + 1, key + "=") == 0; });
+    env.push_back(kv);
+  };
+  for (auto& kv : sb->rec.spec.value("env", std::vector<std::string>{})) add(kv);
+  for (auto& kv : req.env) add(kv);
+  std::string cwd = req.cwd.empty() ? sb->rec.spec.value("workdir", std::string("/")) : req.cwd;
+  if (cwd.empty() || cwd[0] != '/')
+    return fail(Code::kInvalidArgument, "cwd must be an absolute path inside the sandbox");
+
+  uint64_t oom_base = 0;
+  if (auto u = sb->inst->usage(); u) oom_base = u->oom_kills;
+  auto stream = sb->conn->open_stream();
+  json spec = {{"argv", req.argv}, {"env", env},         {"cwd", cwd}, {"uid", 0},
+               {"gid", 0},         {"stdin", req.stdin}, {"detach", req.detach}};
+  metrics_.execs++;
+  if (auto r = sb->conn->send_json(FrameType::kExec, stream->id(), spec); !r) {
+    sb->conn->close_stream(stream->id());
+    metrics_.exec_failures++;
+    return fail(std::move(r.error()).wrap("starting exec in sandbox " + id));
+  }
+  auto session = std::make_unique<ExecSessionImpl>(sb, stream, req.timeout_s, oom_base);
+  if (req.detach) {
+    // Wait for started (or an exit with an error) and hand back an already-finished session
+    // whose first event is that; the process runs on and its output is discarded.
+    auto ev = session->next();
+    if (!ev) return fail(std::move(ev.error()));
+    if (ev->kind == ExecSession::Event::Kind::kExit && !ev->exit.error.empty())
+      metrics_.exec_failures++;
+    struct Detached : ExecSession {
+      Event ev;
+      bool given = false;
+      Result<Event> next() override {
+        if (!given) {
+          given = true;
+          return ev;
+        }
+        Event e{Event::Kind::kExit, {}, 0, {}};
+        e.exit.exit_code = 0;
+        return e;
+      }
+      void consumed(size_t) override {}
+      Result<void> write_stdin(std::string_view) override {
+        return fail(Code::kInvalidArgument, "a detached exec has no stdin");
+      }
+      Result<void> close_stdin() override { return {}; }
+      void signal(int) override {}
+    };
+    auto d = std::make_unique<Detached>();
+    d->ev = *ev;
+    // Forget the stream without killing: detached processes outlive their request.
+    session->disown();
+    return std::unique_ptr<ExecSession>(std::move(d));
+  }
+  return std::unique_ptr<ExecSession>(std::move(session));
+}
+
+Result<json> Daemon::processes(const std::string& id) {
+  auto sb = TRY(running(id));
+  auto r = TRY_CTX(sb->conn->request({{"op", "ps"}}), "listing processes of " + id);
+  if (!r.contains("processes") || !r["processes"].is_array())
+    return fail(Code::kProtocol, "the agent sent a malformed process list");
+  json out = json::array();
+  for (auto& p : r["processes"]) {
+    if (!p.is_object() || !p.contains("pid") || !p["pid"].is_number_integer()) continue;
+    json q = {{"pid", p["pid"]}};
+    for (const char* k : {"ppid", "uid"})
+      q[k] = p.contains(k) && p[k].is_number_integer() ? p[k] : json(nullptr);
+    q["state"] = p.contains("state") && p["state"].is_string() ? p["state"] : json("?");
+    q["argv"] = json::array();
+    if (p.contains("argv") && p["argv"].is_array())
+      for (auto& a : p["argv"])
+        if (a.is_string()) q["argv"].push_back(a.get<std::string>().substr(0, 4096));
+    q["stream"] = p.contains("stream") && p["stream"].is_number_integer() ? p["stream"]
+                                                                           : json(nullptr);
+    out.push_back(std::move(q));
+    if (out.size() >= 100000) break;
+  }
+  return out;
+}
+
+Result<void> Daemon::kill(const std::string& id, int pid, int sig) {
+  if (pid <= 1)
+    return fail(Code::kInvalidArgument, "pid must be > 1 (pid 1 is the sandbox's agent; use "
+                                        "`space rm` to stop the whole sandbox)");
+  if (sig < 1 || sig > 64) return fail(Code::kInvalidArgument, "signal must be 1..64");
+  auto sb = TRY(running(id));
+  TRY_VOID_CTX(sb->conn->request({{"op", "kill"}, {"pid", pid}, {"signal", sig}}),
+               "signalling pid " + std::to_string(pid) + " in " + id);
+  return {};
+}
+
+}  // namespace space::daemon

@@ -1,0 +1,471 @@
+// File operations on a sandbox: single files and tar streams in both directions, removal, and
+// the diff of the writable layer against the image. Paths are resolved by the agent inside the
+// sandbox (openat2 RESOLVE_IN_ROOT there); tar archives from clients are untrusted and their
+// entry names are checked here before anything is written.
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "daemon/daemon.h"
+
+namespace space::daemon {
+using nlohmann::json;
+using proto::FrameType;
+
+namespace {
+
+constexpr auto kTransferIdle = std::chrono::seconds(60);
+constexpr size_t kChunk = 256 * 1024;
+constexpr size_t kMaxWalkEntries = 1000000;
+constexpr size_t kMaxDiffEntries = 100000;
+
+Result<void> check_path(const std::string& p) {
+  if (p.empty() || p[0] != '/')
+    return fail(Code::kInvalidArgument, "path must be absolute inside the sandbox, like /root/x");
+  if (p.size() > 4096) return fail(Code::kInvalidArgument, "path is longer than 4096 bytes");
+  if (p.find('\0') != std::string::npos)
+    return fail(Code::kInvalidArgument, "path contains a NUL byte");
+  return {};
+}
+
+struct StreamCloser {
+  AgentConn* conn;
+  uint32_t id;
+  ~StreamCloser() { conn->close_stream(id); }
+};
+
+// Runs a `read` of one file, feeding its bytes to `sink`. Returns the size read.
+Result<uint64_t> read_into(AgentConn& conn, const std::string& path,
+                           const std::function<bool(std::string_view)>& sink) {
+  auto s = conn.open_stream();
+  StreamCloser closer{&conn, s->id()};
+  TRY_VOID(conn.send_json(FrameType::kRequest, s->id(), {{"op", "read"}, {"path", path}}));
+  uint64_t total = 0;
+  bool aborted = false;
+  for (;;) {
+    auto f = TRY(s->pop(Clock::now() + kTransferIdle));
+    if (f.type == FrameType::kData) {
+      if (f.payload.empty()) continue;  // end of data; the response follows
+      total += f.payload.size();
+      // After the sink gave up we still drain (with credit) so the agent finishes the
+      // transfer and frees its state; the bytes are dropped.
+      if (!aborted && !sink(f.payload)) aborted = true;
+      conn.credit(*s, f.payload.size());
+      continue;
+    }
+    if (f.type != FrameType::kResponse) continue;
+    auto j = json::parse(f.payload, nullptr, false);
+    if (!j.is_object()) return fail(Code::kProtocol, "the agent sent a malformed response");
+    if (!j.value("ok", false))
+      return fail(AgentConn::agent_error(j.value("error", json::object()), "reading " + path));
+    if (aborted) return fail(Code::kUnavailable, "the client stopped reading " + path);
+    return total;
+  }
+}
+
+struct Entry {
+  std::string path;  // relative to the walked directory
+  std::string type;
+  uint32_t mode = 0;
+  uint64_t size = 0;
+  int64_t mtime = 0;
+  std::string target;
+};
+
+Result<std::vector<Entry>> walk(AgentConn& conn, const std::string& path) {
+  auto s = conn.open_stream();
+  StreamCloser closer{&conn, s->id()};
+  TRY_VOID(conn.send_json(FrameType::kRequest, s->id(), {{"op", "walk"}, {"path", path}}));
+  std::vector<Entry> out;
+  std::string pending;
+  for (;;) {
+    auto f = TRY(s->pop(Clock::now() + kTransferIdle));
+    if (f.type == FrameType::kData) {
+      conn.credit(*s, f.payload.size());
+      pending += f.payload;
+      size_t nl;
+      while ((nl = pending.find('\n')) != std::string::npos) {
+        auto j = json::parse(pending.substr(0, nl), nullptr, false);
+        pending.erase(0, nl + 1);
+        if (!j.is_object() || !j.contains("path") || !j["path"].is_string() ||
+            !j.contains("type") || !j["type"].is_string())
+          return fail(Code::kProtocol, "the agent sent a malformed walk entry");
+        Entry e;
+        e.path = j["path"].get<std::string>();
+        e.type = j["type"].get<std::string>();
+        e.mode = j.value("mode", 0644u) & 07777;
+        e.size = j.value("size", uint64_t{0});
+        e.mtime = j.value("mtime", int64_t{0});
+        if (j.contains("target") && j["target"].is_string()) e.target = j["target"];
+        out.push_back(std::move(e));
+        if (out.size() > kMaxWalkEntries)
+          return fail(Code::kResourceExhausted, "more than " + std::to_string(kMaxWalkEntries) +
+                                                    " entries under " + path);
+      }
+      if (pending.size() > 1 << 20) return fail(Code::kProtocol, "walk entry too long");
+      continue;
+    }
+    if (f.type != FrameType::kResponse) continue;
+    auto j = json::parse(f.payload, nullptr, false);
+    if (!j.is_object()) return fail(Code::kProtocol, "the agent sent a malformed response");
+    if (!j.value("ok", false))
+      return fail(AgentConn::agent_error(j.value("error", json::object()), "listing " + path));
+    return out;
+  }
+}
+
+// Sends `source`'s bytes as a `write` of `path`.
+Result<void> write_from(AgentConn& conn, const std::string& path, uint32_t mode, bool parents,
+                        const ChunkSource& source) {
+  auto s = conn.open_stream();
+  StreamCloser closer{&conn, s->id()};
+  TRY_VOID(conn.send_json(FrameType::kRequest, s->id(),
+                          {{"op", "write"}, {"path", path}, {"mode", mode & 07777},
+                           {"parents", parents}}));
+  auto early = [&]() -> std::optional<Error> {
+    while (auto f = s->try_pop()) {
+      if (f->type != FrameType::kResponse) continue;
+      auto j = json::parse(f->payload, nullptr, false);
+      if (j.is_object() && !j.value("ok", false))
+        return AgentConn::agent_error(j.value("error", json::object()), "writing " + path);
+      return Error(Code::kProtocol, "the agent answered a write before its data ended");
+    }
+    return std::nullopt;
+  };
+  std::string buf;
+  for (;;) {
+    TRY_VOID(source(buf));
+    if (auto e = early()) return fail(std::move(*e));
+    if (buf.empty()) break;
+    std::string_view v(buf);
+    while (!v.empty()) {
+      size_t n = std::min(v.size(), kChunk);
+      TRY_VOID(conn.send(FrameType::kData, s->id(), v.substr(0, n)));
+      v.remove_prefix(n);
+    }
+  }
+  TRY_VOID(conn.send(FrameType::kData, s->id(), {}));
+  for (;;) {
+    auto f = TRY(s->pop(Clock::now() + kTransferIdle));
+    if (f.type != FrameType::kResponse) continue;
+    auto j = json::parse(f.payload, nullptr, false);
+    if (!j.is_object()) return fail(Code::kProtocol, "the agent sent a malformed response");
+    if (!j.value("ok", false))
+      return fail(AgentConn::agent_error(j.value("error", json::object()), "writing " + path));
+    return {};
+  }
+}
+
+std::string join(const std::string& dir, const std::string& rel) {
+  if (rel.empty() || rel == ".") return dir;
+  return dir == "/" ? "/" + rel : dir + "/" + rel;
+}
+
+// A tar entry name from a client: relative, no "..", normalized. Empty = the root itself.
+Result<std::string> clean_entry_name(std::string name) {
+  while (name.starts_with("./")) name.erase(0, 2);
+  if (name == ".") return std::string();
+  if (name.starts_with("/"))
+    return fail(Code::kInvalidArgument, "tar entry \"" + name.substr(0, 200) +
+                                            "\" is absolute; archive relative paths");
+  std::string out;
+  size_t i = 0;
+  while (i <= name.size()) {
+    size_t j = name.find('/', i);
+    if (j == std::string::npos) j = name.size();
+    std::string comp = name.substr(i, j - i);
+    if (comp == "..")
+      return fail(Code::kInvalidArgument,
+                  "tar entry \"" + name.substr(0, 200) + "\" contains \"..\"; refused");
+    if (!comp.empty() && comp != ".") out += (out.empty() ? "" : "/") + comp;
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<FileStat> Daemon::stat(const std::string& id, const std::string& path) {
+  TRY_VOID(check_path(path));
+  auto sb = TRY(running(id));
+  auto r = TRY_CTX(sb->conn->request({{"op", "stat"}, {"path", path}}), "stat " + path);
+  if (!r.contains("stat") || !r["stat"].is_object())
+    return fail(Code::kProtocol, "the agent sent a malformed stat");
+  auto& st = r["stat"];
+  FileStat fs;
+  fs.type = st.value("type", std::string("other"));
+  if (fs.type != "file" && fs.type != "dir" && fs.type != "symlink") fs.type = "other";
+  fs.mode = st.value("mode", 0u) & 07777;
+  fs.size = st.value("size", uint64_t{0});
+  if (st.contains("target") && st["target"].is_string())
+    fs.target = st["target"].get<std::string>().substr(0, 4096);
+  return fs;
+}
+
+Result<void> Daemon::read_file(const std::string& id, const std::string& path,
+                               const ChunkSink& sink) {
+  TRY_VOID(check_path(path));
+  auto sb = TRY(running(id));
+  TRY_VOID(read_into(*sb->conn, path, sink));
+  return {};
+}
+
+Result<void> Daemon::read_tar(const std::string& id, const std::string& path,
+                              const ChunkSink& sink) {
+  TRY_VOID(check_path(path));
+  auto sb = TRY(running(id));
+  auto entries = TRY(walk(*sb->conn, path));
+  struct Ctx {
+    const ChunkSink* sink;
+    bool failed = false;
+  } ctx{&sink};
+  archive* a = archive_write_new();
+  struct Free {
+    archive* a;
+    ~Free() { archive_write_free(a); }
+  } free_a{a};
+  archive_write_set_format_pax_restricted(a);
+  auto writer = [](archive*, void* p, const void* buf, size_t n) -> la_ssize_t {
+    auto* c = static_cast<Ctx*>(p);
+    if (!(*c->sink)(std::string_view(static_cast<const char*>(buf), n))) {
+      c->failed = true;
+      return -1;
+    }
+    return static_cast<la_ssize_t>(n);
+  };
+  if (archive_write_open(a, &ctx, nullptr, writer, nullptr) != ARCHIVE_OK)
+    return fail(Code::kInternal, std::string("tar: ") + archive_error_string(a));
+  auto stop = [&](const char* what) {
+    if (ctx.failed) return Error(Code::kUnavailable, "the client stopped reading the archive");
+    return Error(Code::kInternal, std::string(what) + ": " + archive_error_string(a));
+  };
+  for (auto& e : entries) {
+    if (e.path.empty() || e.path == ".") continue;
+    archive_entry* ae = archive_entry_new();
+    struct FreeE {
+      archive_entry* e;
+      ~FreeE() { archive_entry_free(e); }
+    } fe{ae};
+    archive_entry_set_pathname(ae, e.path.c_str());
+    archive_entry_set_mtime(ae, e.mtime, 0);
+    archive_entry_set_perm(ae, e.mode);
+    if (e.type == "dir") {
+      archive_entry_set_filetype(ae, AE_IFDIR);
+    } else if (e.type == "symlink") {
+      archive_entry_set_filetype(ae, AE_IFLNK);
+      archive_entry_set_symlink(ae, e.target.c_str());
+    } else if (e.type == "file") {
+      archive_entry_set_filetype(ae, AE_IFREG);
+      archive_entry_set_size(ae, static_cast<la_int64_t>(e.size));
+    } else {
+      continue;  // devices, fifos, sockets are not copied
+    }
+    if (archive_write_header(a, ae) != ARCHIVE_OK) return fail(stop("tar header"));
+    if (e.type != "file") continue;
+    uint64_t written = 0;
+    auto r = read_into(*sb->conn, join(path, e.path), [&](std::string_view d) {
+      // The file may have changed since the walk: the header's size wins.
+      size_t n = static_cast<size_t>(std::min<uint64_t>(d.size(), e.size - written));
+      if (n > 0 && archive_write_data(a, d.data(), n) < 0) return false;
+      written += n;
+      return true;
+    });
+    if (!r) {
+      if (ctx.failed) return fail(stop("tar data"));
+      if (r.error().code() != Code::kNotFound) return fail(std::move(r.error()));
+    }
+    static const std::string zeros(64 * 1024, '\0');
+    while (written < e.size) {  // it shrank or vanished: pad to the declared size
+      size_t n = static_cast<size_t>(std::min<uint64_t>(zeros.size(), e.size - written));
+      if (archive_write_data(a, zeros.data(), n) < 0) return fail(stop("tar data"));
+      written += n;
+    }
+  }
+  if (archive_write_close(a) != ARCHIVE_OK) return fail(stop("finishing tar"));
+  return {};
+}
+
+Result<void> Daemon::write_file(const std::string& id, const std::string& path, uint32_t mode,
+                                const ChunkSource& source) {
+  TRY_VOID(check_path(path));
+  auto sb = TRY(running(id));
+  return write_from(*sb->conn, path, mode, false, source);
+}
+
+Result<void> Daemon::write_tar(const std::string& id, const std::string& path,
+                               const ChunkSource& source) {
+  TRY_VOID(check_path(path));
+  auto sb = TRY(running(id));
+  AgentConn& conn = *sb->conn;
+  auto mk = conn.request({{"op", "mkdir"}, {"path", path}, {"mode", 0755}, {"parents", true}});
+  if (!mk && mk.error().code() != Code::kAlreadyExists)
+    return fail(std::move(mk.error()).wrap("creating " + path));
+
+  struct Ctx {
+    const ChunkSource* source;
+    std::string buf;
+    std::optional<Error> err;
+  } ctx{&source, {}, std::nullopt};
+  archive* in = archive_read_new();
+  struct Free {
+    archive* a;
+    ~Free() { archive_read_free(a); }
+  } free_in{in};
+  archive_read_support_filter_all(in);
+  archive_read_support_format_tar(in);
+  archive_read_support_format_gnutar(in);
+  auto reader = [](archive*, void* p, const void** buf) -> la_ssize_t {
+    auto* c = static_cast<Ctx*>(p);
+    auto r = (*c->source)(c->buf);
+    if (!r) {
+      c->err = r.error();
+      return -1;
+    }
+    *buf = c->buf.data();
+    return static_cast<la_ssize_t>(c->buf.size());
+  };
+  if (archive_read_open(in, &ctx, nullptr, reader, nullptr) != ARCHIVE_OK)
+    return fail(Code::kInvalidArgument, std::string("reading the tar upload: ") +
+                                            archive_error_string(in));
+  auto bad = [&]() -> Error {
+    if (ctx.err) return Error(*ctx.err).wrap("reading the tar upload");
+    return Error(Code::kInvalidArgument,
+                 std::string("tar upload: ") + archive_error_string(in) +
+                     "; expected a tar archive (optionally compressed)");
+  };
+  for (;;) {
+    archive_entry* e = nullptr;
+    int r = archive_read_next_header(in, &e);
+    if (r == ARCHIVE_EOF) break;
+    if (r < ARCHIVE_WARN) return fail(bad());
+    std::string rel = TRY(clean_entry_name(archive_entry_pathname(e)));
+    std::string dst = join(path, rel);
+    uint32_t mode = archive_entry_perm(e) & 07777;
+    switch (archive_entry_filetype(e)) {
+      case AE_IFDIR: {
+        if (rel.empty()) break;
+        auto m = conn.request({{"op", "mkdir"}, {"path", dst}, {"mode", mode}, {"parents", true}});
+        if (!m && m.error().code() != Code::kAlreadyExists) return fail(std::move(m.error()));
+        break;
+      }
+      case AE_IFLNK: {
+        (void)conn.request({{"op", "remove"}, {"path", dst}, {"recursive", false}});
+        TRY_VOID(conn.request({{"op", "symlink"}, {"path", dst},
+                               {"target", archive_entry_symlink(e) ? archive_entry_symlink(e)
+                                                                   : ""}}));
+        break;
+      }
+      case AE_IFREG: {
+        if (archive_entry_hardlink(e))
+          return fail(Code::kUnimplemented, "tar entry \"" + rel +
+                                                "\" is a hard link; hard links are not copied yet");
+        bool eof = false;
+        TRY_VOID(write_from(conn, dst, mode, true, [&](std::string& out) -> Result<void> {
+          out.clear();
+          if (eof) return {};
+          out.resize(kChunk);
+          la_ssize_t n = archive_read_data(in, out.data(), out.size());
+          if (n < 0) return fail(bad());
+          out.resize(static_cast<size_t>(n));
+          if (n == 0) eof = true;
+          return {};
+        }));
+        break;
+      }
+      default:
+        break;  // devices, fifos and sockets are not copied into sandboxes
+    }
+  }
+  return {};
+}
+
+Result<void> Daemon::remove(const std::string& id, const std::string& path, bool recursive) {
+  TRY_VOID(check_path(path));
+  if (path == "/") return fail(Code::kInvalidArgument, "refusing to remove /");
+  auto sb = TRY(running(id));
+  TRY_VOID(sb->conn->request({{"op", "remove"}, {"path", path}, {"recursive", recursive}}));
+  return {};
+}
+
+Result<json> Daemon::diff(const std::string& id) {
+  auto sb = TRY(live(id));
+  UniqueFd layer = TRY_CTX(sb->inst->writable_layer(), "opening the writable layer of " + id);
+  int ufd = ::openat(layer.get(), "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (ufd < 0) return fail_sys("openat", "upper");
+  UniqueFd upper(ufd);
+  int lfd = ::open(sb->spec.image.rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (lfd < 0) return fail_sys("open", sb->spec.image.rootfs.string());
+  UniqueFd lower(lfd);
+
+  auto in_lower = [&](const std::string& rel) {
+    open_how how{};
+    how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    int fd = static_cast<int>(::syscall(SYS_openat2, lower.get(), rel.c_str(), &how, sizeof how));
+    if (fd >= 0) ::close(fd);
+    return fd >= 0;
+  };
+  json added = json::array(), changed = json::array(), deleted = json::array();
+  size_t count = 0;
+  std::function<Result<void>(int, const std::string&)> visit =
+      [&](int dirfd, const std::string& prefix) -> Result<void> {
+    int dup = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dup < 0) return fail_sys("openat", prefix);
+    DIR* d = ::fdopendir(dup);
+    if (!d) {
+      ::close(dup);
+      return fail_sys("fdopendir", prefix);
+    }
+    struct Closedir {
+      DIR* d;
+      ~Closedir() { ::closedir(d); }
+    } cd{d};
+    while (dirent* de = ::readdir(d)) {
+      std::string name = de->d_name;
+      if (name == "." || name == "..") continue;
+      if (++count > kMaxDiffEntries)
+        return fail(Code::kResourceExhausted, "more than " + std::to_string(kMaxDiffEntries) +
+                                                  " changed paths; use `space cp` to inspect");
+      std::string rel = prefix.empty() ? name : prefix + "/" + name;
+      struct stat st;
+      if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (S_ISCHR(st.st_mode) && st.st_rdev == 0) {  // overlayfs whiteout
+        deleted.push_back("/" + rel);
+        continue;
+      }
+      bool existed = in_lower(rel);
+      if (S_ISDIR(st.st_mode)) {
+        int sub = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0) continue;
+        UniqueFd g(sub);
+        char v[4] = {0};
+        bool opaque = ::fgetxattr(sub, "user.overlay.opaque", v, sizeof v) > 0 && v[0] == 'y';
+        if (!existed) added.push_back("/" + rel);
+        else if (opaque) changed.push_back("/" + rel);
+        TRY_VOID(visit(sub, rel));
+      } else {
+        (existed ? changed : added).push_back("/" + rel);
+      }
+    }
+    return {};
+  };
+  TRY_VOID(visit(upper.get(), ""));
+  auto sorted = [](json a) {
+    std::vector<std::string> v = a.get<std::vector<std::string>>();
+    std::sort(v.begin(), v.end());
+    return json(v);
+  };
+  return json{{"added", sorted(added)}, {"changed", sorted(changed)},
+              {"deleted", sorted(deleted)}};
+}
+
+}  // namespace space::daemon

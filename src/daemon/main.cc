@@ -1,0 +1,173 @@
+// spaced: the SPACE daemon. Parses flags and the config file, sets up structured logging,
+// takes the state directory's lock, starts the runtimes and the daemon core (which reconciles
+// sandboxes left by a previous run), then serves the REST API on its Unix socket until SIGTERM
+// or SIGINT. Sandboxes keep running when spaced stops; the next spaced reattaches to them.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/rotating_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "api/server.h"
+#include "daemon/daemon.h"
+#include "runtime/linux/linux_runtime.h"
+
+namespace fs = std::filesystem;
+using namespace space;
+
+namespace {
+
+// %* in a log pattern: the message as a JSON string (quoted and escaped), so every log line is
+// one JSON object.
+class JsonMessageFlag : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    std::string s = nlohmann::json(std::string(msg.payload.data(), msg.payload.size()))
+                        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    dest.append(s.data(), s.data() + s.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<JsonMessageFlag>();
+  }
+};
+
+void setup_logging(const daemon::Config& cfg, bool json) {
+  std::vector<spdlog::sink_ptr> sinks;
+  sinks.push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  std::error_code ec;
+  fs::create_directories(cfg.state_dir, ec);
+  try {
+    sinks.push_back(std::make_shared<spdlog::sinks::rotating_file_sink_mt>(
+        (cfg.state_dir / "spaced.log").string(), 10 << 20, 3));
+  } catch (const spdlog::spdlog_ex&) {
+  }
+  auto logger = std::make_shared<spdlog::logger>("spaced", sinks.begin(), sinks.end());
+  auto f = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
+  if (json) {
+    f->add_flag<JsonMessageFlag>('*').set_pattern(
+        R"({"ts":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l","pid":%P,"msg":%*})");
+  } else {
+    f->set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %l %v");
+  }
+  logger->set_formatter(std::move(f));
+  logger->set_level(spdlog::level::from_str(cfg.log_level));
+  logger->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(logger);
+}
+
+fs::path self_dir() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path(".") : p.parent_path();
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"spaced — the SPACE daemon: runs untrusted agent code in disposable sandboxes"};
+  std::string config_file, state_dir, socket, agent, log_format = "json", log_level;
+  app.add_option("--config", config_file, "JSON config file (docs/configuration.md)");
+  app.add_option("--state-dir", state_dir, "state directory (default /var/lib/space)");
+  app.add_option("--socket", socket, "API socket (default /run/space/space.sock)");
+  app.add_option("--agent", agent, "space-agent binary (default: next to spaced)");
+  app.add_option("--log-format", log_format, "json or text")->check(CLI::IsMember({"json", "text"}));
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  app.set_version_flag("--version", std::string("spaced ") + SPACE_VERSION);
+  CLI11_PARSE(app, argc, argv);
+
+  daemon::Config cfg;
+  if (!config_file.empty()) {
+    if (auto r = cfg.load(config_file); !r) {
+      std::cerr << "spaced: " << r.error().message() << "\n";
+      return 2;
+    }
+  }
+  if (!state_dir.empty()) cfg.state_dir = state_dir;
+  if (!socket.empty()) cfg.socket = socket;
+  if (!agent.empty()) cfg.agent = agent;
+  if (!log_level.empty()) cfg.log_level = log_level;
+  if (cfg.agent.empty()) {
+    cfg.agent = self_dir() / "space-agent";
+    if (!fs::exists(cfg.agent)) cfg.agent = "/usr/lib/space/space-agent";
+  }
+  cfg.state_dir = fs::absolute(cfg.state_dir);
+  cfg.socket = fs::absolute(cfg.socket);
+
+  if (::geteuid() != 0) {
+    std::cerr << "spaced: must run as root: it creates namespaces, cgroups and uid mappings "
+                 "for sandboxes (try `sudo spaced`)\n";
+    return 2;
+  }
+  setup_logging(cfg, log_format == "json");
+
+  // One daemon per state directory.
+  std::error_code ec;
+  fs::create_directories(cfg.state_dir, ec);
+  int lock_fd = ::open((cfg.state_dir / "spaced.lock").c_str(),
+                       O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    spdlog::error("another spaced is using state dir {}; stop it or use --state-dir",
+                  cfg.state_dir.string());
+    return 1;
+  }
+
+  // Signals are handled by one thread with sigwait; block them before any thread starts.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  daemon::Daemon::Runtimes runtimes;
+  {
+    runtime::linux_rt::LinuxRuntime::Config rc;
+    rc.agent_path = cfg.agent;
+    rc.cgroup_name = cfg.cgroup_name;
+    auto rt = runtime::linux_rt::LinuxRuntime::create(rc);
+    if (!rt) {
+      spdlog::error("the linux runtime is unavailable: {}", rt.error().message());
+      return 1;
+    }
+    runtimes.emplace("linux", std::move(*rt));
+  }
+  auto d = daemon::Daemon::start(cfg, std::move(runtimes));
+  if (!d) {
+    spdlog::error("{}", d.error().message());
+    return 1;
+  }
+  auto server = api::ApiServer::listen(cfg.socket, **d, {});
+  if (!server) {
+    spdlog::error("{}", server.error().message());
+    return 1;
+  }
+  spdlog::info("spaced {} listening on {} (state {})", SPACE_VERSION, cfg.socket.string(),
+               cfg.state_dir.string());
+  std::thread sig_thread([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    spdlog::info("signal {}: stopping (sandboxes keep running)", sig);
+    (*server)->stop();
+  });
+  (*server)->serve();
+  if (sig_thread.joinable()) {
+    pthread_kill(sig_thread.native_handle(), SIGTERM);  // if serve() ended on its own
+    sig_thread.join();
+  }
+  (*d)->shutdown();
+  spdlog::info("spaced stopped");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return run(argc, argv); }

@@ -1,0 +1,279 @@
+// SQLite-backed metadata store. Schema changes go through the ordered migration list in
+// migrate(); PRAGMA user_version records how far a database has come.
+#include "daemon/store.h"
+
+#include <string>
+
+namespace space::daemon {
+namespace {
+
+// One statement; finalized on scope exit.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr);
+  }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  bool ok() const { return rc_ == SQLITE_OK; }
+  Error error(std::string_view what) const {
+    return Error(Code::kInternal, std::string(what) + ": " + sqlite3_errmsg(db_));
+  }
+  Stmt& bind(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& bind(int i, double v) {
+    sqlite3_bind_double(s_, i, v);
+    return *this;
+  }
+  Stmt& bind(int i, int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  Stmt& bind_opt(int i, const std::optional<double>& v) {
+    if (v) sqlite3_bind_double(s_, i, *v);
+    else sqlite3_bind_null(s_, i);
+    return *this;
+  }
+  int step() { return sqlite3_step(s_); }
+  std::string text(int c) const {
+    auto* p = sqlite3_column_text(s_, c);
+    return p ? std::string(reinterpret_cast<const char*>(p),
+                           static_cast<size_t>(sqlite3_column_bytes(s_, c)))
+             : std::string();
+  }
+  double real(int c) const { return sqlite3_column_double(s_, c); }
+  int64_t integer(int c) const { return sqlite3_column_int64(s_, c); }
+  std::optional<double> opt_real(int c) const {
+    if (sqlite3_column_type(s_, c) == SQLITE_NULL) return std::nullopt;
+    return sqlite3_column_double(s_, c);
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* s_ = nullptr;
+  int rc_;
+};
+
+nlohmann::json parse_or_null(const std::string& s) {
+  if (s.empty()) return nullptr;
+  return nlohmann::json::parse(s, nullptr, /*allow_exceptions=*/false);
+}
+
+constexpr const char* kSandboxCols =
+    "id, profile, runtime, image, state, spec, runtime_state, uid_base, created_at, "
+    "expires_at, destroyed_at, reason";
+
+SandboxRecord read_sandbox(const Stmt& s) {
+  SandboxRecord r;
+  r.id = s.text(0);
+  r.profile = s.text(1);
+  r.runtime = s.text(2);
+  r.image = s.text(3);
+  r.state = s.text(4);
+  r.spec = parse_or_null(s.text(5));
+  r.runtime_state = parse_or_null(s.text(6));
+  r.uid_base = static_cast<uint32_t>(s.integer(7));
+  r.created_at = s.real(8);
+  r.expires_at = s.opt_real(9);
+  r.destroyed_at = s.opt_real(10);
+  r.reason = s.text(11);
+  return r;
+}
+
+ImageRecord read_image(const Stmt& s) {
+  ImageRecord r;
+  r.name = s.text(0);
+  r.kind = s.text(1);
+  r.path = s.text(2);
+  r.created_at = s.real(3);
+  r.size_bytes = static_cast<uint64_t>(s.integer(4));
+  r.files = static_cast<uint64_t>(s.integer(5));
+  return r;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> Store::open(const std::filesystem::path& file) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(file.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return fail(Code::kUnavailable, "opening database " + file.string() + ": " + msg);
+  }
+  sqlite3_busy_timeout(db, 5000);
+  std::unique_ptr<Store> s(new Store(db));
+  TRY_VOID(s->exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"));
+  TRY_VOID_CTX(s->migrate(), "migrating database " + file.string());
+  return s;
+}
+
+Store::~Store() { sqlite3_close(db_); }
+
+Result<void> Store::exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string m = err ? err : "unknown error";
+    sqlite3_free(err);
+    return fail(Code::kInternal, std::string("sqlite: ") + m);
+  }
+  return {};
+}
+
+Result<void> Store::migrate() {
+  // Each entry moves the schema from version i to i+1. Never edit a shipped entry.
+  static const char* kMigrations[] = {
+      R"(CREATE TABLE sandboxes (
+           id TEXT PRIMARY KEY,
+           profile TEXT NOT NULL,
+           runtime TEXT NOT NULL,
+           image TEXT NOT NULL,
+           state TEXT NOT NULL,
+           spec TEXT NOT NULL,
+           runtime_state TEXT,
+           uid_base INTEGER NOT NULL,
+           created_at REAL NOT NULL,
+           expires_at REAL,
+           destroyed_at REAL,
+           reason TEXT NOT NULL DEFAULT '');
+         CREATE INDEX sandboxes_state ON sandboxes(state);
+         CREATE TABLE images (
+           name TEXT PRIMARY KEY,
+           kind TEXT NOT NULL,
+           path TEXT NOT NULL,
+           created_at REAL NOT NULL,
+           size_bytes INTEGER NOT NULL DEFAULT 0,
+           files INTEGER NOT NULL DEFAULT 0);)",
+  };
+  std::lock_guard lock(mu_);
+  Stmt q(db_, "PRAGMA user_version");
+  if (!q.ok() || q.step() != SQLITE_ROW) return fail(q.error("reading user_version"));
+  int64_t version = q.integer(0);
+  const int64_t target = static_cast<int64_t>(std::size(kMigrations));
+  if (version > target)
+    return fail(Code::kUnavailable,
+                "database schema version " + std::to_string(version) +
+                    " is newer than this spaced understands (" + std::to_string(target) +
+                    "); run a newer spaced or use another --state-dir");
+  for (int64_t v = version; v < target; ++v) {
+    TRY_VOID(exec("BEGIN IMMEDIATE"));
+    auto r = exec(kMigrations[v]);
+    if (!r) {
+      (void)exec("ROLLBACK");
+      return r;
+    }
+    std::string set = "PRAGMA user_version=" + std::to_string(v + 1);
+    TRY_VOID(exec(set.c_str()));
+    TRY_VOID(exec("COMMIT"));
+  }
+  return {};
+}
+
+Result<void> Store::put_sandbox(const SandboxRecord& r) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "INSERT OR REPLACE INTO sandboxes (id, profile, runtime, image, state, spec, "
+              "runtime_state, uid_base, created_at, expires_at, destroyed_at, reason) "
+              "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
+  if (!s.ok()) return fail(s.error("saving sandbox"));
+  s.bind(1, r.id).bind(2, r.profile).bind(3, r.runtime).bind(4, r.image).bind(5, r.state);
+  s.bind(6, r.spec.dump()).bind(7, r.runtime_state.is_null() ? "" : r.runtime_state.dump());
+  s.bind(8, static_cast<int64_t>(r.uid_base)).bind(9, r.created_at);
+  s.bind_opt(10, r.expires_at).bind_opt(11, r.destroyed_at).bind(12, r.reason);
+  if (s.step() != SQLITE_DONE) return fail(s.error("saving sandbox " + r.id));
+  return {};
+}
+
+Result<std::optional<SandboxRecord>> Store::get_sandbox(const std::string& id) {
+  std::lock_guard lock(mu_);
+  std::string sql = std::string("SELECT ") + kSandboxCols + " FROM sandboxes WHERE id = ?";
+  Stmt s(db_, sql.c_str());
+  if (!s.ok()) return fail(s.error("reading sandbox"));
+  s.bind(1, id);
+  int rc = s.step();
+  if (rc == SQLITE_DONE) return std::optional<SandboxRecord>{};
+  if (rc != SQLITE_ROW) return fail(s.error("reading sandbox " + id));
+  return std::optional<SandboxRecord>(read_sandbox(s));
+}
+
+Result<std::vector<SandboxRecord>> Store::live_sandboxes() {
+  std::lock_guard lock(mu_);
+  std::string sql = std::string("SELECT ") + kSandboxCols +
+                    " FROM sandboxes WHERE state != 'destroyed' ORDER BY created_at";
+  Stmt s(db_, sql.c_str());
+  if (!s.ok()) return fail(s.error("listing sandboxes"));
+  std::vector<SandboxRecord> out;
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW) out.push_back(read_sandbox(s));
+  if (rc != SQLITE_DONE) return fail(s.error("listing sandboxes"));
+  return out;
+}
+
+Result<bool> Store::uid_base_in_use(uint32_t base) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "SELECT 1 FROM sandboxes WHERE uid_base = ? AND state != 'destroyed' LIMIT 1");
+  if (!s.ok()) return fail(s.error("checking uid range"));
+  s.bind(1, static_cast<int64_t>(base));
+  int rc = s.step();
+  if (rc == SQLITE_ROW) return true;
+  if (rc == SQLITE_DONE) return false;
+  return fail(s.error("checking uid range"));
+}
+
+Result<int> Store::prune_destroyed(double before) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "DELETE FROM sandboxes WHERE state = 'destroyed' AND destroyed_at < ?");
+  if (!s.ok()) return fail(s.error("pruning sandboxes"));
+  s.bind(1, before);
+  if (s.step() != SQLITE_DONE) return fail(s.error("pruning sandboxes"));
+  return sqlite3_changes(db_);
+}
+
+Result<void> Store::put_image(const ImageRecord& r) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "INSERT OR REPLACE INTO images (name, kind, path, created_at, size_bytes, files) "
+              "VALUES (?,?,?,?,?,?)");
+  if (!s.ok()) return fail(s.error("saving image"));
+  s.bind(1, r.name).bind(2, r.kind).bind(3, r.path).bind(4, r.created_at);
+  s.bind(5, static_cast<int64_t>(r.size_bytes)).bind(6, static_cast<int64_t>(r.files));
+  if (s.step() != SQLITE_DONE) return fail(s.error("saving image " + r.name));
+  return {};
+}
+
+Result<std::optional<ImageRecord>> Store::get_image(const std::string& name) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "SELECT name, kind, path, created_at, size_bytes, files FROM images WHERE name = ?");
+  if (!s.ok()) return fail(s.error("reading image"));
+  s.bind(1, name);
+  int rc = s.step();
+  if (rc == SQLITE_DONE) return std::optional<ImageRecord>{};
+  if (rc != SQLITE_ROW) return fail(s.error("reading image " + name));
+  return std::optional<ImageRecord>(read_image(s));
+}
+
+Result<std::vector<ImageRecord>> Store::images() {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "SELECT name, kind, path, created_at, size_bytes, files FROM images ORDER BY name");
+  if (!s.ok()) return fail(s.error("listing images"));
+  std::vector<ImageRecord> out;
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW) out.push_back(read_image(s));
+  if (rc != SQLITE_DONE) return fail(s.error("listing images"));
+  return out;
+}
+
+Result<void> Store::delete_image(const std::string& name) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "DELETE FROM images WHERE name = ?");
+  if (!s.ok()) return fail(s.error("deleting image"));
+  s.bind(1, name);
+  if (s.step() != SQLITE_DONE) return fail(s.error("deleting image " + name));
+  return {};
+}
+
+}  // namespace space::daemon

@@ -1,0 +1,72 @@
+// The daemon's metadata store: one SQLite file in the state directory. It records every
+// sandbox (live and destroyed), images, and has room for snapshots and audit events (later
+// issues add their tables through the same migration list). WAL mode; one connection guarded
+// by a mutex — the daemon's write rate is low (a few rows per sandbox).
+#pragma once
+
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace space::daemon {
+
+struct SandboxRecord {
+  std::string id;
+  std::string profile;
+  std::string runtime;
+  std::string image;
+  std::string state;            // creating | running | paused | destroyed
+  nlohmann::json spec;          // limits, env, workdir, allow, secrets
+  nlohmann::json runtime_state; // Instance::persist()
+  uint32_t uid_base = 0;
+  double created_at = 0;        // unix seconds
+  std::optional<double> expires_at;
+  std::optional<double> destroyed_at;
+  std::string reason;           // why it was destroyed
+};
+
+struct ImageRecord {
+  std::string name;
+  std::string kind;             // host | imported
+  std::string path;             // rootfs directory
+  double created_at = 0;
+  uint64_t size_bytes = 0;
+  uint64_t files = 0;
+};
+
+class Store {
+ public:
+  static Result<std::unique_ptr<Store>> open(const std::filesystem::path& file);
+  ~Store();
+
+  Result<void> put_sandbox(const SandboxRecord& r);  // insert or replace
+  Result<std::optional<SandboxRecord>> get_sandbox(const std::string& id);
+  // Sandboxes not destroyed, oldest first.
+  Result<std::vector<SandboxRecord>> live_sandboxes();
+  Result<bool> uid_base_in_use(uint32_t base);
+  // Deletes destroyed sandboxes' rows older than `before` (unix seconds).
+  Result<int> prune_destroyed(double before);
+
+  Result<void> put_image(const ImageRecord& r);
+  Result<std::optional<ImageRecord>> get_image(const std::string& name);
+  Result<std::vector<ImageRecord>> images();
+  Result<void> delete_image(const std::string& name);
+
+ private:
+  explicit Store(sqlite3* db) : db_(db) {}
+  Result<void> migrate();
+  Result<void> exec(const char* sql);
+
+  std::mutex mu_;
+  sqlite3* db_;
+};
+
+}  // namespace space::daemon

@@ -1,0 +1,515 @@
+// The sandbox launcher (see launcher.h). The child's steps are one straight-line function,
+// child_main(), that reads like the recipe it is; each step that fails reports its name.
+#include "runtime/linux/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+
+#include "runtime/linux/namespaces.h"
+#include "runtime/linux/syscalls.h"
+
+namespace space::runtime::linux {
+
+namespace {
+
+// Fds the child holds until exec, besides kChannelFd..kSpareDaemonFd and kLowerFdSlot.
+constexpr int kAgentImageSlot = 7;
+constexpr int kReportSlot = 8;
+constexpr int kReleaseSlot = 9;
+constexpr int kFirstFreeSlot = 12;
+
+enum Step : int32_t {
+  kArrangeFds,
+  kResetSignals,
+  kWaitRelease,
+  kEnterStage,
+  kAttachLower,
+  kOpenLower,
+  kSetGid,
+  kDropGroups,
+  kSetUid,
+  kUnshareCgroup,
+  kMakePrivate,
+  kFsBeforePivot,  // index = op
+  kOpenLayer,
+  kEnterRoot,
+  kMakeOldRoot,
+  kPivotRoot,
+  kChdirRoot,
+  kFsAfterPivot,  // index = op
+  kDetachOldRoot,
+  kRemoveOldRoot,
+  kHostname,
+  kStdio,
+  kSetsid,
+  kRlimitNofile,
+  kRlimitCore,
+  kCapBounding,
+  kCapAmbient,
+  kCapSet,
+  kNoNewPrivs,
+  kSeccomp,
+  kExec,
+  kStepCount,
+};
+
+constexpr const char* kStepNames[kStepCount] = {
+    "arrange fds",
+    "reset signals",
+    "wait for release",
+    "enter staging directory",
+    "attach id-mapped image rootfs",
+    "open image rootfs",
+    "setresgid 0",
+    "setgroups",
+    "setresuid 0",
+    "unshare cgroup namespace",
+    "make mounts private",
+    "",
+    "open writable layer",
+    "enter new root",
+    "create old root mount point",
+    "pivot_root",
+    "chdir /",
+    "",
+    "detach old root",
+    "remove old root mount point",
+    "sethostname",
+    "stdio to /dev/null",
+    "setsid",
+    "lower RLIMIT_NOFILE",
+    "RLIMIT_CORE 0",
+    "drop bounding capabilities",
+    "clear ambient capabilities",
+    "capset",
+    "no_new_privs",
+    "install seccomp filter",
+    "execveat agent",
+};
+
+struct StepReport {
+  int32_t step;
+  int32_t index;
+  int32_t err;
+};
+
+// Everything the child needs, prepared by the parent. The child sees a copy-on-write copy.
+struct ChildPlan {
+  // Fd to place -> slot.
+  std::array<std::pair<int, int>, 6> fds;
+  int report_fd;  // before the fds are arranged
+  const char* stage_dir;
+  const char* lower_dir;
+  const FsPlan* fs;
+  const char* hostname;
+  size_t hostname_len;
+  rlimit nofile;
+  rlimit core;
+  CapPlan caps;
+  const SeccompProgram* seccomp;
+  char* const* argv;
+  char* const* envp;
+};
+
+[[noreturn]] void child_fail(int report_fd, Step step, size_t index, int err) {
+  StepReport r{step, static_cast<int32_t>(index), err};
+  ssize_t n = ::write(report_fd, &r, sizeof r);
+  (void)n;
+  ::_exit(127);
+}
+
+// The child, from clone to exec. Raw syscalls only: glibc's set*id() wrappers would try to
+// signal the parent's other threads, and malloc's locks may be held by them.
+[[noreturn]] void child_main(const ChildPlan& p) {
+  int report = p.report_fd;
+  auto check = [&](Step step, long rc) {
+    if (rc < 0) child_fail(report, step, 0, errno);
+  };
+
+  // Fds: copy every fd we keep above the slots first (F_DUPFD never clobbers), then place
+  // them, then close everything else the daemon had open.
+  int tmp[6];
+  for (size_t i = 0; i < p.fds.size(); ++i) {
+    tmp[i] = ::fcntl(p.fds[i].first, F_DUPFD_CLOEXEC, kFirstFreeSlot);
+    if (tmp[i] < 0) child_fail(report, kArrangeFds, i, errno);
+  }
+  for (size_t i = 0; i < p.fds.size(); ++i) {
+    int slot = p.fds[i].second;
+    // The agent's fds survive exec; the launcher's own are close-on-exec.
+    int flags = slot <= kSpareDaemonFd ? 0 : O_CLOEXEC;
+    if (::dup3(tmp[i], slot, flags) < 0) child_fail(report, kArrangeFds, i, errno);
+  }
+  report = kReportSlot;
+  for (int fd = kChannelFd; fd < kFirstFreeSlot; ++fd) {  // free slots the daemon had open
+    bool placed = false;
+    for (const auto& entry : p.fds) placed |= entry.second == fd;
+    if (!placed) ::close(fd);
+  }
+  check(kArrangeFds, ::close_range(kFirstFreeSlot, ~0U, 0));
+
+  // Signal dispositions and mask are inherited from the daemon; SIG_IGN even survives exec.
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    ::signal(sig, SIG_DFL);  // glibc-internal signals refuse: fine
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  check(kResetSignals, ::sigprocmask(SIG_SETMASK, &none, nullptr));
+
+  // The parent writes our id maps and joins us to the cgroups, then releases us. EOF means it
+  // gave up.
+  // The release message may carry one fd: the image rootfs as an id-mapped mount (see
+  // make_idmapped_lower), which we attach in our own mount namespace below.
+  char go = 0;
+  int idmapped = -1;
+  ssize_t n;
+  {
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
+    iovec iov{&go, 1};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    do {
+      n = ::recvmsg(kReleaseSlot, &msg, MSG_CMSG_CLOEXEC);
+    } while (n < 0 && errno == EINTR);
+    if (n == 1) {
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      if (c != nullptr && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+          c->cmsg_len == CMSG_LEN(sizeof(int))) {
+        ::memcpy(&idmapped, CMSG_DATA(c), sizeof(int));
+      }
+    }
+  }
+  if (n != 1) child_fail(report, kWaitRelease, 0, n < 0 ? errno : ECANCELED);
+  ::close(kReleaseSlot);
+
+  // Host paths are looked up by name here, in our own mount namespace (fds opened by the parent
+  // would point into the host's), and before setresuid: as long as we keep host root's fs
+  // identity the state and image directories may stay closed to others (mode 0700).
+  check(kEnterStage, ::chdir(p.stage_dir));
+  const char* lower_path = p.lower_dir;
+  if (idmapped >= 0) {
+    check(kAttachLower, ::syscall(SYS_move_mount, idmapped, "", AT_FDCWD, "lower",
+                                  MOVE_MOUNT_F_EMPTY_PATH));
+    ::close(idmapped);
+    lower_path = "lower";
+  }
+  int lower = ::open(lower_path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  check(kOpenLower, lower);
+  if (lower != kLowerFdSlot) {
+    check(kOpenLower, ::dup3(lower, kLowerFdSlot, O_CLOEXEC));
+    ::close(lower);
+  }
+
+  // Become root of the new user namespace (host uid_base) and drop the daemon's supplementary
+  // groups, which would otherwise still grant host group access.
+  check(kSetGid, ::syscall(SYS_setresgid, 0, 0, 0));
+  check(kDropGroups, ::syscall(SYS_setgroups, 0, nullptr));
+  check(kSetUid, ::syscall(SYS_setresuid, 0, 0, 0));
+  // After the parent placed us in our cgroups: they become the root of our cgroup view.
+  check(kUnshareCgroup, ::unshare(CLONE_NEWCGROUP));
+
+  // File system. Mounts are private so nothing propagates back to the host.
+  ::umask(0);
+  check(kMakePrivate, ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr));
+  size_t failed = 0;
+  if (int err = run_fs_ops(p.fs->before_pivot, &failed)) {
+    child_fail(report, kFsBeforePivot, failed, err);
+  }
+  int layer = ::open("layer", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  check(kOpenLayer, layer);
+  if (layer == kLayerFd) {  // the lowest free fd may be the slot itself
+    check(kOpenLayer, ::fcntl(layer, F_SETFD, 0));
+  } else {
+    check(kOpenLayer, ::dup3(layer, kLayerFd, 0));
+    ::close(layer);
+  }
+  check(kEnterRoot, ::chdir("root"));
+  check(kMakeOldRoot, ::mkdir(kOldRoot + 1, 0700));
+  check(kPivotRoot, sys_pivot_root(".", kOldRoot + 1));
+  check(kChdirRoot, ::chdir("/"));
+  if (int err = run_fs_ops(p.fs->after_pivot, &failed)) {
+    child_fail(report, kFsAfterPivot, failed, err);
+  }
+  check(kDetachOldRoot, ::umount2(kOldRoot, MNT_DETACH));
+  check(kRemoveOldRoot, ::rmdir(kOldRoot));
+  check(kHostname, ::sethostname(p.hostname, p.hostname_len));
+
+  // stdio: the daemon's own must not reach the sandbox. A new session drops its terminal.
+  int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  check(kStdio, null);
+  for (int fd = 0; fd <= 2; ++fd) check(kStdio, ::dup3(null, fd, 0));
+  if (null > 2) ::close(null);
+  check(kSetsid, ::setsid());
+  ::umask(022);
+
+  check(kRlimitNofile, ::setrlimit(RLIMIT_NOFILE, &p.nofile));
+  check(kRlimitCore, ::setrlimit(RLIMIT_CORE, &p.core));
+
+  // Capabilities, then no_new_privs and seccomp (which needs one of CAP_SYS_ADMIN or NNP).
+  if (int err = drop_bounding_set(p.caps)) child_fail(report, kCapBounding, 0, err);
+  if (int err = clear_ambient()) child_fail(report, kCapAmbient, 0, err);
+  if (int err = set_capabilities(p.caps)) child_fail(report, kCapSet, 0, err);
+  check(kNoNewPrivs, ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
+  if (int err = install_seccomp(*p.seccomp)) child_fail(report, kSeccomp, 0, err);
+
+  ::execveat(kAgentImageSlot, "", p.argv, p.envp, AT_EMPTY_PATH);
+  child_fail(report, kExec, 0, errno);
+}
+
+std::string describe_step(const StepReport& r, const FsPlan& fs) {
+  auto op_name = [&](const std::vector<FsOp>& ops) -> std::string {
+    if (r.index >= 0 && static_cast<size_t>(r.index) < ops.size()) return ops[r.index].what;
+    return "mount step " + std::to_string(r.index);
+  };
+  if (r.step == kFsBeforePivot) return op_name(fs.before_pivot);
+  if (r.step == kFsAfterPivot) return op_name(fs.after_pivot);
+  if (r.step >= 0 && r.step < kStepCount) return kStepNames[r.step];
+  return "step " + std::to_string(r.step);
+}
+
+struct Pipe {
+  UniqueFd read, write;
+};
+Result<Pipe> make_pipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return fail_sys("pipe2");
+  return Pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+Result<std::pair<UniqueFd, UniqueFd>> make_socketpair() {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+    return fail_sys("socketpair", "AF_UNIX");
+  }
+  return std::pair{UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+// Reads the child's report pipe: EOF = the agent was exec'd.
+Result<void> wait_for_exec(int fd, const FsPlan& fs, std::chrono::milliseconds timeout) {
+  StepReport r{};
+  size_t got = 0;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (got < sizeof r) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd pfd{fd, POLLIN, 0};
+    int rc = ::poll(&pfd, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) return fail_sys("poll", "report pipe");
+    if (rc == 0) {
+      return fail(Code::kTimeout,
+                  "the sandbox did not start within " + std::to_string(timeout.count()) + " ms");
+    }
+    ssize_t n = ::read(fd, reinterpret_cast<char*>(&r) + got, sizeof r - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail_sys("read", "report pipe");
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got == 0) return {};
+  if (got != sizeof r) return fail(Code::kInternal, "truncated report from the sandbox child");
+  return fail(Error::sys("step \"" + describe_step(r, fs) + "\"", "", r.err));
+}
+
+}  // namespace
+
+Result<void> kill_and_reap(int pidfd, bool is_child, std::chrono::milliseconds timeout) {
+  if (pidfd < 0) return {};
+  if (sys_pidfd_send_signal(pidfd, SIGKILL) != 0 && errno != ESRCH) {
+    return fail_sys("pidfd_send_signal", "SIGKILL");
+  }
+  // A pidfd polls readable once the process has exited (for a namespace init: once every
+  // process of the namespace is gone).
+  pollfd pfd{pidfd, POLLIN, 0};
+  int rc;
+  do {
+    rc = ::poll(&pfd, 1, static_cast<int>(timeout.count()));
+  } while (rc < 0 && errno == EINTR);
+  if (rc == 0) {
+    return fail(Code::kTimeout, "the agent did not exit within " + std::to_string(timeout.count()) +
+                                    " ms of SIGKILL");
+  }
+  if (is_child) {
+    siginfo_t info{};
+    // ECHILD: somebody else reaped it (a daemon-wide SIGCHLD handler); it is gone either way.
+    if (::waitid(P_PIDFD, static_cast<id_t>(pidfd), &info, WEXITED | WNOHANG) != 0 &&
+        errno != ECHILD) {
+      return fail_sys("waitid", "P_PIDFD");
+    }
+  }
+  return {};
+}
+
+namespace {
+
+// A detached, read-only, nosuid, nodev clone of `lower_dir` whose ownership is mapped through
+// the child's user namespace (open_tree + mount_setattr MOUNT_ATTR_IDMAP). Needs the child's id
+// maps written. Invalid on failure (old kernel, unsupported file system).
+UniqueFd make_idmapped_lower(pid_t child, const std::filesystem::path& lower_dir) {
+  std::string ns = "/proc/" + std::to_string(child) + "/ns/user";
+  UniqueFd userns(::open(ns.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!userns) return {};
+  UniqueFd tree(static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, lower_dir.c_str(),
+                                           OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
+  if (!tree) return {};
+  mount_attr attr{};
+  attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  attr.userns_fd = static_cast<uint64_t>(userns.get());
+  if (::syscall(SYS_mount_setattr, tree.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) return {};
+  return tree;
+}
+
+// Releases the child: one byte, plus `fd` (if valid) as SCM_RIGHTS.
+Result<void> send_release(int sock, int fd) {
+  char go = '1';
+  iovec iov{&go, 1};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
+  if (fd >= 0) {
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    ::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
+  ssize_t n;
+  do {
+    n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1) return fail_sys("sendmsg", "release channel");
+  return {};
+}
+
+}  // namespace
+
+Result<Launched> launch(const LaunchRequest& req) {
+  // Socketpairs: the channel, and the spare pair a restarted daemon will use.
+  auto [channel_daemon, channel_agent] = TRY_CTX(make_socketpair(), "creating the channel");
+  auto [spare_agent, spare_daemon] = TRY_CTX(make_socketpair(), "creating the spare channel");
+  Pipe report = TRY(make_pipe());
+  auto [release_daemon, release_child] = TRY_CTX(make_socketpair(), "creating the release channel");
+  struct stat st;
+  if (::stat(req.lower_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return fail(Code::kNotFound,
+                "image rootfs \"" + req.lower_dir.string() + "\" is not a directory");
+  }
+
+  rlimit nofile{}, core{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) != 0) return fail_sys("getrlimit", "RLIMIT_NOFILE");
+  if (::getrlimit(RLIMIT_CORE, &core) != 0) return fail_sys("getrlimit", "RLIMIT_CORE");
+  nofile.rlim_cur = nofile.rlim_max = std::min<rlim_t>(nofile.rlim_max, req.nofile);
+  core.rlim_cur = 0;
+
+  static char arg0[] = "space-agent", arg1[] = "--channel-fd", arg2[] = "3", arg3[] = "--spare-fds",
+              arg4[] = "4,5", arg5[] = "--hold-fds", arg6[] = "6";
+  static char* const argv[] = {arg0, arg1, arg2, arg3, arg4, arg5, arg6, nullptr};
+  static char* const envp[] = {nullptr};
+
+  ChildPlan plan{
+      .fds = {{{channel_agent.get(), kChannelFd},
+               {spare_agent.get(), kSpareAgentFd},
+               {spare_daemon.get(), kSpareDaemonFd},
+               {req.agent_fd, kAgentImageSlot},
+               {report.write.get(), kReportSlot},
+               {release_child.get(), kReleaseSlot}}},
+      .report_fd = report.write.get(),
+      .stage_dir = req.stage_dir.c_str(),
+      .lower_dir = req.lower_dir.c_str(),
+      .fs = req.fs,
+      .hostname = req.id.c_str(),
+      .hostname_len = req.id.size(),
+      .nofile = nofile,
+      .core = core,
+      .caps = req.caps,
+      .seccomp = req.seccomp,
+      .argv = argv,
+      .envp = envp,
+  };
+
+  // clone3 from a scratch thread that joined the sandbox's network namespace first: the child
+  // is born inside it without owning it.
+  int pidfd = -1;
+  long pid = -1;
+  int clone_errno = 0;
+  const char* failed_call = nullptr;
+  run_on_scratch_thread([&] {
+    if (::setns(req.netns_fd, CLONE_NEWNET) != 0) {
+      failed_call = "setns";
+      clone_errno = errno;
+      return;
+    }
+    clone_args args{};
+    args.flags =
+        CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_PIDFD;
+    args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
+    args.exit_signal = SIGCHLD;
+    if (req.cgroup->clone_into_fd() >= 0) {
+      args.flags |= CLONE_INTO_CGROUP;
+      args.cgroup = static_cast<uint64_t>(req.cgroup->clone_into_fd());
+    }
+    pid = sys_clone3(&args);
+    if (pid == 0) child_main(plan);
+    if (pid < 0) {
+      failed_call = "clone3";
+      clone_errno = errno;
+    }
+  });
+  if (pid < 0) return fail_sys(failed_call, "", clone_errno);
+
+  Launched out;
+  out.pid = static_cast<pid_t>(pid);
+  out.pidfd.reset(pidfd);
+  // From here on a failure kills and reaps the child.
+  auto undo = [&](Error e) -> Result<Launched> {
+    (void)kill_and_reap(out.pidfd.get(), true, std::chrono::milliseconds(5000));
+    return fail(std::move(e));
+  };
+
+  // The child's copies are all it needs; ours would keep EOFs from arriving.
+  channel_agent.reset();
+  spare_agent.reset();
+  spare_daemon.reset();
+  report.write.reset();
+  release_child.reset();
+
+  if (auto r = write_id_maps(out.pid, req.uid_base, SandboxSpec::kIdRange); !r) {
+    return undo(std::move(r.error()));
+  }
+  if (auto r = req.cgroup->attach(out.pid); !r) {
+    return undo(std::move(r.error()).wrap("joining cgroups"));
+  }
+  // The image rootfs, id-mapped so that its files (owned by host uids) appear with the same
+  // uids inside the sandbox: root-owned files belong to sandbox root, and overlayfs can copy
+  // them up. Kernels or file systems without id-mapped mounts fall back to the plain
+  // directory, where host-owned files show up as nobody.
+  UniqueFd idmapped = make_idmapped_lower(out.pid, req.lower_dir);
+  if (auto r = send_release(release_daemon.get(), idmapped.get()); !r) return undo(std::move(r.error()));
+  idmapped.reset();
+  release_daemon.reset();
+  if (auto r = wait_for_exec(report.read.get(), *req.fs, req.timeout); !r) {
+    return undo(std::move(r.error()));
+  }
+  out.channel = std::move(channel_daemon);
+  return out;
+}
+
+}  // namespace space::runtime::linux

@@ -1,0 +1,60 @@
+// Starts a sandbox's agent: clone3 into fresh user/pid/mount/uts/ipc namespaces (joined to the
+// prepared network namespace and cgroups), the parent's half of the handshake (id maps, v1
+// cgroups, release), and the child's recipe of named steps up to execveat of the agent.
+//
+// Between clone and exec the child runs only async-signal-safe code: raw syscalls over data
+// the parent prepared. On failure it reports {step, index, errno} over a CLOEXEC pipe and
+// exits; a successful exec closes the pipe, which is how the parent knows the agent runs.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+
+#include "common/error.h"
+#include "common/fd.h"
+#include "runtime/linux/caps.h"
+#include "runtime/linux/cgroup.h"
+#include "runtime/linux/mounts.h"
+#include "runtime/linux/seccomp.h"
+
+namespace space::runtime::linux {
+
+// The agent's fds (docs/agent-protocol.md, "Reattach").
+inline constexpr int kChannelFd = 3;      // the channel to the daemon
+inline constexpr int kSpareAgentFd = 4;   // spare socketpair, the agent's end
+inline constexpr int kSpareDaemonFd = 5;  // spare socketpair, the end a restarted daemon takes
+inline constexpr int kLayerFd = 6;        // the writable layer's tmpfs root, O_PATH
+// Fds the child holds only until exec (all close-on-exec).
+inline constexpr int kLowerFdSlot = 11;  // the image rootfs, for the overlay's lowerdir
+
+struct LaunchRequest {
+  std::string id;         // hostname
+  uint32_t uid_base = 0;  // host uid/gid of sandbox root
+  int netns_fd = -1;      // joined, not owned, by the sandbox
+  int agent_fd = -1;      // sealed memfd with the agent binary
+  const SeccompProgram* seccomp = nullptr;
+  CapPlan caps;
+  Cgroup* cgroup = nullptr;
+  std::filesystem::path stage_dir;  // holds the empty mount points `layer` and `root`
+  std::filesystem::path lower_dir;  // the image rootfs
+  const FsPlan* fs = nullptr;
+  uint64_t nofile = 4096;  // RLIMIT_NOFILE inside (only ever lowered)
+  std::chrono::milliseconds timeout{10000};
+};
+
+struct Launched {
+  pid_t pid = -1;
+  UniqueFd pidfd;
+  UniqueFd channel;  // the daemon's end
+};
+
+Result<Launched> launch(const LaunchRequest& req);
+
+// Kills the process behind `pidfd` (SIGKILL; for a pid-namespace init that is the whole
+// namespace) and, if it is our child, reaps it. Waits at most `timeout` for it to exit.
+Result<void> kill_and_reap(int pidfd, bool is_child, std::chrono::milliseconds timeout);
+
+}  // namespace space::runtime::linux

@@ -1,0 +1,174 @@
+// Compiles the policy table with libseccomp and exports the BPF into memory (see seccomp.h).
+#include "runtime/linux/seccomp.h"
+
+#include <linux/seccomp.h>
+#include <seccomp.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+
+#include "common/fd.h"
+#include "runtime/linux/syscalls.h"
+
+namespace space::runtime::linux {
+
+namespace {
+
+struct CtxDeleter {
+  void operator()(void* ctx) const { seccomp_release(ctx); }
+};
+using Ctx = std::unique_ptr<void, CtxDeleter>;
+
+Error seccomp_error(std::string_view what, int rc) {
+  return Error::sys("libseccomp " + std::string(what), "", -rc);
+}
+
+// Adds one libseccomp rule with at most one argument comparison.
+int add(void* ctx, uint32_t action, int nr, const scmp_arg_cmp* cmp) {
+  return cmp ? seccomp_rule_add_exact_array(ctx, action, nr, 1, cmp)
+             : seccomp_rule_add_exact_array(ctx, action, nr, 0, nullptr);
+}
+
+// libseccomp (2.5) refuses two comparisons of the same argument in one rule, and rules are
+// OR-ed, so "arg0 is none of V" (the personality allow list) is written as a union of
+// single-comparison rules that together match exactly the 32-bit values outside V:
+//  * every value with a bit outside M (the union of V's bits, all-ones excepted) set, expressed
+//    per such bit b as "b set and the next such bit c clear" (a cycle over those bits, so only
+//    values with all of them set escape), plus
+//  * the values with all those bits set that are not in V, matched by equality;
+//  * values with only bits of M set must then each be in V, which is checked below.
+// The test seccomp_test.cc runs personality() under the compiled filter to confirm.
+Result<void> add_not_in(void* ctx, uint32_t action, int nr, const PolicyRule& r) {
+  const auto& v = r.match.values;
+  auto in_v = [&](uint64_t x) {
+    for (uint64_t y : v) {
+      if (y == x) return true;
+    }
+    return false;
+  };
+  uint32_t m = 0;
+  for (uint64_t x : v) {
+    if (x != 0xffffffff) m |= static_cast<uint32_t>(x);
+  }
+  // Every subset of M must be allowed, or this encoding is wrong for the table.
+  for (uint32_t s = m;; s = (s - 1) & m) {
+    if (!in_v(s)) {
+      return fail(Code::kInternal, "seccomp: unsupported allow list for " + std::string(r.syscall));
+    }
+    if (s == 0) break;
+  }
+  std::vector<int> outside;
+  for (int b = 0; b < 32; ++b) {
+    if (!(m & (1u << b))) outside.push_back(b);
+  }
+  for (size_t i = 0; i < outside.size(); ++i) {
+    uint32_t b = 1u << outside[i], c = 1u << outside[(i + 1) % outside.size()];
+    scmp_arg_cmp cmp = SCMP_CMP(r.match.arg, SCMP_CMP_MASKED_EQ, b | c, b);
+    if (int rc = add(ctx, action, nr, &cmp); rc < 0) return fail(seccomp_error("rule_add", rc));
+  }
+  // Values with every outside bit set: all-ones with any subset of M cleared.
+  uint32_t all_outside = ~m;
+  for (uint32_t s = m;; s = (s - 1) & m) {
+    uint32_t x = all_outside | s;
+    if (!in_v(x)) {
+      scmp_arg_cmp cmp = SCMP_CMP(r.match.arg, SCMP_CMP_MASKED_EQ, 0xffffffff, x);
+      if (int rc = add(ctx, action, nr, &cmp); rc < 0) return fail(seccomp_error("rule_add", rc));
+    }
+    if (s == 0) break;
+  }
+  // 64-bit values with high bits set: the kernel truncates personality's int argument, but
+  // nothing legitimate passes them.
+  scmp_arg_cmp high = SCMP_CMP(r.match.arg, SCMP_CMP_GT, 0xffffffffULL);
+  if (int rc = add(ctx, action, nr, &high); rc < 0) return fail(seccomp_error("rule_add", rc));
+  return {};
+}
+
+Result<void> add_rule(void* ctx, const PolicyRule& r, int nr) {
+  const uint32_t action = SCMP_ACT_ERRNO(static_cast<uint16_t>(r.errno_value));
+  const auto& m = r.match;
+  switch (m.kind) {
+    case SyscallMatch::Kind::kAll:
+      if (int rc = add(ctx, action, nr, nullptr); rc < 0)
+        return fail(seccomp_error("rule_add", rc));
+      return {};
+    case SyscallMatch::Kind::kArgEquals:
+      for (uint64_t v : m.values) {
+        scmp_arg_cmp cmp = SCMP_CMP(m.arg, SCMP_CMP_MASKED_EQ, 0xffffffff, v);
+        if (int rc = add(ctx, action, nr, &cmp); rc < 0) {
+          return fail(seccomp_error("rule_add", rc));
+        }
+      }
+      return {};
+    case SyscallMatch::Kind::kArgAnyBit:
+      for (uint64_t v : m.values) {
+        for (int b = 0; b < 64; ++b) {
+          const uint64_t bit = uint64_t{1} << b;
+          if (!(v & bit)) continue;
+          scmp_arg_cmp cmp = SCMP_CMP(m.arg, SCMP_CMP_MASKED_EQ, bit, bit);
+          if (int rc = add(ctx, action, nr, &cmp); rc < 0) {
+            return fail(seccomp_error("rule_add", rc));
+          }
+        }
+      }
+      return {};
+    case SyscallMatch::Kind::kArgNotIn:
+      return add_not_in(ctx, action, nr, r);
+  }
+  return fail(Code::kInternal, "seccomp: unknown match kind");
+}
+
+}  // namespace
+
+Result<SeccompProgram> compile_policy(const std::vector<PolicyRule>& policy) {
+  Ctx ctx(seccomp_init(SCMP_ACT_ALLOW));
+  if (!ctx) return fail(Code::kInternal, "seccomp_init failed");
+  // Only the native architecture is in the filter; libseccomp makes everything else (i386,
+  // and x32 syscall numbers with __X32_SYSCALL_BIT on x86_64) take this action.
+  if (int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+      rc < 0) {
+    return fail(seccomp_error("attr_set BADARCH", rc));
+  }
+  const bool x86_64 = seccomp_arch_native() == SCMP_ARCH_X86_64;
+  SeccompProgram out;
+  for (const auto& r : policy) {
+    const std::string name(r.syscall);
+    int nr = seccomp_syscall_resolve_name(name.c_str());
+    if (nr == __NR_SCMP_ERROR && x86_64 && r.x86_64_nr >= 0) nr = r.x86_64_nr;
+    if (nr < 0) {  // not a syscall of this architecture (e.g. iopl on arm64)
+      out.unresolved.push_back(name);
+      continue;
+    }
+    TRY_VOID_CTX(add_rule(ctx.get(), r, nr), "seccomp rule for " + name);
+  }
+
+  UniqueFd mem(::memfd_create("space-seccomp", MFD_CLOEXEC));
+  if (!mem) return fail_sys("memfd_create");
+  if (int rc = seccomp_export_bpf(ctx.get(), mem.get()); rc < 0) {
+    return fail(seccomp_error("export_bpf", rc));
+  }
+  off_t size = ::lseek(mem.get(), 0, SEEK_END);
+  if (size <= 0 || size % sizeof(sock_filter) != 0 ||
+      static_cast<size_t>(size) > BPF_MAXINSNS * sizeof(sock_filter)) {
+    return fail(Code::kInternal, "seccomp: bad exported program size");
+  }
+  out.instructions.resize(static_cast<size_t>(size) / sizeof(sock_filter));
+  if (::pread(mem.get(), out.instructions.data(), static_cast<size_t>(size), 0) != size) {
+    return fail_sys("pread", "seccomp program");
+  }
+  if (out.instructions.size() > BPF_MAXINSNS) {
+    return fail(Code::kInternal, "seccomp: program longer than BPF_MAXINSNS");
+  }
+  return out;
+}
+
+int install_seccomp(const SeccompProgram& program) {
+  sock_fprog prog;
+  prog.len = static_cast<unsigned short>(program.instructions.size());
+  prog.filter = const_cast<sock_filter*>(program.instructions.data());
+  if (sys_seccomp(SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) return errno;
+  return 0;
+}
+
+}  // namespace space::runtime::linux

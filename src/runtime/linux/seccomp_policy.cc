@@ -1,0 +1,176 @@
+// The sandbox's seccomp policy table (see seccomp_policy.h). Reviewed like code: removing a
+// row or narrowing its match gives untrusted code more of the kernel.
+#include "runtime/linux/seccomp_policy.h"
+
+#include <fmt/format.h>
+#include <linux/sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace space::runtime::linux {
+
+namespace {
+
+using K = SyscallMatch::Kind;
+
+const SyscallMatch kAll{};
+
+// Namespace-creating clone(2) flags. CLONE_NEWTIME (0x80) is left out on purpose: for
+// clone(2) that bit is part of the exit signal and the kernel rejects NEWTIME there anyway.
+const std::vector<uint64_t> kNamespaceFlags = {CLONE_NEWNS,  CLONE_NEWCGROUP, CLONE_NEWUTS,
+                                               CLONE_NEWIPC, CLONE_NEWUSER,   CLONE_NEWPID,
+                                               CLONE_NEWNET};
+
+constexpr const char* kMounts =
+    "the sandbox's mounts are fixed at creation; new mounts could hide masks or expose paths";
+constexpr const char* kHostWide = "acts on the whole host, never needed in a sandbox";
+constexpr const char* kAttackSurface =
+    "large kernel attack surface with a history of privilege escalations; not needed by tools";
+constexpr const char* kNamespaces =
+    "new namespaces give a fresh full capability set over them: a classic escape springboard";
+constexpr const char* kClock = "the clock is shared with the host";
+constexpr const char* kNuma = "NUMA placement of host memory; not a sandbox's business";
+
+std::vector<PolicyRule> build() {
+  std::vector<PolicyRule> p = {
+      // Mounts and file-system views.
+      {"mount", -1, kAll, EPERM, kMounts},
+      {"umount2", -1, kAll, EPERM, kMounts},
+      {"pivot_root", -1, kAll, EPERM, kMounts},
+      {"chroot", -1, kAll, EPERM, kMounts},
+      {"fsopen", 430, kAll, EPERM, kMounts},
+      {"fsconfig", 431, kAll, EPERM, kMounts},
+      {"fsmount", 432, kAll, EPERM, kMounts},
+      {"fspick", 433, kAll, EPERM, kMounts},
+      {"move_mount", 429, kAll, EPERM, kMounts},
+      {"open_tree", 428, kAll, EPERM, kMounts},
+      {"open_tree_attr", 467, kAll, EPERM, kMounts},
+      {"mount_setattr", 442, kAll, EPERM, kMounts},
+      {"open_by_handle_at", -1, kAll, EPERM,
+       "opens files by handle, bypassing path checks (the 'shocker' escape)"},
+      {"name_to_handle_at", -1, kAll, EPERM, "the other half of open_by_handle_at"},
+      {"quotactl", -1, kAll, EPERM, "disk quotas of host file systems"},
+      {"quotactl_fd", 443, kAll, EPERM, "disk quotas of host file systems"},
+      {"swapon", -1, kAll, EPERM, kHostWide},
+      {"swapoff", -1, kAll, EPERM, kHostWide},
+      {"acct", -1, kAll, EPERM, "process accounting is host-wide"},
+      {"lookup_dcookie", -1, kAll, EPERM, "kernel profiling interface"},
+      {"nfsservctl", -1, kAll, EPERM, "removed kernel NFS server interface"},
+      {"uselib", -1, kAll, EPERM, "obsolete loader with past exploits"},
+      // The machine and the kernel itself.
+      {"reboot", -1, kAll, EPERM, kHostWide},
+      {"kexec_load", -1, kAll, EPERM, kHostWide},
+      {"kexec_file_load", -1, kAll, EPERM, kHostWide},
+      {"init_module", -1, kAll, EPERM, "loads code into the host kernel"},
+      {"finit_module", -1, kAll, EPERM, "loads code into the host kernel"},
+      {"delete_module", -1, kAll, EPERM, "unloads host kernel modules"},
+      {"syslog", -1, kAll, EPERM, "the kernel log leaks host addresses and activity"},
+      {"iopl", -1, kAll, EPERM, "raw port I/O"},
+      {"ioperm", -1, kAll, EPERM, "raw port I/O"},
+      {"vhangup", -1, kAll, EPERM, "hangs up the controlling terminal of others"},
+      // Kernel subsystems that are attack surface more than features for agent code.
+      {"bpf", -1, kAll, EPERM, kAttackSurface},
+      {"perf_event_open", -1, kAll, EPERM, "side channels and kernel attack surface"},
+      {"userfaultfd", -1, kAll, EPERM, "stalls kernel accesses at will: race exploit primitive"},
+      {"io_uring_setup", 425, kAll, EPERM, kAttackSurface},
+      {"io_uring_enter", 426, kAll, EPERM, kAttackSurface},
+      {"io_uring_register", 427, kAll, EPERM, kAttackSurface},
+      {"keyctl", -1, kAll, EPERM, "the kernel keyring is not namespaced"},
+      {"add_key", -1, kAll, EPERM, "the kernel keyring is not namespaced"},
+      {"request_key", -1, kAll, EPERM, "the kernel keyring is not namespaced"},
+      // Namespaces.
+      {"unshare", -1, kAll, EPERM, kNamespaces},
+      {"setns", -1, kAll, EPERM, "joining other namespaces (those fds must never reach inside)"},
+      {"clone", -1, {K::kArgAnyBit, 0, kNamespaceFlags}, EPERM, kNamespaces},
+      {"clone3", 435, kAll, ENOSYS,
+       "its flags live in memory seccomp cannot read; ENOSYS makes libc fall back to clone"},
+      // Time.
+      {"settimeofday", -1, kAll, EPERM, kClock},
+      {"clock_settime", -1, kAll, EPERM, kClock},
+      {"clock_adjtime", -1, kAll, EPERM, kClock},
+      {"adjtimex", -1, kAll, EPERM, kClock},
+      // Memory placement.
+      {"mbind", -1, kAll, EPERM, kNuma},
+      {"migrate_pages", -1, kAll, EPERM, kNuma},
+      {"move_pages", -1, kAll, EPERM, kNuma},
+      {"set_mempolicy_home_node", 450, kAll, EPERM, kNuma},
+      // Arguments.
+      {"personality",
+       -1,
+       {K::kArgNotIn, 0, {0x0, 0x8, 0x20000, 0x20008, 0xffffffff}},
+       EPERM,
+       "only PER_LINUX, PER_LINUX32, UNAME26 variants and the query; others disable ASLR or "
+       "make data executable"},
+      {"ioctl",
+       -1,
+       {K::kArgEquals, 1, {TIOCSTI}},
+       EPERM,
+       "TIOCSTI pushes input into a terminal another process reads"},
+      {"ioctl",
+       -1,
+       {K::kArgEquals, 1, {TIOCLINUX}},
+       EPERM,
+       "TIOCLINUX can inject console input too"},
+      {"socket",
+       -1,
+       {K::kArgEquals, 0, {AF_VSOCK}},
+       EAFNOSUPPORT,
+       "vsock reaches the hypervisor/host; as if not built in, so programs fall back"},
+      {"socket",
+       -1,
+       {K::kArgEquals, 0, {AF_ALG}},
+       EAFNOSUPPORT,
+       "kernel crypto sockets: frequent CVEs, user-space crypto works; libraries fall back"},
+  };
+  return p;
+}
+
+std::string describe(const SyscallMatch& m) {
+  auto list = [&](std::string_view sep) {
+    std::string s;
+    for (size_t i = 0; i < m.values.size(); ++i) {
+      if (i) s += sep;
+      s += fmt::format("{:#x}", m.values[i]);
+    }
+    return s;
+  };
+  switch (m.kind) {
+    case K::kAll:
+      return "always";
+    case K::kArgEquals:
+      return fmt::format("arg{} == {}", m.arg, list(" or "));
+    case K::kArgAnyBit:
+      return fmt::format("arg{} has any of {}", m.arg, list("|"));
+    case K::kArgNotIn:
+      return fmt::format("arg{} not in {{{}}}", m.arg, list(", "));
+  }
+  return "?";
+}
+
+}  // namespace
+
+const std::vector<PolicyRule>& sandbox_policy() {
+  static const std::vector<PolicyRule> policy = build();
+  return policy;
+}
+
+nlohmann::json policy_table() {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : sandbox_policy()) {
+    rows.push_back({{"syscall", r.syscall},
+                    {"match", describe(r.match)},
+                    {"action", std::string("errno ") + strerrorname_np(r.errno_value)},
+                    {"reason", r.reason}});
+  }
+  rows.push_back({{"syscall", "*"},
+                  {"match", "non-native architecture (i386, x32)"},
+                  {"action", "kill process"},
+                  {"reason", "a second syscall table would bypass every rule above"}});
+  return rows;
+}
+
+}  // namespace space::runtime::linux

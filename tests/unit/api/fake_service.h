@@ -1,0 +1,315 @@
+// An in-memory SandboxService test double for the API server tests: sandboxes are JSON objects
+// in a map, files a map of path -> bytes, and exec runs a few scripted "programs" (echo, both,
+// cat, sleep, missing, flood) whose events the tests check over a real socket. It records what
+// the server asked of it (last create request, signals, killed sessions) so tests can assert on
+// it. Not a model of the real daemon: only what the API layer needs.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "daemon/service.h"
+
+namespace space::api::testing {
+
+using daemon::ExecSession;
+using nlohmann::json;
+
+struct FakeStats {
+  std::mutex mu;
+  std::condition_variable cv;
+  int sessions_destroyed_unfinished = 0;  // destroyed before exit: "the tree was killed"
+  std::vector<int> signals;
+  size_t max_unconsumed = 0;               // flow control high-water mark (flood)
+
+  // Execs whose process tree was killed: by signal(SIGKILL), or by destroying the session
+  // before it ended. Call with `mu` held.
+  int kills() const {
+    return sessions_destroyed_unfinished +
+           static_cast<int>(std::count(signals.begin(), signals.end(), 9));
+  }
+};
+
+class FakeSession : public ExecSession {
+ public:
+  FakeSession(std::vector<std::string> argv, bool stdin, FakeStats& stats)
+      : argv_(std::move(argv)), stats_(stats) {
+    const std::string& prog = argv_[0];
+    if (prog == "missing") {
+      Event e{Event::Kind::kExit};
+      e.exit.exit_code = 127;
+      e.exit.error = "exec \"missing\": No such file or directory";
+      push(std::move(e));
+      return;
+    }
+    if (prog == "flood") return;  // next_flood() makes its own events
+    push(Event{Event::Kind::kStarted, "", 42});
+    if (prog == "echo") {
+      std::string out;
+      for (size_t i = 1; i < argv_.size(); ++i) out += (i > 1 ? " " : "") + argv_[i];
+      push(Event{Event::Kind::kStdout, out + "\n"});
+      exit_with(0);
+    } else if (prog == "both") {
+      push(Event{Event::Kind::kStdout, "out"});
+      push(Event{Event::Kind::kStderr, std::string("err\0\xff", 5)});
+      exit_with(3);
+    }
+    // cat: echoes stdin until it is closed; sleep: waits for a signal; flood: see next().
+  }
+
+  ~FakeSession() override {
+    std::lock_guard lock(stats_.mu);
+    if (!exited_) ++stats_.sessions_destroyed_unfinished;
+    stats_.cv.notify_all();
+  }
+
+  Result<Event> next() override {
+    if (argv_[0] == "flood") return next_flood();
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return !events_.empty(); });
+    Event e = events_.front();
+    if (e.kind != Event::Kind::kExit) events_.pop_front();
+    if (e.kind == Event::Kind::kExit) exited_ = true;
+    return e;
+  }
+
+  void consumed(size_t bytes) override {
+    std::lock_guard lock(mu_);
+    unconsumed_ -= bytes;
+    cv_.notify_all();
+  }
+
+  Result<void> write_stdin(std::string_view bytes) override {
+    if (argv_[0] != "cat") return fail(Code::kConflict, "stdin is closed");
+    push(Event{Event::Kind::kStdout, std::string(bytes)});
+    return {};
+  }
+  Result<void> close_stdin() override {
+    if (argv_[0] == "cat") exit_with(0);
+    return {};
+  }
+  void signal(int sig) override {
+    {
+      std::lock_guard lock(stats_.mu);
+      stats_.signals.push_back(sig);
+      stats_.cv.notify_all();
+    }
+    Event e{Event::Kind::kExit};
+    e.exit.signal = sig;
+    push(std::move(e));
+  }
+
+ private:
+  // Writes 8 MiB in 64 KiB events but never runs more than 1 MiB ahead of consumed().
+  Result<Event> next_flood() {
+    std::unique_lock lock(mu_);
+    if (!started_) {
+      started_ = true;
+      return Event{Event::Kind::kStarted, "", 7};
+    }
+    if (sent_ >= (8u << 20)) {
+      exited_ = true;
+      Event e{Event::Kind::kExit};
+      e.exit.exit_code = 0;
+      return e;
+    }
+    cv_.wait(lock, [&] { return unconsumed_ + 65536 <= (1u << 20) || !events_.empty(); });
+    if (!events_.empty()) {  // a signal arrived
+      exited_ = true;
+      return events_.front();
+    }
+    unconsumed_ += 65536;
+    sent_ += 65536;
+    {
+      std::lock_guard s(stats_.mu);
+      stats_.max_unconsumed = std::max(stats_.max_unconsumed, unconsumed_);
+    }
+    return Event{Event::Kind::kStdout, std::string(65536, 'x')};
+  }
+
+  void push(Event e) {
+    std::lock_guard lock(mu_);
+    events_.push_back(std::move(e));
+    cv_.notify_all();
+  }
+  void exit_with(int code) {
+    Event e{Event::Kind::kExit};
+    e.exit.exit_code = code;
+    e.exit.duration_s = 0.5;
+    push(std::move(e));
+  }
+
+  std::vector<std::string> argv_;
+  FakeStats& stats_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;
+  bool exited_ = false;
+  bool started_ = false;
+  size_t unconsumed_ = 0;
+  size_t sent_ = 0;
+};
+
+class FakeService : public daemon::SandboxService {
+ public:
+  FakeStats stats;
+  daemon::CreateRequest last_create;
+  std::map<std::string, std::string> files;   // "/path" -> bytes
+  std::map<std::string, uint32_t> modes;
+  std::string last_tar;                       // body of the last write_tar
+  std::string last_tar_dir;
+  std::string tar_to_serve = "TARDATA";       // what read_tar sends
+  size_t image_bytes = 0;
+
+  Result<daemon::SandboxInfo> create(const daemon::CreateRequest& req) override {
+    std::lock_guard lock(mu_);
+    last_create = req;
+    std::string id = "sb_" + std::to_string(1000 + sandboxes_.size());
+    json info = {{"id", id},           {"state", "running"},
+                 {"runtime", req.runtime}, {"image", req.image},
+                 {"profile", req.profile}, {"created_at", "2026-12-02T10:00:00Z"},
+                 {"expires_at", nullptr},  {"limits", {{"memory", req.limits.memory_bytes},
+                                                       {"cpus", req.limits.cpus},
+                                                       {"pids", req.limits.pids},
+                                                       {"disk", req.limits.disk_bytes}}}};
+    sandboxes_[id] = info;
+    return info;
+  }
+  Result<std::vector<daemon::SandboxInfo>> list() override {
+    std::lock_guard lock(mu_);
+    std::vector<daemon::SandboxInfo> out;
+    for (auto& [id, info] : sandboxes_) out.push_back(info);
+    return out;
+  }
+  Result<daemon::SandboxInfo> inspect(const std::string& id) override {
+    std::lock_guard lock(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return unknown(id);
+    return it->second;
+  }
+  Result<void> destroy(const std::string& id, bool force) override {
+    std::lock_guard lock(mu_);
+    if (sandboxes_.erase(id) == 0) return unknown(id);
+    return {};
+  }
+  Result<std::unique_ptr<ExecSession>> exec(const std::string& id,
+                                            const daemon::ExecRequest& req) override {
+    TRY(inspect(id));
+    return std::unique_ptr<ExecSession>(new FakeSession(req.argv, req.stdin, stats));
+  }
+  Result<json> processes(const std::string& id) override {
+    TRY(inspect(id));
+    return json::array({{{"pid", 1}, {"ppid", 0}, {"uid", 0}, {"state", "S"},
+                         {"argv", {"space-agent"}}, {"stream", nullptr}}});
+  }
+  Result<void> kill(const std::string& id, int pid, int sig) override {
+    TRY(inspect(id));
+    if (pid != 1) return fail(Code::kNotFound, "no process " + std::to_string(pid));
+    std::lock_guard lock(stats.mu);
+    stats.signals.push_back(sig);
+    return {};
+  }
+  Result<daemon::FileStat> stat(const std::string& id, const std::string& path) override {
+    TRY(inspect(id));
+    std::lock_guard lock(mu_);
+    if (path == "/" || path == "/dir") return daemon::FileStat{"dir", 0755, 0, ""};
+    if (path == "/link") return daemon::FileStat{"symlink", 0777, 4, "/etc"};
+    auto it = files.find(path);
+    if (it == files.end()) return fail(Code::kNotFound, path + ": no such file");
+    return daemon::FileStat{"file", modes[path], it->second.size(), ""};
+  }
+  Result<void> read_file(const std::string& id, const std::string& path,
+                         const daemon::ChunkSink& sink) override {
+    std::string data;
+    {
+      std::lock_guard lock(mu_);
+      data = files[path];
+    }
+    for (size_t i = 0; i < data.size(); i += 3) {
+      if (!sink(std::string_view(data).substr(i, 3))) return fail(Code::kUnavailable, "aborted");
+    }
+    return {};
+  }
+  Result<void> read_tar(const std::string& id, const std::string& path,
+                        const daemon::ChunkSink& sink) override {
+    for (size_t i = 0; i < tar_to_serve.size(); i += 4096) {
+      if (!sink(std::string_view(tar_to_serve).substr(i, 4096))) {
+        return fail(Code::kUnavailable, "aborted");
+      }
+    }
+    return {};
+  }
+  Result<void> write_file(const std::string& id, const std::string& path, uint32_t mode,
+                          const daemon::ChunkSource& source) override {
+    TRY(inspect(id));
+    std::string all = TRY(drain(source));
+    std::lock_guard lock(mu_);
+    files[path] = all;
+    modes[path] = mode;
+    return {};
+  }
+  Result<void> write_tar(const std::string& id, const std::string& path,
+                         const daemon::ChunkSource& source) override {
+    TRY(inspect(id));
+    std::string all = TRY(drain(source));
+    std::lock_guard lock(mu_);
+    last_tar = all;
+    last_tar_dir = path;
+    return {};
+  }
+  Result<void> remove(const std::string& id, const std::string& path, bool recursive) override {
+    TRY(inspect(id));
+    std::lock_guard lock(mu_);
+    if (files.erase(path) == 0) return fail(Code::kNotFound, path + ": no such file");
+    return {};
+  }
+  Result<json> diff(const std::string& id) override {
+    TRY(inspect(id));
+    return json{{"added", {"/root/new"}}, {"changed", {"/etc/hosts"}}, {"deleted", {"/tmp/x"}}};
+  }
+  Result<void> pause(const std::string& id) override { return set_state(id, "paused"); }
+  Result<void> resume(const std::string& id) override { return set_state(id, "running"); }
+  Result<json> import_image(const std::string& name, const daemon::ChunkSource& source) override {
+    std::string all = TRY(drain(source));
+    image_bytes = all.size();
+    return json{{"name", name}, {"size_bytes", all.size()}};
+  }
+  Result<json> list_images() override { return json::array({{{"name", "host"}}}); }
+  Result<void> remove_image(const std::string& name) override {
+    if (name != "host") return fail(Code::kNotFound, "unknown image " + name);
+    return fail(Code::kConflict, "the host image is built in");
+  }
+  json health() override { return {{"status", "ok"}}; }
+  std::string metrics() override { return "space_sandboxes 0\n"; }
+  json doctor() override { return {{"namespaces", {{"user", true}}}}; }
+
+ private:
+  static std::unexpected<Error> unknown(const std::string& id) {
+    return fail(Code::kNotFound, "unknown sandbox " + id + "; `space ls` lists sandboxes");
+  }
+  static Result<std::string> drain(const daemon::ChunkSource& source) {
+    std::string all, chunk;
+    for (;;) {
+      TRY_VOID(source(chunk));
+      if (chunk.empty()) return all;
+      all += chunk;
+    }
+  }
+  Result<void> set_state(const std::string& id, const char* state) {
+    std::lock_guard lock(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return unknown(id);
+    it->second["state"] = state;
+    return {};
+  }
+
+  std::mutex mu_;
+  std::map<std::string, json> sandboxes_;
+};
+
+}  // namespace space::api::testing

@@ -1,0 +1,224 @@
+// Request parsing and validation: targets, JSON bodies, create/exec requests with every limit,
+// ids, paths and query parameters. Each rejection must be a 4xx with the right code.
+#include "api/request.h"
+
+#include <gtest/gtest.h>
+
+namespace space::api {
+namespace {
+
+using nlohmann::json;
+
+template <class T>
+void expect_invalid(const Result<T>& r, std::string_view needle = "") {
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), Code::kInvalidArgument) << r.error().message();
+  EXPECT_EQ(http_status(r.error().code()), 400);
+  if (!needle.empty()) {
+    EXPECT_NE(r.error().message().find(needle), std::string::npos) << r.error().message();
+  }
+}
+
+TEST(ParseTarget, SegmentsAndQuery) {
+  auto t = parse_target("/v1/sandboxes/sb_1/files?path=%2Fetc%2Fmy+file&stat=true&x");
+  ASSERT_TRUE(t) << t.error().message();
+  EXPECT_EQ(t->path, "/v1/sandboxes/sb_1/files");
+  EXPECT_EQ(t->segments, (std::vector<std::string>{"v1", "sandboxes", "sb_1", "files"}));
+  EXPECT_EQ(t->query.at("path"), "/etc/my file");
+  EXPECT_EQ(t->query.at("stat"), "true");
+  EXPECT_EQ(t->query.at("x"), "");
+  EXPECT_EQ(parse_target("/metrics")->segments, std::vector<std::string>{"metrics"});
+  EXPECT_EQ(parse_target("/v1//health/")->segments, (std::vector<std::string>{"v1", "health"}));
+}
+
+TEST(ParseTarget, RefusesBadTargets) {
+  expect_invalid(parse_target(""));
+  expect_invalid(parse_target("v1/sandboxes"));
+  expect_invalid(parse_target("http://host/v1/sandboxes"));
+  expect_invalid(parse_target("/v1/images/a%2Fb"));      // '/' smuggled into a segment
+  expect_invalid(parse_target("/v1/images/a%00b"));
+  expect_invalid(parse_target("/v1/sandboxes/%2E%2E"));  // ".."
+  expect_invalid(parse_target("/v1/x%zz"));
+  expect_invalid(parse_target("/v1/x%4"));
+  expect_invalid(parse_target("/v1/x?path=%"));
+}
+
+TEST(JsonValueScanner, FindsEndIncrementally) {
+  std::string body = R"({"cmd":["a}\"{"],"x":{"y":[1,2]}})";
+  std::string stream = body + "\nSTDIN{";
+  JsonValueScanner s;
+  std::string fed;
+  JsonValueScanner::State st = JsonValueScanner::State::kIncomplete;
+  for (char c : stream) {
+    fed += c;
+    st = s.feed(fed);
+    if (st != JsonValueScanner::State::kIncomplete) break;
+  }
+  ASSERT_EQ(st, JsonValueScanner::State::kComplete);
+  EXPECT_EQ(s.end(), body.size());
+
+  JsonValueScanner arr;
+  EXPECT_EQ(arr.feed("  [1]"), JsonValueScanner::State::kNotAnObject);
+  JsonValueScanner deep;
+  EXPECT_EQ(deep.feed(std::string(100, '{')), JsonValueScanner::State::kTooDeep);
+  JsonValueScanner partial;
+  EXPECT_EQ(partial.feed(R"({"a":"})"), JsonValueScanner::State::kIncomplete);
+}
+
+TEST(ParseJson, RefusesMalformedAndDeep) {
+  EXPECT_TRUE(parse_json(R"({"a":[1,2,{"b":null}]})"));
+  expect_invalid(parse_json("{"), "malformed JSON");
+  expect_invalid(parse_json("{\"a\":}"), "malformed JSON");
+  expect_invalid(parse_json("{} {}"), "malformed JSON");
+  expect_invalid(parse_json("\xff\xfe"), "malformed JSON");
+  expect_invalid(parse_json(std::string(100000, '[') + std::string(100000, ']')), "nested");
+  // Brackets inside strings do not count towards depth.
+  EXPECT_TRUE(parse_json("{\"a\":\"" + std::string(1000, '[') + "\"}"));
+}
+
+TEST(CreateRequest, DefaultsAndFullForm) {
+  auto empty = parse_create_request(json::object());
+  ASSERT_TRUE(empty);
+  EXPECT_EQ(empty->runtime, "linux");
+  EXPECT_EQ(empty->image, "host");
+  EXPECT_EQ(empty->profile, "test");
+
+  auto r = parse_create_request(json::parse(R"({
+    "runtime": "qemu", "image": "debian-12", "profile": "live", "memory": "1.5G", "cpus": 2.5,
+    "pids": 100, "disk": 1048576, "timeout": "5m", "env": {"A": "1", "B": "x=y"},
+    "secrets": ["GITHUB_TOKEN"], "allow": ["pypi.org:443", "*.github.com"], "workdir": "/work"})"));
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->runtime, "qemu");
+  EXPECT_EQ(r->image, "debian-12");
+  EXPECT_EQ(r->profile, "live");
+  EXPECT_EQ(r->limits.memory_bytes, 3ull << 29);
+  EXPECT_DOUBLE_EQ(r->limits.cpus, 2.5);
+  EXPECT_EQ(r->limits.pids, 100u);
+  EXPECT_EQ(r->limits.disk_bytes, 1u << 20);
+  EXPECT_DOUBLE_EQ(*r->timeout_s, 300);
+  EXPECT_EQ(r->env, (std::vector<std::string>{"A=1", "B=x=y"}));
+  EXPECT_EQ(r->secrets, std::vector<std::string>{"GITHUB_TOKEN"});
+  EXPECT_EQ(r->allow.size(), 2u);
+  EXPECT_EQ(r->workdir, "/work");
+  EXPECT_DOUBLE_EQ(parse_create_request(json{{"cpus", "0.5"}})->limits.cpus, 0.5);
+  EXPECT_DOUBLE_EQ(*parse_create_request(json{{"timeout", 2.5}})->timeout_s, 2.5);
+}
+
+TEST(CreateRequest, EveryLimit) {
+  auto check = [](json body, std::string_view needle) {
+    SCOPED_TRACE(body.dump());
+    expect_invalid(parse_create_request(body), needle);
+  };
+  check(json::array(), "JSON object");
+  check({{"runtime", "docker"}}, "unknown runtime");
+  check({{"runtime", 1}}, "must be a string");
+  check({{"memroy", "1G"}}, "unknown field");
+  check({{"memory", "15M"}}, "minimum of 16M");
+  check({{"memory", (16 << 20) - 1}}, "minimum of 16M");
+  check({{"memory", -1}}, "whole number of bytes");
+  check({{"memory", 1.5e9}}, "whole number of bytes");
+  check({{"memory", "lots"}}, "invalid size");
+  check({{"memory", "99999999999E"}}, "too large");
+  check({{"disk", "1023K"}}, "minimum of 1M");
+  check({{"cpus", 0}}, "greater than 0");
+  check({{"cpus", -1}}, "greater than 0");
+  check({{"cpus", 1024.5}}, "at most 1024");
+  check({{"cpus", "x"}}, "number");
+  check({{"cpus", true}}, "number");
+  check({{"pids", 7}}, "at least 8");
+  check({{"pids", 4194305}}, "at most 4194304");
+  check({{"pids", 8.5}}, "whole number");
+  check({{"pids", "256"}}, "whole number");
+  check({{"timeout", 0}}, "greater than 0");
+  check({{"timeout", -5}}, "greater than 0");
+  check({{"timeout", "soon"}}, "invalid duration");
+  check({{"timeout", 1e12}}, "100 years");
+  check({{"env", {"A=1"}}}, "object");
+  check({{"env", {{"", "1"}}}}, "empty variable name");
+  check({{"env", {{"A=B", "1"}}}}, "'='");
+  check({{"env", {{std::string("A\0B", 3), "1"}}}}, "NUL");
+  check({{"env", {{"A", 1}}}}, "must be a string");
+  check({{"env", {{"A", std::string("x\0y", 3)}}}}, "NUL");
+  check({{"secrets", "GITHUB_TOKEN"}}, "array");
+  check({{"secrets", {"bad name"}}}, "secret name");
+  check({{"allow", {"http://x.com/"}}}, "allow");
+  check({{"allow", {""}}}, "allow");
+  check({{"image", "../etc"}}, "image name");
+  check({{"image", ""}}, "image name");
+  check({{"profile", "a/b"}}, "profile");
+  check({{"workdir", "relative"}}, "absolute");
+  check({{"workdir", "/" + std::string(5000, 'a')}}, "longer than");
+}
+
+TEST(ExecRequest, Valid) {
+  auto r = parse_exec_request(json::parse(
+      R"({"cmd":["sh","-c","echo hi"],"env":{"X":"1"},"cwd":"/tmp","timeout":"10s","stdin":true})"));
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->argv, (std::vector<std::string>{"sh", "-c", "echo hi"}));
+  EXPECT_EQ(r->env, std::vector<std::string>{"X=1"});
+  EXPECT_EQ(r->cwd, "/tmp");
+  EXPECT_DOUBLE_EQ(*r->timeout_s, 10);
+  EXPECT_TRUE(r->stdin);
+  EXPECT_FALSE(r->detach);
+}
+
+TEST(ExecRequest, Invalid) {
+  auto check = [](json body, std::string_view needle) {
+    SCOPED_TRACE(body.dump());
+    expect_invalid(parse_exec_request(body), needle);
+  };
+  check(json::object(), "needs \"cmd\"");
+  check({{"cmd", json::array()}}, "non-empty");
+  check({{"cmd", {""}}}, "non-empty");
+  check({{"cmd", "ls -l"}}, "array");
+  check({{"cmd", {"ls", 1}}}, "string");
+  check({{"cmd", {std::string("l\0s", 3)}}}, "NUL");
+  check({{"cmd", {"ls"}}, {"cwd", "tmp"}}, "absolute");
+  check({{"cmd", {"ls"}}, {"timeout", 0}}, "greater than 0");
+  check({{"cmd", {"ls"}}, {"detach", "yes"}}, "true or false");
+  check({{"cmd", {"ls"}}, {"detach", true}, {"stdin", true}}, "cannot both");
+  check({{"cmd", {"ls"}}, {"tty", true}}, "unknown field");
+  check({{"cmd", {"ls"}}, {"env", {{"A=", "x"}}}}, "'='");
+}
+
+TEST(Identifiers, IdsNamesPaths) {
+  EXPECT_TRUE(check_sandbox_id("sb_0123abcd"));
+  expect_invalid(check_sandbox_id(""), "`space ls`");
+  expect_invalid(check_sandbox_id("../x"));
+  expect_invalid(check_sandbox_id(".hidden"));
+  expect_invalid(check_sandbox_id("sb 1"));
+  expect_invalid(check_sandbox_id(std::string(129, 'a')));
+  EXPECT_TRUE(check_image_name("debian-12.1_slim"));
+  expect_invalid(check_image_name("a/b"));
+  expect_invalid(check_image_name("-rf"));
+  EXPECT_TRUE(check_sandbox_path("/"));
+  EXPECT_TRUE(check_sandbox_path("/a/../b"));  // resolved inside the sandbox's root
+  expect_invalid(check_sandbox_path("etc/passwd"), "absolute");
+  expect_invalid(check_sandbox_path(""), "absolute");
+  expect_invalid(check_sandbox_path(std::string("/a\0b", 4)), "NUL");
+  expect_invalid(check_sandbox_path("/" + std::string(4096, 'a')), "longer than");
+}
+
+TEST(QueryParams, BoolModeSignalPid) {
+  Target t = *parse_target("/x?a=true&b=0&c=maybe&mode=0755&badmode=0999&big=17777&sig=9&s0=0");
+  EXPECT_TRUE(*parse_bool_param(t, "a", false));
+  EXPECT_FALSE(*parse_bool_param(t, "b", true));
+  EXPECT_TRUE(*parse_bool_param(t, "absent", true));
+  expect_invalid(parse_bool_param(t, "c", false), "true or false");
+  EXPECT_EQ(*parse_mode_param(t, "mode", 0644), 0755u);
+  EXPECT_EQ(*parse_mode_param(t, "absent", 0644), 0644u);
+  expect_invalid(parse_mode_param(t, "badmode", 0), "octal");
+  expect_invalid(parse_mode_param(t, "big", 0), "octal");
+  EXPECT_EQ(*parse_signal_param(t, "sig", 15), 9);
+  EXPECT_EQ(*parse_signal_param(t, "absent", 15), 15);
+  expect_invalid(parse_signal_param(t, "s0", 15), "signal number");
+  expect_invalid(parse_signal_param(t, "c", 15), "signal number");
+  EXPECT_EQ(*parse_pid("123"), 123);
+  expect_invalid(parse_pid("0"), "`space ps");
+  expect_invalid(parse_pid("-1"));
+  expect_invalid(parse_pid("12a"));
+  expect_invalid(parse_pid("99999999999"));
+}
+
+}  // namespace
+}  // namespace space::api

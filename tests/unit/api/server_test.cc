@@ -1,0 +1,527 @@
+// The real ApiServer on a temporary Unix socket, in front of the FakeService test double:
+// routing and JSON errors, limits (413s, timeouts, connection cap), exec NDJSON streaming,
+// full-duplex stdin, files, and survival of garbage bytes and abrupt disconnects.
+#include "api/server.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "fake_service.h"
+#include "test_client.h"
+
+namespace space::api {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using testing::Conn;
+using testing::FakeService;
+using testing::request;
+using nlohmann::json;
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/space-api-test.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    socket_ = dir_ / "run" / "space.sock";
+  }
+  void TearDown() override {
+    stop();
+    fs::remove_all(dir_);
+  }
+  void start(ApiServer::Options options = {}) {
+    auto s = ApiServer::listen(socket_, svc_, options);
+    ASSERT_TRUE(s) << s.error().message();
+    server_ = std::move(*s);
+    thread_ = std::thread([this] { server_->serve(); });
+  }
+  void stop() {
+    if (!server_) return;
+    server_->stop();
+    thread_.join();
+    server_.reset();
+  }
+  std::string create_sandbox() {
+    auto r = request(socket_, "POST", "/v1/sandboxes", "{}");
+    EXPECT_EQ(r.status, 201) << r.body;
+    return r.body_json().value("id", "");
+  }
+  // Error responses: the status and {"error":{"code":...,"message":...}}.
+  static void expect_error(const testing::Response& r, int status, std::string_view code,
+                           std::string_view needle = "") {
+    EXPECT_EQ(r.status, status) << r.body;
+    EXPECT_EQ(r.header("content-type"), "application/json");
+    json j = r.body_json();
+    ASSERT_TRUE(j.is_object()) << r.body;
+    EXPECT_EQ(j["error"]["code"], code) << r.body;
+    EXPECT_TRUE(j["error"]["message"].is_string());
+    if (!needle.empty()) {
+      EXPECT_NE(j["error"]["message"].get<std::string>().find(needle), std::string::npos)
+          << r.body;
+    }
+  }
+
+  FakeService svc_;
+  fs::path dir_, socket_;
+  std::unique_ptr<ApiServer> server_;
+  std::thread thread_;
+};
+
+TEST_F(ServerTest, SocketIsRootOnlyAndStaleSocketIsReplaced) {
+  start();
+  struct stat st;
+  ASSERT_EQ(::stat(socket_.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(::stat(socket_.parent_path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+
+  // A second server on a live socket is refused; the socket keeps working.
+  FakeService other;
+  auto second = ApiServer::listen(socket_, other);
+  ASSERT_FALSE(second);
+  EXPECT_EQ(second.error().code(), Code::kAlreadyExists);
+  EXPECT_EQ(request(socket_, "GET", "/v1/health").status, 200);
+
+  stop();
+  EXPECT_FALSE(fs::exists(socket_)) << "the socket file is removed on shutdown";
+
+  // A socket file nobody listens on (a crashed daemon's) is replaced.
+  {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, socket_.c_str(), sizeof addr.sun_path - 1);
+    ASSERT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  }
+  ASSERT_TRUE(fs::exists(socket_));
+  start();
+  EXPECT_EQ(request(socket_, "GET", "/v1/health").status, 200);
+}
+
+TEST_F(ServerTest, RefusesToReplaceSomethingThatIsNotASocket) {
+  fs::create_directories(socket_.parent_path());
+  { std::ofstream(socket_) << "precious"; }
+  auto s = ApiServer::listen(socket_, svc_);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message().find("not a socket"), std::string::npos);
+}
+
+TEST_F(ServerTest, UnknownRouteIs404Json) {
+  start();
+  expect_error(request(socket_, "GET", "/v1/nope"), 404, "not_found", "GET /v1/nope");
+  expect_error(request(socket_, "POST", "/v1/sandboxes/sb_1/snapshots"), 404, "not_found",
+               "POST /v1/sandboxes/sb_1/snapshots");
+  expect_error(request(socket_, "PATCH", "/v1/sandboxes"), 404, "not_found");
+  expect_error(request(socket_, "GET", "/v1/images/a%2Fb"), 400, "invalid_argument");
+}
+
+TEST_F(ServerTest, SandboxLifecycle) {
+  start();
+  auto created = request(socket_, "POST", "/v1/sandboxes",
+                         R"({"memory":"1G","cpus":2,"env":{"A":"1"},"timeout":"5m"})");
+  ASSERT_EQ(created.status, 201) << created.body;
+  EXPECT_EQ(created.header("content-type"), "application/json");
+  std::string id = created.body_json()["id"];
+  EXPECT_EQ(svc_.last_create.limits.memory_bytes, 1ull << 30);
+  EXPECT_EQ(svc_.last_create.env, std::vector<std::string>{"A=1"});
+  EXPECT_DOUBLE_EQ(*svc_.last_create.timeout_s, 300);
+
+  EXPECT_EQ(request(socket_, "POST", "/v1/sandboxes", "").status, 201);  // empty = defaults
+  auto list = request(socket_, "GET", "/v1/sandboxes");
+  ASSERT_EQ(list.status, 200);
+  EXPECT_EQ(list.body_json()["sandboxes"].size(), 2u);
+  EXPECT_EQ(request(socket_, "GET", "/v1/sandboxes/" + id).body_json()["id"], id);
+  EXPECT_EQ(request(socket_, "POST", "/v1/sandboxes/" + id + "/pause").body_json()["state"],
+            "paused");
+  EXPECT_EQ(request(socket_, "POST", "/v1/sandboxes/" + id + "/resume").body_json()["state"],
+            "running");
+  auto diff = request(socket_, "GET", "/v1/sandboxes/" + id + "/diff").body_json();
+  EXPECT_EQ(diff["added"][0], "/root/new");
+  auto ps = request(socket_, "GET", "/v1/sandboxes/" + id + "/processes");
+  EXPECT_EQ(ps.body_json()["processes"][0]["pid"], 1);
+  EXPECT_EQ(request(socket_, "DELETE", "/v1/sandboxes/" + id + "/processes/1?signal=9").status,
+            204);
+  expect_error(request(socket_, "DELETE", "/v1/sandboxes/" + id + "/processes/0"), 400,
+               "invalid_argument", "bad pid");
+  expect_error(request(socket_, "DELETE", "/v1/sandboxes/" + id + "/processes/1?signal=99"), 400,
+               "invalid_argument", "signal");
+  auto del = request(socket_, "DELETE", "/v1/sandboxes/" + id + "?force=true");
+  EXPECT_EQ(del.status, 204);
+  EXPECT_TRUE(del.body.empty());
+  expect_error(request(socket_, "GET", "/v1/sandboxes/" + id), 404, "not_found", "space ls");
+  expect_error(request(socket_, "GET", "/v1/sandboxes/bad%20id"), 400, "invalid_argument");
+}
+
+TEST_F(ServerTest, BadBodiesGetPrecise4xx) {
+  start();
+  expect_error(request(socket_, "POST", "/v1/sandboxes", "{\"memory\":"), 400, "invalid_argument",
+               "malformed JSON");
+  expect_error(request(socket_, "POST", "/v1/sandboxes", "\x01\x02\xff"), 400, "invalid_argument");
+  expect_error(request(socket_, "POST", "/v1/sandboxes", R"({"memory":"8M"})"), 400,
+               "invalid_argument", "minimum of 16M");
+  expect_error(request(socket_, "POST", "/v1/sandboxes", R"({"runtime":"docker"})"), 400,
+               "invalid_argument", "unknown runtime");
+  expect_error(request(socket_, "POST", "/v1/sandboxes", std::string(200, '[')), 400,
+               "invalid_argument", "nested");
+}
+
+TEST_F(ServerTest, HugeJsonBodyIs413) {
+  start();
+  // Announced by Content-Length: refused before the body is read.
+  std::string big(2 << 20, ' ');
+  big.front() = '{';
+  big.back() = '}';
+  Conn c(socket_);
+  std::thread writer([&] {
+    c.send("POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+           std::to_string(big.size()) + "\r\n\r\n");
+    c.send(big);  // may fail once the server has answered and closed: that is fine
+  });
+  int status = c.read_head();
+  writer.join();
+  EXPECT_EQ(status, 413);
+  EXPECT_EQ(c.headers().at("connection"), "close");
+
+  // Chunked, without a length: refused once 1 MiB has arrived.
+  Conn d(socket_);
+  std::thread chunker([&] {
+    d.send("POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+    for (int i = 0; i < 40; ++i) {
+      if (!d.send_chunk(std::string(64 << 10, ' '))) break;
+    }
+  });
+  EXPECT_EQ(d.read_head(), 413);
+  auto body = json::parse(d.read_body().value_or("{}"));
+  EXPECT_EQ(body["error"]["code"], "payload_too_large");
+  chunker.join();
+  EXPECT_EQ(request(socket_, "GET", "/v1/health").status, 200);
+}
+
+TEST_F(ServerTest, HugeHeaderIs413) {
+  start();
+  Conn c(socket_);
+  c.send("GET /v1/health HTTP/1.1\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n");
+  EXPECT_EQ(c.read_head(), 413);
+}
+
+TEST_F(ServerTest, KeepAliveServesSeveralRequests) {
+  start();
+  Conn c(socket_);
+  for (int i = 0; i < 3; ++i) {
+    auto r = c.request("GET", "/v1/health");
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.body_json()["status"], "ok");
+  }
+  auto e = c.request("GET", "/v1/nope");  // errors keep the connection too
+  EXPECT_EQ(e.status, 404);
+  EXPECT_EQ(c.request("GET", "/v1/health").status, 200);
+}
+
+TEST_F(ServerTest, ChunkedJsonAndExpectContinue) {
+  start();
+  Conn c(socket_);
+  c.send("POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+         "Expect: 100-continue\r\n\r\n");
+  EXPECT_EQ(c.read_head(), 100);
+  c.send_chunk(R"({"memory":)");
+  c.send_chunk(R"("64M"})");
+  c.send("0\r\n\r\n");
+  EXPECT_EQ(c.read_head(), 201);
+  EXPECT_EQ(svc_.last_create.limits.memory_bytes, 64ull << 20);
+}
+
+TEST_F(ServerTest, ExecStreamsNdjson) {
+  start();
+  std::string id = create_sandbox();
+  Conn c(socket_);
+  c.send("POST /v1/sandboxes/" + id + "/exec HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n" +
+         R"({"cmd":["both"]})" + "\n");
+  ASSERT_EQ(c.read_head(), 200);
+  EXPECT_EQ(c.headers().at("content-type"), "application/x-ndjson");
+  EXPECT_EQ(c.headers().at("transfer-encoding"), "chunked");
+  auto started = c.next_event();
+  ASSERT_TRUE(started);
+  EXPECT_EQ((*started)["type"], "started");
+  EXPECT_EQ((*started)["pid"], 42);
+  auto out = c.next_event();
+  EXPECT_EQ((*out)["type"], "stdout");
+  EXPECT_EQ(base64_decode((*out)["data"].get<std::string>()), "out");
+  auto err = c.next_event();
+  EXPECT_EQ((*err)["type"], "stderr");
+  EXPECT_EQ(base64_decode((*err)["data"].get<std::string>()), std::string("err\0\xff", 5));
+  auto exit = c.next_event();
+  EXPECT_EQ((*exit)["type"], "exit");
+  EXPECT_EQ((*exit)["exit_code"], 3);
+  EXPECT_TRUE((*exit)["signal"].is_null());
+  EXPECT_EQ((*exit)["timed_out"], false);
+  EXPECT_EQ((*exit)["oom_killed"], false);
+  EXPECT_EQ((*exit)["core_dumped"], false);
+  EXPECT_DOUBLE_EQ((*exit)["duration_s"], 0.5);
+  EXPECT_FALSE(exit->contains("error"));
+  EXPECT_FALSE(c.next_event());  // the body ends after exit
+  // The connection is reusable after a complete exec.
+  EXPECT_EQ(c.request("GET", "/v1/health").status, 200);
+}
+
+TEST_F(ServerTest, ExecStartFailureAndDetach) {
+  start();
+  std::string id = create_sandbox();
+  Conn c(socket_);
+  auto r = c.request("POST", "/v1/sandboxes/" + id + "/exec", R"({"cmd":["missing"]})");
+  ASSERT_EQ(r.status, 200);
+  auto line = json::parse(r.body.substr(0, r.body.find('\n')));
+  EXPECT_EQ(line["type"], "exit");
+  EXPECT_EQ(line["exit_code"], 127);
+  EXPECT_NE(line["error"].get<std::string>().find("No such file"), std::string::npos);
+
+  auto d = request(socket_, "POST", "/v1/sandboxes/" + id + "/exec",
+                   R"({"cmd":["sleep"],"detach":true})");
+  EXPECT_EQ(d.status, 202);
+  EXPECT_EQ(d.body_json()["pid"], 42);
+
+  expect_error(request(socket_, "POST", "/v1/sandboxes/sb_nope/exec", R"({"cmd":["echo"]})"), 404,
+               "not_found");
+  expect_error(request(socket_, "POST", "/v1/sandboxes/" + id + "/exec", R"({"cmd":[]})"), 400,
+               "invalid_argument");
+  expect_error(request(socket_, "POST", "/v1/sandboxes/" + id + "/exec", R"({"cmd":["a"]} x)"),
+               400, "invalid_argument", "after the exec request");
+  expect_error(request(socket_, "POST", "/v1/sandboxes/" + id + "/exec", "[1]"), 400,
+               "invalid_argument", "JSON object");
+  expect_error(request(socket_, "POST", "/v1/sandboxes/" + id + "/exec", ""), 400,
+               "invalid_argument", "needs a JSON body");
+}
+
+TEST_F(ServerTest, ExecStdinIsFullDuplex) {
+  start();
+  std::string id = create_sandbox();
+  Conn c(socket_);
+  ASSERT_TRUE(c.send("POST /v1/sandboxes/" + id + "/exec HTTP/1.1\r\nHost: x\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n"));
+  ASSERT_TRUE(c.send_chunk(std::string(R"({"cmd":["cat"],"stdin":true})") + "\nhello"));
+  // The response and the echoed stdin arrive while the request body is still open.
+  ASSERT_EQ(c.read_head(), 200);
+  EXPECT_EQ(c.headers().at("connection"), "close");  // the body is still streaming
+  EXPECT_EQ((*c.next_event())["type"], "started");
+  auto first = c.next_event();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(base64_decode((*first)["data"].get<std::string>()), "hello");
+  ASSERT_TRUE(c.send_chunk("world"));
+  auto second = c.next_event();
+  ASSERT_TRUE(second);
+  EXPECT_EQ(base64_decode((*second)["data"].get<std::string>()), "world");
+  ASSERT_TRUE(c.send("0\r\n\r\n"));  // end of stdin: cat exits
+  auto exit = c.next_event();
+  ASSERT_TRUE(exit);
+  EXPECT_EQ((*exit)["type"], "exit");
+  EXPECT_EQ((*exit)["exit_code"], 0);
+}
+
+TEST_F(ServerTest, ExecFlowControlIsDrivenByTheClient) {
+  start();
+  std::string id = create_sandbox();
+  Conn c(socket_);
+  c.send("POST /v1/sandboxes/" + id + "/exec HTTP/1.1\r\nHost: x\r\nContent-Length: 18\r\n\r\n" +
+         R"({"cmd":["flood"]})" + "\n");
+  ASSERT_EQ(c.read_head(), 200);
+  size_t bytes = 0;
+  for (;;) {
+    auto ev = c.next_event();
+    ASSERT_TRUE(ev);
+    if ((*ev)["type"] == "exit") break;
+    if ((*ev)["type"] == "stdout") bytes += base64_decode((*ev)["data"].get<std::string>())->size();
+  }
+  EXPECT_EQ(bytes, 8u << 20);
+  std::lock_guard lock(svc_.stats.mu);
+  EXPECT_LE(svc_.stats.max_unconsumed, 1u << 20);
+}
+
+TEST_F(ServerTest, ClientDisconnectKillsTheExec) {
+  start();
+  std::string id = create_sandbox();
+  {
+    Conn c(socket_);
+    c.send("POST /v1/sandboxes/" + id + "/exec HTTP/1.1\r\nHost: x\r\nContent-Length: 18\r\n\r\n" +
+           R"({"cmd":["sleep"]})" + "\n");
+    ASSERT_EQ(c.read_head(), 200);
+    EXPECT_EQ((*c.next_event())["type"], "started");
+  }  // closed abruptly while the command runs
+  std::unique_lock lock(svc_.stats.mu);
+  EXPECT_TRUE(svc_.stats.cv.wait_for(lock, 5s, [&] { return svc_.stats.kills() >= 1; }))
+      << "the exec was not killed after the client went away";
+  lock.unlock();
+
+  // Same with stdin streaming: the client vanishes mid-body.
+  {
+    Conn c(socket_);
+    c.send("POST /v1/sandboxes/" + id + "/exec HTTP/1.1\r\nHost: x\r\n"
+           "Transfer-Encoding: chunked\r\n\r\n");
+    c.send_chunk(std::string(R"({"cmd":["sleep"],"stdin":true})") + "\n");
+    ASSERT_EQ(c.read_head(), 200);
+  }
+  lock.lock();
+  EXPECT_TRUE(svc_.stats.cv.wait_for(lock, 5s, [&] { return svc_.stats.kills() >= 2; }));
+  lock.unlock();
+  EXPECT_EQ(request(socket_, "GET", "/v1/health").status, 200);
+}
+
+TEST_F(ServerTest, SurvivesGarbageAndAbruptDisconnects) {
+  ApiServer::Options o;
+  o.idle_timeout = 1s;  // for the truncated header below
+  start(o);
+  for (std::string garbage :
+       {std::string("\x00\x01\x02garbage\r\n\r\n", 14), std::string("GET\r\n\r\n"),
+        std::string("GET / HTTP/9.9\r\n\r\n"), std::string(5000, '\xff') + "\r\n\r\n",
+        std::string("POST /v1/sandboxes HTTP/1.1\r\nContent-Length: -5\r\n\r\n"),
+        std::string("POST /v1/sandboxes HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
+        std::string("GET /v1/health HTTP/1.1\r\nHost: x\r\n")}) {
+    Conn c(socket_);
+    c.send(garbage);
+    // Either a 4xx or a close, never a crash or a hang.
+    int status = c.read_head();
+    EXPECT_TRUE(status == 0 || (status >= 400 && status < 500)) << status;
+  }
+  for (int i = 0; i < 20; ++i) {
+    Conn c(socket_);
+    c.send("POST /v1/sandboxes HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"mem");
+  }  // closed mid-body
+  auto r = request(socket_, "GET", "/v1/health");
+  EXPECT_EQ(r.status, 200);
+}
+
+TEST_F(ServerTest, IdleAndSlowLorisConnectionsAreClosed) {
+  ApiServer::Options o;
+  o.idle_timeout = 300ms;
+  start(o);
+  Conn idle(socket_);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(idle.closed_by_server());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+
+  // A header trickling in a byte at a time is cut off at the same deadline.
+  Conn slow(socket_);
+  std::string header = "GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Pad: aaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+  t0 = std::chrono::steady_clock::now();
+  bool cut = false;
+  for (char ch : header) {
+    if (!slow.send(std::string_view(&ch, 1))) {
+      cut = true;
+      break;
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(cut || slow.read_head() == 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+}
+
+TEST_F(ServerTest, ConnectionsBeyondTheLimitGet503) {
+  ApiServer::Options o;
+  o.max_connections = 2;
+  start(o);
+  Conn a(socket_), b(socket_);
+  EXPECT_EQ(a.request("GET", "/v1/health").status, 200);
+  EXPECT_EQ(b.request("GET", "/v1/health").status, 200);
+  Conn c(socket_);
+  EXPECT_EQ(c.read_head(), 503);
+  auto body = json::parse(c.read_body().value_or("{}"));
+  EXPECT_EQ(body["error"]["code"], "unavailable");
+  EXPECT_NE(body["error"]["message"].get<std::string>().find("too many connections"),
+            std::string::npos);
+}
+
+TEST_F(ServerTest, Files) {
+  start();
+  std::string id = create_sandbox();
+  std::string base = "/v1/sandboxes/" + id + "/files";
+  EXPECT_EQ(request(socket_, "PUT", base + "?path=/root/a.txt&mode=0755", "hello world",
+                    {{"Content-Type", "application/octet-stream"}})
+                .status,
+            204);
+  EXPECT_EQ(svc_.files["/root/a.txt"], "hello world");
+  EXPECT_EQ(svc_.modes["/root/a.txt"], 0755u);
+
+  auto got = request(socket_, "GET", base + "?path=%2Froot%2Fa.txt");
+  EXPECT_EQ(got.status, 200);
+  EXPECT_EQ(got.body, "hello world");
+  EXPECT_EQ(got.header("x-space-file-type"), "file");
+  EXPECT_EQ(got.header("x-space-file-mode"), "0755");
+  EXPECT_EQ(got.header("content-type"), "application/octet-stream");
+
+  auto st = request(socket_, "GET", base + "?path=/root/a.txt&stat=true").body_json();
+  EXPECT_EQ(st["type"], "file");
+  EXPECT_EQ(st["size"], 11);
+  EXPECT_EQ(st["mode"], 0755);
+
+  auto dir = request(socket_, "GET", base + "?path=/dir");
+  EXPECT_EQ(dir.header("x-space-file-type"), "dir");
+  EXPECT_EQ(dir.header("content-type"), "application/x-tar");
+  EXPECT_EQ(dir.body, "TARDATA");
+
+  EXPECT_EQ(request(socket_, "PUT", base + "?path=/dir", "TAR",
+                    {{"Content-Type", "application/x-tar"}})
+                .status,
+            204);
+  EXPECT_EQ(svc_.last_tar, "TAR");
+  EXPECT_EQ(svc_.last_tar_dir, "/dir");
+
+  expect_error(request(socket_, "GET", base + "?path=/link"), 400, "invalid_argument", "symlink");
+  expect_error(request(socket_, "GET", base + "?path=/missing"), 404, "not_found");
+  expect_error(request(socket_, "GET", base), 400, "invalid_argument", "missing query parameter");
+  expect_error(request(socket_, "GET", base + "?path=relative"), 400, "invalid_argument",
+               "absolute");
+  expect_error(request(socket_, "GET", base + "?path=/a%00b"), 400, "invalid_argument", "NUL");
+  expect_error(request(socket_, "PUT", base + "?path=/x", "x", {{"Content-Type", "text/plain"}}),
+               400, "invalid_argument", "Content-Type");
+  expect_error(request(socket_, "PUT", base + "?path=/x&mode=999", "x"), 400, "invalid_argument",
+               "octal");
+  EXPECT_EQ(request(socket_, "DELETE", base + "?path=/root/a.txt&recursive=true").status, 204);
+  expect_error(request(socket_, "DELETE", base + "?path=/root/a.txt"), 404, "not_found");
+}
+
+TEST_F(ServerTest, ImagesHealthDoctorMetrics) {
+  start();
+  Conn c(socket_);
+  c.send("PUT /v1/images/deb HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+         "Content-Type: application/x-tar\r\n\r\n");
+  for (int i = 0; i < 32; ++i) c.send_chunk(std::string(100000, 'z'));
+  c.send("0\r\n\r\n");
+  ASSERT_EQ(c.read_head(), 201);
+  EXPECT_EQ(json::parse(*c.read_body())["size_bytes"], 3200000);
+  EXPECT_EQ(request(socket_, "GET", "/v1/images").body_json()["images"][0]["name"], "host");
+  expect_error(request(socket_, "DELETE", "/v1/images/host"), 409, "conflict");
+  expect_error(request(socket_, "PUT", "/v1/images/..", "x"), 400, "invalid_argument");
+
+  EXPECT_EQ(request(socket_, "GET", "/v1/doctor").body_json()["namespaces"]["user"], true);
+  auto m = request(socket_, "GET", "/metrics");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_EQ(m.header("content-type"), "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_NE(m.body.find("space_sandboxes 0\n"), std::string::npos);
+  EXPECT_NE(m.body.find("space_api_requests_total{route=\"GET /v1/images\",status=\"200\"} 1"),
+            std::string::npos)
+      << m.body;
+}
+
+TEST_F(ServerTest, StopEndsServeWithOpenConnections) {
+  start();
+  std::string id = create_sandbox();
+  Conn idle(socket_);
+  EXPECT_EQ(idle.request("GET", "/v1/health").status, 200);  // now idle in keep-alive
+  Conn exec(socket_);
+  exec.send("POST /v1/sandboxes/" + id + "/exec HTTP/1.1\r\nHost: x\r\nContent-Length: 18\r\n\r\n" +
+            R"({"cmd":["sleep"]})" + "\n");
+  ASSERT_EQ(exec.read_head(), 200);
+  auto t0 = std::chrono::steady_clock::now();
+  stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  EXPECT_TRUE(idle.closed_by_server());
+}
+
+}  // namespace
+}  // namespace space::api

@@ -1,0 +1,341 @@
+// The CLI's commands end to end over a real socket, against the real ApiServer in front of the
+// FakeService test double: what they print on stdout and stderr, what they send, and the exit
+// codes (the command's own, 125 for SPACE failures, 127 when a program cannot start).
+#include "cli/commands.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "../api/fake_service.h"
+#include "api/server.h"
+#include "cli/tar.h"
+
+namespace space::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Captured {
+  Result<int> result = 0;
+  std::string out, err;
+};
+
+std::string slurp(int fd) {
+  std::string s;
+  ::lseek(fd, 0, SEEK_SET);
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) s.append(buf, static_cast<size_t>(n));
+  return s;
+}
+
+// Runs fn with stdout/stderr (and optionally stdin) redirected to temporary files.
+Captured capture(const std::function<Result<int>()>& fn,
+                 std::optional<std::string> stdin_data = std::nullopt) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  FILE* out = std::tmpfile();
+  FILE* err = std::tmpfile();
+  int saved_out = ::dup(1), saved_err = ::dup(2), saved_in = ::dup(0);
+  ::dup2(fileno(out), 1);
+  ::dup2(fileno(err), 2);
+  FILE* in = nullptr;
+  if (stdin_data) {
+    in = std::tmpfile();
+    std::fwrite(stdin_data->data(), 1, stdin_data->size(), in);
+    std::fflush(in);
+    ::lseek(fileno(in), 0, SEEK_SET);
+    ::dup2(fileno(in), 0);
+  }
+  Captured c;
+  c.result = fn();
+  std::fflush(stdout);
+  ::dup2(saved_out, 1);
+  ::dup2(saved_err, 2);
+  ::dup2(saved_in, 0);
+  ::close(saved_out);
+  ::close(saved_err);
+  ::close(saved_in);
+  c.out = slurp(fileno(out));
+  c.err = slurp(fileno(err));
+  std::fclose(out);
+  std::fclose(err);
+  if (in != nullptr) std::fclose(in);
+  return c;
+}
+
+class CommandsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/space-cli-test.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    socket_ = (dir_ / "space.sock").native();
+    auto s = api::ApiServer::listen(socket_, svc_);
+    ASSERT_TRUE(s) << s.error().message();
+    server_ = std::move(*s);
+    thread_ = std::thread([this] { server_->serve(); });
+  }
+  void TearDown() override {
+    server_->stop();
+    thread_.join();
+    server_.reset();
+    fs::remove_all(dir_);
+  }
+
+  Args args(std::vector<std::string> argv) {
+    argv.insert(argv.begin(), "space");
+    ParseOutcome p = parse_args(argv);
+    EXPECT_TRUE(p.args) << p.err;
+    return p.args.value_or(Args{});
+  }
+  Captured run(std::vector<std::string> argv, std::optional<std::string> stdin_data = {}) {
+    Args a = args(std::move(argv));
+    Client client(socket_);
+    return capture([&] { return run_command(a, client); }, std::move(stdin_data));
+  }
+  std::string create() {
+    auto c = run({"create"});
+    EXPECT_TRUE(c.result && *c.result == 0);
+    std::string id = c.out.substr(0, c.out.find('\n'));
+    EXPECT_EQ(id.rfind("sb_", 0), 0u) << c.out;
+    return id;
+  }
+
+  api::testing::FakeService svc_;
+  fs::path dir_;
+  std::string socket_;
+  std::unique_ptr<api::ApiServer> server_;
+  std::thread thread_;
+};
+
+TEST_F(CommandsTest, CreateListInspectRemove) {
+  auto c = run({"create", "--memory", "64M", "--env", "A=1", "--json"});
+  ASSERT_TRUE(c.result) << c.result.error().message();
+  json sandbox = json::parse(c.out);
+  EXPECT_EQ(svc_.last_create.limits.memory_bytes, 64u << 20);
+  EXPECT_EQ(svc_.last_create.env, std::vector<std::string>{"A=1"});
+  std::string id = sandbox["id"];
+
+  auto ls = run({"ls"});
+  EXPECT_EQ(ls.out.substr(0, ls.out.find('\n')),
+            "ID       STATE    RUNTIME  IMAGE  PROFILE  AGE");
+  EXPECT_NE(ls.out.find(id + "  running  linux    host   test"), std::string::npos) << ls.out;
+  auto ls_json = json::parse(run({"ls", "--json"}).out);
+  ASSERT_TRUE(ls_json.is_array());
+  EXPECT_EQ(ls_json[0]["id"], id);
+  EXPECT_EQ(json::parse(run({"inspect", id}).out)["id"], id);
+
+  EXPECT_EQ(*run({"pause", id}).result, 0);
+  EXPECT_EQ(json::parse(run({"inspect", id, "--json"}).out)["state"], "paused");
+  EXPECT_EQ(*run({"resume", id}).result, 0);
+  EXPECT_EQ(*run({"rm", id, "--force"}).result, 0);
+  auto gone = run({"inspect", id});
+  ASSERT_FALSE(gone.result);
+  EXPECT_EQ(gone.result.error().code(), Code::kNotFound);
+  EXPECT_NE(gone.result.error().message().find("space ls"), std::string::npos);
+}
+
+TEST_F(CommandsTest, ExecStreamsAndExitsWithTheCommandsCode) {
+  std::string id = create();
+  auto both = run({"exec", id, "--", "both"});
+  ASSERT_TRUE(both.result) << both.result.error().message();
+  EXPECT_EQ(*both.result, 3);
+  EXPECT_EQ(both.out, "out");
+  EXPECT_EQ(both.err, std::string("err\0\xff", 5));
+
+  auto echo = run({"exec", id, "--", "echo", "a", "b"}, std::string());  // stdin: empty file
+  EXPECT_EQ(*echo.result, 0);
+  EXPECT_EQ(echo.out, "a b\n");
+
+  auto missing = run({"exec", id, "--", "missing"});
+  EXPECT_EQ(*missing.result, 127);
+  EXPECT_NE(missing.err.find("space: exec \"missing\": No such file"), std::string::npos);
+
+  auto unknown = run({"exec", "sb_nope", "--", "echo"});
+  ASSERT_FALSE(unknown.result);
+  EXPECT_EQ(unknown.result.error().code(), Code::kNotFound);
+}
+
+TEST_F(CommandsTest, ExecForwardsStdin) {
+  std::string id = create();
+  std::string data(300000, 'q');
+  data += "end";
+  auto cat = run({"exec", id, "--", "cat"}, data);
+  ASSERT_TRUE(cat.result) << cat.result.error().message();
+  EXPECT_EQ(*cat.result, 0);
+  EXPECT_EQ(cat.out, data);
+}
+
+TEST_F(CommandsTest, ExecDetachAndSnapshotFlag) {
+  std::string id = create();
+  auto d = run({"exec", id, "--detach", "--", "sleep"});
+  EXPECT_EQ(*d.result, 0);
+  EXPECT_EQ(d.out, "42\n");
+  auto s = run({"exec", id, "--snapshot", "--", "echo"});
+  ASSERT_FALSE(s.result);
+  EXPECT_EQ(s.result.error().code(), Code::kUnimplemented);
+  EXPECT_NE(s.result.error().message().find("not available yet"), std::string::npos);
+}
+
+TEST_F(CommandsTest, RunCreatesExecsAndDestroys) {
+  auto r = run({"run", "--memory", "32M", "--timeout", "1m", "--", "echo", "hi", "there"});
+  ASSERT_TRUE(r.result) << r.result.error().message();
+  EXPECT_EQ(*r.result, 0);
+  EXPECT_EQ(r.out, "hi there\n");
+  EXPECT_EQ(svc_.last_create.limits.memory_bytes, 32u << 20);
+  EXPECT_TRUE(svc_.list()->empty()) << "run must destroy its sandbox";
+
+  auto f = run({"run", "--", "both"});
+  EXPECT_EQ(*f.result, 3);
+  EXPECT_TRUE(svc_.list()->empty());
+  auto bad = run({"run", "--memory", "1K", "--", "echo"});
+  ASSERT_FALSE(bad.result);
+  EXPECT_NE(bad.result.error().message().find("minimum of 16M"), std::string::npos);
+  EXPECT_TRUE(svc_.list()->empty());
+}
+
+TEST_F(CommandsTest, LaterCommandsFailClearly) {
+  for (std::vector<std::string> argv :
+       {std::vector<std::string>{"snapshot", "sb_1"}, {"snapshots", "sb_1"},
+        {"rollback", "sb_1", "s"}, {"restore", "s"}, {"audit", "sb_1", "--verify"}}) {
+    auto r = run(argv);
+    ASSERT_FALSE(r.result);
+    EXPECT_EQ(r.result.error().code(), Code::kUnimplemented);
+    EXPECT_NE(r.result.error().message().find("not available yet in this build"),
+              std::string::npos);
+    EXPECT_TRUE(r.out.empty());
+  }
+}
+
+TEST_F(CommandsTest, PsKillDiffDoctor) {
+  std::string id = create();
+  auto ps = run({"ps", id});
+  EXPECT_EQ(ps.out, "PID  PPID  UID  STATE  COMMAND\n1    0     0    S      space-agent\n");
+  EXPECT_EQ(*run({"kill", id, "1", "--signal", "KILL"}).result, 0);
+  EXPECT_EQ(svc_.stats.signals.back(), 9);
+  EXPECT_EQ(*run({"kill", id, "1"}).result, 0);
+  EXPECT_EQ(svc_.stats.signals.back(), 15);
+  EXPECT_FALSE(run({"kill", id, "x1"}).result);
+  EXPECT_FALSE(run({"kill", id, "1", "--signal", "NOPE"}).result);
+
+  EXPECT_EQ(run({"diff", id}).out, "C /etc/hosts\nA /root/new\nD /tmp/x\n");
+  EXPECT_EQ(json::parse(run({"diff", id, "--json"}).out)["deleted"][0], "/tmp/x");
+  EXPECT_EQ(run({"doctor"}).out, "namespaces:\n  user: yes\n");
+  EXPECT_EQ(json::parse(run({"doctor", "--json"}).out)["namespaces"]["user"], true);
+}
+
+TEST_F(CommandsTest, CopyFilesBothWays) {
+  std::string id = create();
+  fs::path local = dir_ / "notes.txt";
+  std::ofstream(local) << "some notes";
+  fs::permissions(local, fs::perms(0600));
+  EXPECT_EQ(*run({"cp", local.native(), id + ":/root/notes.txt"}).result, 0);
+  EXPECT_EQ(svc_.files["/root/notes.txt"], "some notes");
+  EXPECT_EQ(svc_.modes["/root/notes.txt"], 0600u);
+  // Onto an existing directory: into it.
+  EXPECT_EQ(*run({"cp", local.native(), id + ":/dir"}).result, 0);
+  EXPECT_EQ(svc_.files["/dir/notes.txt"], "some notes");
+
+  svc_.files["/root/out.bin"] = std::string("\0\1\2binary", 9);
+  svc_.modes["/root/out.bin"] = 0750;
+  fs::path back = dir_ / "out.bin";
+  EXPECT_EQ(*run({"cp", id + ":/root/out.bin", back.native()}).result, 0);
+  std::ifstream in(back, std::ios::binary);
+  std::stringstream content;
+  content << in.rdbuf();
+  EXPECT_EQ(content.str(), std::string("\0\1\2binary", 9));
+  EXPECT_EQ(fs::status(back).permissions() & fs::perms::all, fs::perms(0750));
+  // Into an existing local directory.
+  fs::create_directories(dir_ / "into");
+  EXPECT_EQ(*run({"cp", id + ":/root/out.bin", (dir_ / "into").native()}).result, 0);
+  EXPECT_TRUE(fs::exists(dir_ / "into" / "out.bin"));
+
+  auto missing = run({"cp", id + ":/nope", (dir_ / "x").native()});
+  ASSERT_FALSE(missing.result);
+  EXPECT_EQ(missing.result.error().code(), Code::kNotFound);
+  EXPECT_FALSE(run({"cp", "a", "b"}).result);
+  EXPECT_FALSE(run({"cp", id + ":/a", id + ":/b"}).result);
+  EXPECT_FALSE(run({"cp", id + ":relative", "b"}).result);
+}
+
+TEST_F(CommandsTest, CopyDirectoriesAsTar) {
+  std::string id = create();
+  fs::path src = dir_ / "proj";
+  fs::create_directories(src / "src");
+  std::ofstream(src / "src" / "main.py") << "print(1)\n";
+  fs::create_symlink("src/main.py", src / "entry");
+  EXPECT_EQ(*run({"cp", src.native(), id + ":/work"}).result, 0);
+  EXPECT_EQ(svc_.last_tar_dir, "/work");
+
+  // What was uploaded is a real tar of the tree: serve it back and download it.
+  svc_.tar_to_serve = svc_.last_tar;
+  fs::path out = dir_ / "copy";
+  auto r = run({"cp", id + ":/dir", out.native()});
+  ASSERT_TRUE(r.result) << r.result.error().message();
+  std::ifstream in(out / "src" / "main.py");
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "print(1)");
+  EXPECT_EQ(fs::read_symlink(out / "entry"), "src/main.py");
+}
+
+TEST_F(CommandsTest, Images) {
+  fs::path tarball = dir_ / "rootfs.tar";
+  std::ofstream(tarball) << std::string(700000, 't');
+  auto r = run({"image", "import", "deb", tarball.native()});
+  ASSERT_TRUE(r.result) << r.result.error().message();
+  EXPECT_EQ(svc_.image_bytes, 700000u);
+  EXPECT_NE(r.err.find("space: imported image deb ("), std::string::npos) << r.err;
+
+  fs::path tree = dir_ / "tree";
+  fs::create_directories(tree / "etc");
+  std::ofstream(tree / "etc" / "os-release") << "ID=test\n";
+  EXPECT_EQ(*run({"image", "import", "tree", tree.native()}).result, 0);
+  EXPECT_GT(svc_.image_bytes, 512u);
+
+  EXPECT_EQ(run({"image", "ls"}).out, "NAME  SIZE  CREATED\nhost  -     -\n");
+  auto rm = run({"image", "rm", "host"});
+  ASSERT_FALSE(rm.result);
+  EXPECT_EQ(rm.result.error().code(), Code::kConflict);
+  EXPECT_FALSE(run({"image", "import", "x", (dir_ / "missing").native()}).result);
+}
+
+TEST_F(CommandsTest, NoDaemon) {
+  Args a = args({"ls"});
+  Client nowhere((dir_ / "nothing.sock").native());
+  auto r = run_command(a, nowhere);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kUnavailable);
+  EXPECT_NE(r.error().message().find("no daemon at " + (dir_ / "nothing.sock").native()),
+            std::string::npos);
+  EXPECT_NE(r.error().message().find("start one with `spaced`"), std::string::npos);
+}
+
+TEST(Endpoint, Parsing) {
+  auto r = parse_endpoint("sb_1:/etc/hosts");
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->remote);
+  EXPECT_EQ(r->id, "sb_1");
+  EXPECT_EQ(r->path, "/etc/hosts");
+  EXPECT_FALSE(parse_endpoint("./a:b")->remote);
+  EXPECT_FALSE(parse_endpoint("/tmp/a:b")->remote);
+  EXPECT_FALSE(parse_endpoint("file")->remote);
+  EXPECT_FALSE(parse_endpoint(":x")->remote);
+  EXPECT_FALSE(parse_endpoint("sb_1:rel"));
+  EXPECT_FALSE(parse_endpoint(""));
+}
+
+}  // namespace
+}  // namespace space::cli
