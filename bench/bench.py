@@ -92,6 +92,17 @@ def git_rev():
         return "unknown"
 
 
+def build_type(build):
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith("CMAKE_BUILD_TYPE:"):
+                    return line.split("=", 1)[1].strip() or "unset"
+    except OSError:
+        pass
+    return "unknown"
+
+
 # Peers to compare against, each a (name, argv) measured like `space run -- true`. Filled in by a
 # later issue (DESIGN.md §6 lists what works on the build machine: bwrap, crun in a private
 # mount namespace, runsc). Example: ("bwrap --unshare-all", ["bwrap", "--unshare-all",
@@ -184,10 +195,11 @@ def main():
         # Leave nothing: destroy what is left, then stop our daemon (by pid).
         try:
             status, body = request(sock, "GET", "/v1/sandboxes")
-            for sb in json.loads(body) if status == 200 else []:
-                request(sock, "DELETE", "/v1/sandboxes/%s" % sb["id"])
-        except (OSError, ValueError):
-            pass
+            listed = json.loads(body) if status == 200 else {}
+            for sb in listed.get("sandboxes", []) if isinstance(listed, dict) else listed:
+                request(sock, "DELETE", "/v1/sandboxes/%s?force=true" % sb["id"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print("bench: cleanup: %s" % e, file=sys.stderr)
         daemon.send_signal(signal.SIGTERM)
         try:
             daemon.wait(20)
@@ -199,7 +211,8 @@ def main():
     lines = [
         "# SPACE benchmark, %s" % datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
         "",
-        "- commit: `%s`, build: `%s` (`make bench`)" % (git_rev(), os.path.basename(build)),
+        "- commit: `%s`, build: `%s` (CMAKE_BUILD_TYPE=%s)" % (git_rev(), os.path.basename(build),
+                                                              build_type(build)),
         "- host: %s, %d CPUs (%s), kernel %s" % (platform.node(), os.cpu_count(), cpu_model(),
                                                   platform.release()),
         "- N = %d per row; latencies in milliseconds; \"x floor\" is p50 over the floor's p50" % n,

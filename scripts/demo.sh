@@ -8,7 +8,7 @@ BUILD_DIR="${BUILD_DIR:-build}"
 TASK='
 echo "hostname:  $(hostname)   (the sandbox id)"
 echo "id:        $(id)"
-echo "processes: $(ps -e --no-headers | wc -l) visible, pid 1 is $(cat /proc/1/comm)"
+echo "processes: $(ps -e --no-headers | wc -l) visible, pid 1 is $(tr "\\0" " " < /proc/1/cmdline | cut -d" " -f1)"
 echo "network:   $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d " " | tr "\n" " ")"
 echo "uname:     $(uname -srm)"
 python3 -c "import sys; print(\"python:    hello from Python\", sys.version.split()[0])"

@@ -60,7 +60,7 @@ Result<size_t> Exchange::read_some(char* out, size_t n) {
     expect_continue_ = false;
     if (status_ == 0) TRY_VOID(write_raw("HTTP/1.1 100 Continue\r\n\r\n"));
   }
-  stream_.set_read_deadline(FdStream::Clock::time_point::max());
+  stream_.set_read_deadline(body_deadline_);
   stream_.set_read_timeout(body_timeout_);
   for (;;) {
     auto& body = parser_.get().body();
@@ -89,14 +89,22 @@ Result<std::string> Exchange::read_body(size_t limit) {
                     " KiB; JSON bodies are limited to 1 MiB (send files with PUT .../files)");
   };
   if (auto len = parser_.content_length(); len && *len > limit) return too_large();
+  // A bounded body must also arrive in bounded time: a client dripping a byte every few
+  // seconds cannot hold this thread for longer than one body timeout.
+  if (body_timeout_.count() > 0) body_deadline_ = FdStream::Clock::now() + body_timeout_;
   std::string body;
   char buf[kReadChunk];
   for (;;) {
-    size_t n = TRY(read_some(buf, sizeof buf));
-    if (n == 0) break;
-    if (body.size() + n > limit) return too_large();
-    body.append(buf, n);
+    auto n = read_some(buf, sizeof buf);
+    if (!n) {
+      body_deadline_ = FdStream::Clock::time_point::max();
+      return fail(std::move(n.error()));
+    }
+    if (*n == 0) break;
+    if (body.size() + *n > limit) return too_large();
+    body.append(buf, *n);
   }
+  body_deadline_ = FdStream::Clock::time_point::max();
   return body;
 }
 
@@ -145,8 +153,8 @@ Result<void> Exchange::write_raw(std::string_view data) {
   return {};
 }
 
-Result<void> Exchange::respond(http::status status, std::string_view content_type,
-                               std::string body, const Headers& headers) {
+Result<void> Exchange::respond(http::status status, std::string_view content_type, std::string body,
+                               const Headers& headers) {
   http::response<http::string_body> res;
   prepare(res, status, content_type, headers);
   res.body() = std::move(body);
@@ -165,9 +173,7 @@ Result<void> Exchange::respond_json(http::status status, const nlohmann::json& b
                  body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
-Result<void> Exchange::respond_no_content() {
-  return respond(http::status::no_content, "", "");
-}
+Result<void> Exchange::respond_no_content() { return respond(http::status::no_content, "", ""); }
 
 Result<void> Exchange::respond_error(const Error& e) {
   if (e.code() == Code::kPayloadTooLarge) keep_alive_ = false;

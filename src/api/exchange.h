@@ -5,15 +5,14 @@
 // stdin needs; each side touches only its own state.
 #pragma once
 
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http.hpp>
-#include <nlohmann/json.hpp>
 
 #include "api/fd_stream.h"
 #include "api/request.h"
@@ -53,7 +52,11 @@ class Exchange {
   Result<size_t> read_some(char* out, size_t n);
   bool body_done() const { return parser_.is_done(); }
   void set_body_timeout(std::chrono::milliseconds t) { body_timeout_ = t; }
-  // The whole body, refused with 413 beyond `limit` bytes.
+  std::chrono::milliseconds body_timeout() const { return body_timeout_; }
+  // An absolute deadline for the rest of the body (time_point::max() = none).
+  void set_body_deadline(FdStream::Clock::time_point t) { body_deadline_ = t; }
+  // The whole body, refused with 413 beyond `limit` bytes; it must arrive within one body
+  // timeout in total.
   Result<std::string> read_body(size_t limit);
   // The whole body as JSON (<= kMaxJsonBody). An empty body is `empty_as` if given, else 400.
   Result<nlohmann::json> read_json(std::optional<nlohmann::json> empty_as = std::nullopt);
@@ -98,6 +101,7 @@ class Exchange {
   Target target_;
   std::vector<std::pair<std::string, std::string>> params_;
   std::chrono::milliseconds body_timeout_;
+  FdStream::Clock::time_point body_deadline_ = FdStream::Clock::time_point::max();
   bool expect_continue_ = false;
   bool keep_alive_ = true;
   bool broken_ = false;

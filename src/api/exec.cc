@@ -49,6 +49,10 @@ Result<ExecBody> read_exec_body(Exchange& ex) {
   JsonValueScanner scanner;
   char tmp[64 * 1024];
   bool ended = false;
+  // The JSON part must arrive within one body timeout in total (stdin may then idle freely).
+  if (ex.body_timeout().count() > 0) {
+    ex.set_body_deadline(FdStream::Clock::now() + ex.body_timeout());
+  }
   for (;;) {
     auto state = scanner.feed(buf);
     if (state == JsonValueScanner::State::kComplete) break;
@@ -135,8 +139,8 @@ Result<void> exec(Exchange& ex, ApiContext& ctx) {
 
   UniqueFd done(::eventfd(0, EFD_CLOEXEC));
   if (!done) return fail_sys("eventfd");
-  TRY_VOID(ex.begin_chunked(http::status::ok, "application/x-ndjson",
-                            {{"Cache-Control", "no-store"}}));
+  TRY_VOID(
+      ex.begin_chunked(http::status::ok, "application/x-ndjson", {{"Cache-Control", "no-store"}}));
 
   // The helper: pumps stdin (if any), then waits for the client to hang up. `done` stops it;
   // anything else that ends its wait (the client vanished, the server is stopping) kills the
@@ -148,7 +152,9 @@ Result<void> exec(Exchange& ex, ApiContext& ctx) {
     if (body.req.stdin) {
       bool forward = true;  // false once the process no longer takes stdin: then drain
       if (!body.stdin_head.empty()) forward = s.write_stdin(body.stdin_head).has_value();
-      ex.set_body_timeout(std::chrono::milliseconds(0));  // stdin may idle for as long as it likes
+      // stdin may idle for as long as it likes.
+      ex.set_body_deadline(FdStream::Clock::time_point::max());
+      ex.set_body_timeout(std::chrono::milliseconds(0));
       char buf[64 * 1024];
       for (;;) {
         auto n = ex.read_some(buf, sizeof buf);

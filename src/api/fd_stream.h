@@ -13,14 +13,13 @@
 #include <sys/uio.h>
 
 #include <array>
-#include <cerrno>
-#include <chrono>
-#include <string_view>
-
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/system/error_code.hpp>
 #include <boost/system/system_error.hpp>
+#include <cerrno>
+#include <chrono>
+#include <string_view>
 
 #include "common/error.h"
 #include "common/fd.h"
@@ -129,9 +128,7 @@ class FdStream {
 
   // Waits until the peer hangs up or half-closes, without consuming data, or until a cancel fd
   // fires (-> operation_aborted). Returns {} on hang-up.
-  error_code wait_hangup() {
-    return wait(POLLRDHUP, Clock::time_point::max(), read_interrupt_fd_);
-  }
+  error_code wait_hangup() { return wait(POLLRDHUP, Clock::time_point::max(), read_interrupt_fd_); }
 
   void shutdown(int how) { ::shutdown(fd_.get(), how); }
 

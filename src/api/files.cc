@@ -2,12 +2,11 @@
 // tar archive (the X-Space-File-Type header says which); PUT writes a file or extracts a tar
 // into a directory; DELETE removes. Bodies stream in both directions without a size limit: the
 // sandbox's disk quota bounds uploads. Paths are resolved inside the sandbox by the daemon.
-#include "api/handlers.h"
-
+#include <boost/beast/core/string.hpp>
 #include <cctype>
 #include <cstdio>
 
-#include <boost/beast/core/string.hpp>
+#include "api/handlers.h"
 
 namespace space::api::handlers {
 namespace {
@@ -15,8 +14,7 @@ namespace {
 Result<std::string> path_param(const Exchange& ex) {
   auto it = ex.target().query.find("path");
   if (it == ex.target().query.end()) {
-    return fail(Code::kInvalidArgument,
-                "missing query parameter path, e.g. ?path=/etc/hostname");
+    return fail(Code::kInvalidArgument, "missing query parameter path, e.g. ?path=/etc/hostname");
   }
   TRY_VOID(check_sandbox_path(it->second));
   return it->second;
@@ -100,7 +98,8 @@ Result<void> put_file(Exchange& ex, ApiContext& ctx) {
   } else {
     return fail(Code::kInvalidArgument,
                 "Content-Type must be application/octet-stream (a file) or application/x-tar "
-                "(a directory tree to extract), got " + type);
+                "(a directory tree to extract), got " +
+                    type);
   }
   return ex.respond_no_content();
 }

@@ -7,8 +7,8 @@ namespace space::api::handlers {
 Result<void> import_image(Exchange& ex, ApiContext& ctx) {
   const std::string& name = ex.param("name");
   TRY_VOID(check_image_name(name));
-  nlohmann::json image = TRY_CTX(ctx.service.import_image(name, ex.body_source()),
-                                 "importing image " + name);
+  nlohmann::json image =
+      TRY_CTX(ctx.service.import_image(name, ex.body_source()), "importing image " + name);
   return ex.respond_json(http::status::created, image);
 }
 

@@ -18,8 +18,8 @@ std::string ApiMetrics::render() const {
   out += "space_api_connections_total " + std::to_string(connections_total_.load()) + "\n";
   out += "# HELP space_api_connections_rejected_total Connections refused (limit reached).\n";
   out += "# TYPE space_api_connections_rejected_total counter\n";
-  out += "space_api_connections_rejected_total " + std::to_string(connections_rejected_.load()) +
-         "\n";
+  out +=
+      "space_api_connections_rejected_total " + std::to_string(connections_rejected_.load()) + "\n";
   out += "# HELP space_api_requests_total API requests by route and HTTP status.\n";
   out += "# TYPE space_api_requests_total counter\n";
   std::lock_guard lock(mu_);

@@ -1,7 +1,7 @@
 // Handlers for the processes of a sandbox: list them, signal one.
-#include "api/handlers.h"
-
 #include <csignal>
+
+#include "api/handlers.h"
 
 namespace space::api::handlers {
 

@@ -183,8 +183,8 @@ Result<Target> parse_target(std::string_view target) {
     std::string_view raw = path.substr(start, slash - start);
     if (!raw.empty()) {
       std::string seg = TRY(percent_decode(raw, false));
-      if (seg.find('/') != std::string::npos || seg.find('\0') != std::string::npos ||
-          seg == "." || seg == "..") {
+      if (seg.find('/') != std::string::npos || seg.find('\0') != std::string::npos || seg == "." ||
+          seg == "..") {
         return invalid("bad path segment " + shown(seg) + " in request target");
       }
       t.segments.push_back(std::move(seg));
@@ -230,7 +230,9 @@ JsonValueScanner::State JsonValueScanner::feed(std::string_view buffer) {
       continue;
     }
     switch (c) {
-      case '"': in_string_ = true; break;
+      case '"':
+        in_string_ = true;
+        break;
       case '{':
       case '[':
         if (++depth_ > kMaxJsonDepth) return state_ = State::kTooDeep;
@@ -242,7 +244,8 @@ JsonValueScanner::State JsonValueScanner::feed(std::string_view buffer) {
           return state_ = State::kComplete;
         }
         break;
-      default: break;
+      default:
+        break;
     }
   }
   return state_;
@@ -255,9 +258,12 @@ Result<json> parse_json(std::string_view body) {
   bool in_string = false, escape = false;
   for (char c : body) {
     if (in_string) {
-      if (escape) escape = false;
-      else if (c == '\\') escape = true;
-      else if (c == '"') in_string = false;
+      if (escape)
+        escape = false;
+      else if (c == '\\')
+        escape = true;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '{' || c == '[') {
@@ -279,7 +285,8 @@ Result<json> parse_json(std::string_view body) {
 
 Result<daemon::CreateRequest> parse_create_request(const json& body) {
   if (!body.is_object()) {
-    return invalid("the body of POST /v1/sandboxes must be a JSON object, e.g. {\"memory\": \"512M\"}");
+    return invalid(
+        "the body of POST /v1/sandboxes must be a JSON object, e.g. {\"memory\": \"512M\"}");
   }
   TRY_VOID(refuse_unknown_keys(body,
                                {"runtime", "image", "profile", "memory", "cpus", "pids", "disk",
@@ -289,8 +296,9 @@ Result<daemon::CreateRequest> parse_create_request(const json& body) {
   if (auto it = body.find("runtime"); it != body.end()) {
     req.runtime = TRY(string_field(*it, "runtime"));
     if (req.runtime != "linux" && req.runtime != "qemu" && req.runtime != "firecracker") {
-      return invalid("unknown runtime " + shown(req.runtime) +
-                     "; use linux, qemu or firecracker (`space doctor` shows what this host supports)");
+      return invalid(
+          "unknown runtime " + shown(req.runtime) +
+          "; use linux, qemu or firecracker (`space doctor` shows what this host supports)");
     }
   }
   if (auto it = body.find("image"); it != body.end()) {
@@ -316,8 +324,8 @@ Result<daemon::CreateRequest> parse_create_request(const json& body) {
       cpus = it->get<double>();
     } else if (it->is_string()) {
       const auto& s = it->get_ref<const std::string&>();
-      auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), cpus,
-                                       std::chars_format::fixed);
+      auto [ptr, ec] =
+          std::from_chars(s.data(), s.data() + s.size(), cpus, std::chars_format::fixed);
       if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) {
         return invalid("\"cpus\" must be a number such as 1.5, got " + shown(s));
       }
@@ -331,9 +339,8 @@ Result<daemon::CreateRequest> parse_create_request(const json& body) {
   }
   if (auto it = body.find("pids"); it != body.end()) {
     if (!it->is_number_integer()) return invalid("\"pids\" must be a whole number such as 256");
-    int64_t pids = it->is_number_unsigned() && it->get<uint64_t>() > INT64_MAX
-                       ? INT64_MAX
-                       : it->get<int64_t>();
+    int64_t pids = it->is_number_unsigned() && it->get<uint64_t>() > INT64_MAX ? INT64_MAX
+                                                                               : it->get<int64_t>();
     if (pids < 8 || pids > 4194304) {
       return invalid("\"pids\" must be at least 8 and at most 4194304");
     }
@@ -402,7 +409,8 @@ Result<daemon::ExecRequest> parse_exec_request(const json& body) {
     }
   }
   if (req.detach && req.stdin) {
-    return invalid("\"detach\" and \"stdin\" cannot both be true: a detached process gets no stdin");
+    return invalid(
+        "\"detach\" and \"stdin\" cannot both be true: a detached process gets no stdin");
   }
   return req;
 }
@@ -426,8 +434,8 @@ Result<void> check_image_name(std::string_view name) {
 
 Result<void> check_sandbox_path(std::string_view path, std::string_view what) {
   if (path.empty() || path[0] != '/') {
-    return invalid("\"" + std::string(what) + "\" must be an absolute path inside the sandbox, got " +
-                   shown(path));
+    return invalid("\"" + std::string(what) +
+                   "\" must be an absolute path inside the sandbox, got " + shown(path));
   }
   if (path.find('\0') != std::string_view::npos) {
     return invalid("\"" + std::string(what) + "\" must not contain NUL bytes");
@@ -445,8 +453,7 @@ Result<bool> parse_bool_param(const Target& t, std::string_view key, bool fallba
   const std::string& v = it->second;
   if (v == "true" || v == "1" || v.empty()) return true;
   if (v == "false" || v == "0") return false;
-  return invalid("query parameter " + std::string(key) + " must be true or false, got " +
-                 shown(v));
+  return invalid("query parameter " + std::string(key) + " must be true or false, got " + shown(v));
 }
 
 Result<uint32_t> parse_mode_param(const Target& t, std::string_view key, uint32_t fallback) {

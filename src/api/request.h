@@ -7,19 +7,18 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "daemon/service.h"
 
 namespace space::api {
 
-inline constexpr size_t kMaxJsonBody = 1 << 20;   // 1 MiB
+inline constexpr size_t kMaxJsonBody = 1 << 20;  // 1 MiB
 inline constexpr size_t kMaxJsonDepth = 64;
 inline constexpr size_t kMaxSandboxPath = 4096;  // PATH_MAX
 
@@ -27,7 +26,7 @@ inline constexpr size_t kMaxSandboxPath = 4096;  // PATH_MAX
 // query {"path": "/etc", "stat": "true"}. Segments and query values are percent-decoded
 // ('+' is a space in the query); a segment may not decode to something containing '/' or NUL.
 struct Target {
-  std::string path;                          // as sent, without the query
+  std::string path;  // as sent, without the query
   std::vector<std::string> segments;
   std::map<std::string, std::string> query;  // a repeated key keeps its last value
 };

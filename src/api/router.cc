@@ -2,9 +2,9 @@
 // percent-encoded '/' inside an image name cannot change which route is taken.
 #include "api/router.h"
 
-#include <exception>
-
 #include <spdlog/spdlog.h>
+
+#include <exception>
 
 #include "api/handlers.h"
 

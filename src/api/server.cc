@@ -1,18 +1,17 @@
 // The API server's socket, accept loop and per-connection request loop (see server.h).
 #include "api/server.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <cstring>
-#include <thread>
-
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
-#include <spdlog/spdlog.h>
+#include <cstring>
+#include <thread>
 
 #include "api/exchange.h"
 #include "api/fd_stream.h"
@@ -135,8 +134,8 @@ Result<std::unique_ptr<ApiServer>> ApiServer::listen(const fs::path& socket_path
   UniqueFd stop_fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!stop_fd) return fail(Error::sys("eventfd").wrap(where));
   spdlog::info("api: listening on {}", socket_path.native());
-  return std::unique_ptr<ApiServer>(new ApiServer(socket_path, service, options, std::move(fd),
-                                                  std::move(stop_fd), st.st_ino));
+  return std::unique_ptr<ApiServer>(
+      new ApiServer(socket_path, service, options, std::move(fd), std::move(stop_fd), st.st_ino));
 }
 
 ApiServer::ApiServer(fs::path socket_path, daemon::SandboxService& service, Options options,
@@ -213,15 +212,16 @@ void ApiServer::serve() {
 
 void ApiServer::reject(UniqueFd fd) {
   metrics_.connection_rejected();
-  std::string body = error_body(Error(Code::kUnavailable,
-                                      "too many connections (" +
-                                          std::to_string(options_.max_connections) +
-                                          " open); retry later"))
-                         .dump() +
-                     "\n";
-  std::string res = "HTTP/1.1 503 Service Unavailable\r\nServer: spaced\r\n"
-                    "Content-Type: application/json\r\nConnection: close\r\nContent-Length: " +
-                    std::to_string(body.size()) + "\r\n\r\n" + body;
+  std::string body =
+      error_body(Error(Code::kUnavailable, "too many connections (" +
+                                               std::to_string(options_.max_connections) +
+                                               " open); retry later"))
+          .dump() +
+      "\n";
+  std::string res =
+      "HTTP/1.1 503 Service Unavailable\r\nServer: spaced\r\n"
+      "Content-Type: application/json\r\nConnection: close\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
   // Best effort and non-blocking: the accept loop must not wait on one client.
   (void)!::send(fd.get(), res.data(), res.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
 }

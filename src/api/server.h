@@ -11,14 +11,14 @@
 // exec's stdin, which is interactive), JSON bodies are limited to 1 MiB, headers to 16 KiB.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <memory>
 #include <mutex>
-
-#include <sys/types.h>
 
 #include "api/metrics.h"
 #include "common/error.h"

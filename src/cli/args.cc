@@ -1,11 +1,10 @@
 // CLI11 definitions of every `space` command and option, and the flag -> request conversions.
 #include "cli/args.h"
 
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstring>
 #include <sstream>
-
-#include <CLI/CLI.hpp>
 
 #include "common/units.h"
 
@@ -42,7 +41,8 @@ void add_later(CLI::App& app, Args& a) {
   auto* rollback = app.add_subcommand("rollback", "roll back in place (not in this build yet)");
   rollback->add_option("id", a.id, "sandbox id")->required();
   rollback->add_option("snap", a.snap, "snapshot id")->required();
-  auto* restore = app.add_subcommand("restore", "new sandbox from a snapshot (not in this build yet)");
+  auto* restore =
+      app.add_subcommand("restore", "new sandbox from a snapshot (not in this build yet)");
   restore->add_option("snap", a.snap, "snapshot id")->required();
   restore->add_flag("--json", a.json, "print JSON");
   auto* audit = app.add_subcommand("audit", "audit log of a sandbox (not in this build yet)");
@@ -51,9 +51,7 @@ void add_later(CLI::App& app, Args& a) {
   audit->add_flag("--verify", a.verify, "verify the hash chain");
 }
 
-bool is_command_taking(const std::string& command) {
-  return command == "run" || command == "exec";
-}
+bool is_command_taking(const std::string& command) { return command == "run" || command == "exec"; }
 
 }  // namespace
 
@@ -75,13 +73,15 @@ ParseOutcome parse_args(const std::vector<std::string>& argv) {
     }
   }
 
-  CLI::App app("space: disposable, isolated sandboxes for agent code.\n"
-               "Talks to spaced over $SPACE_SOCKET (default /run/space/space.sock).",
-               "space");
+  CLI::App app(
+      "space: disposable, isolated sandboxes for agent code.\n"
+      "Talks to spaced over $SPACE_SOCKET (default /run/space/space.sock).",
+      "space");
   app.set_version_flag("--version", "space 0.1.0");
   app.require_subcommand(1);
-  app.footer("Exit codes: the command's own; 125 when SPACE itself failed; 126/127 when the "
-             "command could not be run.");
+  app.footer(
+      "Exit codes: the command's own; 125 when SPACE itself failed; 126/127 when the "
+      "command could not be run.");
 
   auto* run = app.add_subcommand("run", "create a sandbox, run CMD in it, destroy it");
   add_sandbox_flags(run, a.sandbox);
@@ -131,7 +131,8 @@ ParseOutcome parse_args(const std::vector<std::string>& argv) {
   auto* resume = app.add_subcommand("resume", "thaw a paused sandbox");
   resume->add_option("id", a.id, "sandbox id")->required();
 
-  auto* diff = app.add_subcommand("diff", "files added (A), changed (C), deleted (D) since creation");
+  auto* diff =
+      app.add_subcommand("diff", "files added (A), changed (C), deleted (D) since creation");
   diff->add_option("id", a.id, "sandbox id")->required();
   diff->add_flag("--json", a.json, "print JSON");
 
@@ -223,8 +224,8 @@ Result<nlohmann::json> create_body(const SandboxFlags& f) {
   };
   if (!f.runtime.empty()) {
     if (f.runtime != "linux" && f.runtime != "qemu" && f.runtime != "firecracker") {
-      return fail(Code::kInvalidArgument, "--runtime must be linux, qemu or firecracker, not \"" +
-                                              f.runtime + "\"");
+      return fail(Code::kInvalidArgument,
+                  "--runtime must be linux, qemu or firecracker, not \"" + f.runtime + "\"");
     }
     body["runtime"] = f.runtime;
   }

@@ -3,12 +3,11 @@
 // here, before anything is sent: `--memory 5Q` fails at once with a clear message).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 
@@ -26,14 +25,14 @@ struct Args {
   // "snapshot", "snapshots", "rollback", "restore", "audit".
   std::string command;
   SandboxFlags sandbox;
-  std::string id;                       // sandbox id (most commands)
-  std::string pid, signal;              // kill
-  std::string src, dst;                 // cp
-  std::string name, path;               // image import NAME PATH; image rm NAME; snapshot --name
-  std::string snap;                     // rollback ID SNAP / restore SNAP
-  std::string timeout, cwd;             // exec
-  std::vector<std::string> env;         // exec --env
-  std::vector<std::string> cmd;         // run/exec: the command after `--`
+  std::string id;                // sandbox id (most commands)
+  std::string pid, signal;       // kill
+  std::string src, dst;          // cp
+  std::string name, path;        // image import NAME PATH; image rm NAME; snapshot --name
+  std::string snap;              // rollback ID SNAP / restore SNAP
+  std::string timeout, cwd;      // exec
+  std::vector<std::string> env;  // exec --env
+  std::vector<std::string> cmd;  // run/exec: the command after `--`
   bool json = false, force = false, detach = false, snapshot = false, verify = false;
 };
 

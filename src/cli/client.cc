@@ -20,19 +20,18 @@ Error transport_error(const boost::system::error_code& ec, std::string_view what
     return Error(Code::kUnavailable, std::string(what) + ": interrupted");
   }
   if (ec == boost::asio::error::timed_out) {
-    return Error(Code::kTimeout, std::string(what) + ": the daemon at " + socket +
-                                     " did not answer in time");
+    return Error(Code::kTimeout,
+                 std::string(what) + ": the daemon at " + socket + " did not answer in time");
   }
-  return Error(Code::kUnavailable, std::string(what) + ": " + ec.message() +
-                                       " (the daemon at " + socket +
-                                       " closed the connection; is it still running?)");
+  return Error(Code::kUnavailable, std::string(what) + ": " + ec.message() + " (the daemon at " +
+                                       socket + " closed the connection; is it still running?)");
 }
 
 std::optional<Code> code_from_name(std::string_view name) {
   for (Code c : {Code::kInvalidArgument, Code::kNotFound, Code::kAlreadyExists, Code::kConflict,
                  Code::kPermissionDenied, Code::kUnauthenticated, Code::kPayloadTooLarge,
-                 Code::kResourceExhausted, Code::kTimeout, Code::kUnavailable,
-                 Code::kUnimplemented, Code::kProtocol, Code::kInternal}) {
+                 Code::kResourceExhausted, Code::kTimeout, Code::kUnavailable, Code::kUnimplemented,
+                 Code::kProtocol, Code::kInternal}) {
     if (code_name(c) == name) return c;
   }
   return std::nullopt;
@@ -68,7 +67,7 @@ Error api_error(int status, std::string_view body) {
     auto code = code_from_name(e.value("code", ""));
     if (code && !message.empty()) return Error(*code, message);
   }
-  Code code = status == 404 ? Code::kNotFound
+  Code code = status == 404   ? Code::kNotFound
               : status >= 500 ? Code::kInternal
                               : Code::kInvalidArgument;
   std::string text(body.substr(0, 200));
@@ -94,8 +93,8 @@ Result<Connection> Connection::open(const std::string& socket_path, int stop_fd)
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     int err = errno;
     if (err == ENOENT || err == ECONNREFUSED) {
-      return fail(Code::kUnavailable, "no daemon at " + socket_path +
-                                          "; start one with `spaced` or run `space run`",
+      return fail(Code::kUnavailable,
+                  "no daemon at " + socket_path + "; start one with `spaced` or run `space run`",
                   err);
     }
     if (err == EACCES || err == EPERM) {
@@ -192,8 +191,8 @@ Result<std::string> Connection::read_body(size_t limit) {
     size_t n = TRY(read_some(buf, sizeof buf));
     if (n == 0) return body;
     if (body.size() + n > limit) {
-      return fail(Code::kProtocol, "the daemon's response is larger than " +
-                                       std::to_string(limit >> 20) + " MiB");
+      return fail(Code::kProtocol,
+                  "the daemon's response is larger than " + std::to_string(limit >> 20) + " MiB");
     }
     body.append(buf, n);
   }

@@ -5,14 +5,13 @@
 // {"error":{"code","message"}} back into a space::Error.
 #pragma once
 
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http.hpp>
-#include <nlohmann/json.hpp>
 
 #include "api/fd_stream.h"
 #include "common/error.h"

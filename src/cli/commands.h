@@ -2,11 +2,10 @@
 // process exit code, or an Error that main() prints as "space: ..." with exit code 125.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/args.h"
 #include "cli/client.h"

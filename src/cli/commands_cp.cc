@@ -147,10 +147,10 @@ Result<Endpoint> parse_endpoint(std::string_view text) {
     if (is_id) {
       std::string path(text.substr(colon + 1));
       if (path.empty() || path[0] != '/') {
-        return fail(Code::kInvalidArgument,
-                    "sandbox paths must be absolute: " + std::string(id) + ":/path, not \"" +
-                        std::string(text) + "\" (use ./" + std::string(text) +
-                        " for a local file whose name contains ':')");
+        return fail(Code::kInvalidArgument, "sandbox paths must be absolute: " + std::string(id) +
+                                                ":/path, not \"" + std::string(text) +
+                                                "\" (use ./" + std::string(text) +
+                                                " for a local file whose name contains ':')");
       }
       return Endpoint{true, std::string(id), path};
     }

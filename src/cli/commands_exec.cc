@@ -158,8 +158,10 @@ Result<int> stream_exec(const Client& c, const std::string& id, json body, bool 
     auto n = conn.read_some(buf, sizeof buf);
     if (!n) return interrupted(std::move(n.error()));
     if (*n == 0) {
-      return fail(Code::kUnavailable, "the daemon ended the exec stream before the command "
-                                      "exited; `space ps " + id + "` shows what still runs");
+      return fail(Code::kUnavailable,
+                  "the daemon ended the exec stream before the command "
+                  "exited; `space ps " +
+                      id + "` shows what still runs");
     }
     pending.append(buf, *n);
   }
@@ -202,8 +204,8 @@ Result<int> cmd_run(const Args& a, const Client& c) {
   auto destroyed = steady.call("DELETE", sandbox_target(id, "?force=true"));
   if (!destroyed) {
     write_all(STDERR_FILENO, "space: could not destroy sandbox " + id + ": " +
-                                 destroyed.error().message() + "; remove it with `space rm --force " +
-                                 id + "`\n");
+                                 destroyed.error().message() +
+                                 "; remove it with `space rm --force " + id + "`\n");
   }
   if (int sig = received_signal(); sig != 0) return 128 + sig;
   return result;

@@ -62,8 +62,7 @@ Result<int> cmd_image_import(const Args& a, const Client& c) {
   struct stat st;
   if (::stat(a.path.c_str(), &st) != 0) return fail_sys("stat", "\"" + a.path + "\"");
   if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
-    return fail(Code::kInvalidArgument,
-                a.path + " is neither a directory nor a tarball");
+    return fail(Code::kInvalidArgument, a.path + " is neither a directory nor a tarball");
   }
   Connection conn = TRY(c.connect());
   TRY_VOID(conn.start_chunked("PUT", "/v1/images/" + url_encode(a.name), "application/x-tar"));
@@ -103,12 +102,16 @@ Result<int> cmd_image_ls(const Args& a, const Client& c) {
     return 0;
   }
   std::vector<std::vector<std::string>> rows = {{"NAME", "SIZE", "CREATED"}};
+  double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   for (const auto& img : images) {
     std::string size = "-";
     if (img.contains("size_bytes") && img["size_bytes"].is_number_unsigned()) {
       size = format_size(img["size_bytes"].get<uint64_t>());
     }
-    rows.push_back({cell(img.value("name", json())), size, cell(img.value("created_at", json()))});
+    json created = img.value("created_at", json());
+    std::string when = created.is_null() ? "-" : age(created, now) + " ago";
+    rows.push_back({cell(img.value("name", json())), size, when});
   }
   std::string text = format_table(rows);
   std::fwrite(text.data(), 1, text.size(), stdout);

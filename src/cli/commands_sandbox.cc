@@ -41,10 +41,17 @@ void render_report(const json& j, int indent, std::string& out) {
       if (scalars) {
         out += pad + key + ": " + (items.empty() ? "-" : items) + "\n";
       } else {
+        // A list of objects: "- first: value" then the other fields aligned under it.
         out += pad + key + ":\n";
         for (const auto& item : value) {
-          out += pad + "  -\n";
-          if (item.is_object()) render_report(item, indent + 4, out);
+          std::string sub;
+          if (item.is_object()) {
+            render_report(item, indent + 4, sub);
+          } else {
+            sub = std::string(static_cast<size_t>(indent) + 4, ' ') + cell(item) + "\n";
+          }
+          sub.replace(static_cast<size_t>(indent) + 2, 1, "-");
+          out += sub;
         }
       }
     } else {
@@ -114,8 +121,8 @@ Result<int> cmd_diff(const Args& a, const Client& c) {
     return 0;
   }
   std::vector<std::pair<std::string, char>> lines;
-  for (auto [key, mark] : {std::pair{"added", 'A'}, std::pair{"changed", 'C'},
-                           std::pair{"deleted", 'D'}}) {
+  for (auto [key, mark] :
+       {std::pair{"added", 'A'}, std::pair{"changed", 'C'}, std::pair{"deleted", 'D'}}) {
     for (const auto& p : diff.value(key, json::array())) {
       if (p.is_string()) lines.emplace_back(p.get<std::string>(), mark);
     }
@@ -153,8 +160,8 @@ Result<int> cmd_kill(const Args& a, const Client& c) {
     return fail(Code::kInvalidArgument,
                 "bad pid \"" + a.pid + "\"; `space ps " + a.id + "` lists the processes");
   }
-  TRY(c.call("DELETE", sandbox_target(a.id, "/processes/" + a.pid + "?signal=" +
-                                                std::to_string(sig))));
+  TRY(c.call("DELETE",
+             sandbox_target(a.id, "/processes/" + a.pid + "?signal=" + std::to_string(sig))));
   return 0;
 }
 

@@ -28,7 +28,8 @@ Result<fs::path> find_spaced() {
     if (::access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   const char* path = std::getenv("PATH");
-  std::string_view dirs = path != nullptr ? path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin";
+  std::string_view dirs =
+      path != nullptr ? path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin";
   while (!dirs.empty()) {
     size_t colon = dirs.find(':');
     std::string_view dir = dirs.substr(0, colon);
@@ -56,6 +57,7 @@ Result<void> ensure_daemon(const Client& client) {
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);  // nothing else of ours leaks in
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t empty, defaults;
@@ -64,8 +66,8 @@ Result<void> ensure_daemon(const Client& client) {
   for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP}) sigaddset(&defaults, sig);
   posix_spawnattr_setsigmask(&attr, &empty);
   posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   std::string program = spaced.native();
   std::vector<char*> argv = {program.data(), const_cast<char*>("--socket"),
                              const_cast<char*>(socket.c_str()), nullptr};
@@ -91,8 +93,8 @@ Result<void> ensure_daemon(const Client& client) {
     }
     auto health = client.call("GET", "/v1/health");
     if (health) {
-      write_all(STDERR_FILENO, "space: started spaced (pid " + std::to_string(pid) + ") on " +
-                                   socket + "\n");
+      write_all(STDERR_FILENO,
+                "space: started spaced (pid " + std::to_string(pid) + ") on " + socket + "\n");
       return {};
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -2,11 +2,10 @@
 // partial writes, and the one place errors are printed ("space: <what>; <what to do>").
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 

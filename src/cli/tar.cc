@@ -86,8 +86,8 @@ Result<void> write_entry(archive* a, const fs::path& path, const std::string& na
                          const TarWriteOptions& options, WriteContext& ctx) {
   auto fail_archive = [&](std::string_view what) {
     if (ctx.error) return fail(std::move(*ctx.error));
-    return fail(Code::kInternal, std::string(what) + " " + path.native() + ": " +
-                                     archive_message(a));
+    return fail(Code::kInternal,
+                std::string(what) + " " + path.native() + ": " + archive_message(a));
   };
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return fail_sys("lstat", "\"" + path.native() + "\"");
@@ -214,8 +214,8 @@ Result<uint64_t> extract_tar(const fs::path& dest, const TarSource& source) {
     // Never recreate setuid/setgid/sticky bits from an untrusted archive on the host.
     archive_entry_set_perm(e, archive_entry_perm(e) & 0777);
     if (archive_write_header(out.get(), e) < ARCHIVE_WARN) {
-      return fail(Code::kProtocol, "refusing archive entry " + shown + ": " +
-                                       archive_message(out.get()));
+      return fail(Code::kProtocol,
+                  "refusing archive entry " + shown + ": " + archive_message(out.get()));
     }
     if (archive_entry_size(e) > 0 && hardlink == nullptr) {
       const void* block;
@@ -226,8 +226,8 @@ Result<uint64_t> extract_tar(const fs::path& dest, const TarSource& source) {
         if (r == ARCHIVE_EOF) break;
         if (r < ARCHIVE_WARN) {
           if (ctx.error) return fail(std::move(*ctx.error));
-          return fail(Code::kProtocol, "reading " + shown + " from the archive: " +
-                                           archive_message(in.get()));
+          return fail(Code::kProtocol,
+                      "reading " + shown + " from the archive: " + archive_message(in.get()));
         }
         if (archive_write_data_block(out.get(), block, size, offset) < ARCHIVE_WARN) {
           return fail(Code::kInternal, "writing " + shown + ": " + archive_message(out.get()));

@@ -24,8 +24,8 @@ struct Number {
 Result<Number> split_number(std::string_view text, std::string_view what,
                             std::string_view example) {
   auto bad = [&](std::string_view why) {
-    return fail(Code::kInvalidArgument, "invalid " + std::string(what) + " \"" +
-                                            std::string(text) + "\": " + std::string(why) +
+    return fail(Code::kInvalidArgument, "invalid " + std::string(what) + " \"" + std::string(text) +
+                                            "\": " + std::string(why) +
                                             " (examples: " + std::string(example) + ")");
   };
   if (text.empty()) return bad("empty");
@@ -50,9 +50,9 @@ Result<uint64_t> parse_size(std::string_view text) {
   static constexpr std::string_view kExamples = "1024, 512M, 2G, 1.5G, 64Ki, 512MiB";
   Number n = TRY(split_number(text, "size", kExamples));
   auto bad = [&](std::string_view why) {
-    return fail(Code::kInvalidArgument, "invalid size \"" + std::string(text) + "\": " +
-                                            std::string(why) + " (examples: " +
-                                            std::string(kExamples) + ")");
+    return fail(Code::kInvalidArgument, "invalid size \"" + std::string(text) +
+                                            "\": " + std::string(why) +
+                                            " (examples: " + std::string(kExamples) + ")");
   };
 
   // Unit: [KMGTPE] then an optional 'i', then an optional 'B'; or a bare 'B'.
@@ -60,14 +60,35 @@ Result<uint64_t> parse_size(std::string_view text) {
   std::string_view s = n.suffix;
   if (!s.empty()) {
     switch (s[0]) {
-      case 'k': case 'K': shift = 10; break;
-      case 'm': case 'M': shift = 20; break;
-      case 'g': case 'G': shift = 30; break;
-      case 't': case 'T': shift = 40; break;
-      case 'p': case 'P': shift = 50; break;
-      case 'e': case 'E': shift = 60; break;
-      case 'b': case 'B': break;
-      default: return bad("unknown unit (use K, M, G, T, P or E, binary multiples)");
+      case 'k':
+      case 'K':
+        shift = 10;
+        break;
+      case 'm':
+      case 'M':
+        shift = 20;
+        break;
+      case 'g':
+      case 'G':
+        shift = 30;
+        break;
+      case 't':
+      case 'T':
+        shift = 40;
+        break;
+      case 'p':
+      case 'P':
+        shift = 50;
+        break;
+      case 'e':
+      case 'E':
+        shift = 60;
+        break;
+      case 'b':
+      case 'B':
+        break;
+      default:
+        return bad("unknown unit (use K, M, G, T, P or E, binary multiples)");
     }
     if (shift != 0) {
       s.remove_prefix(1);
@@ -105,9 +126,9 @@ Result<double> parse_duration(std::string_view text) {
   static constexpr std::string_view kExamples = "30, 30s, 1.5, 500ms, 5m, 1h, 2d";
   Number n = TRY(split_number(text, "duration", kExamples));
   auto bad = [&](std::string_view why) {
-    return fail(Code::kInvalidArgument, "invalid duration \"" + std::string(text) + "\": " +
-                                            std::string(why) + " (examples: " +
-                                            std::string(kExamples) + ")");
+    return fail(Code::kInvalidArgument, "invalid duration \"" + std::string(text) +
+                                            "\": " + std::string(why) +
+                                            " (examples: " + std::string(kExamples) + ")");
   };
   double scale;
   if (n.suffix.empty() || n.suffix == "s") {
@@ -145,8 +166,11 @@ std::string format_size(uint64_t bytes) {
   if (bytes % base == 0) return std::to_string(bytes / base) + kUnits[unit];
   char buf[32];
   double v = static_cast<double>(bytes) / static_cast<double>(base);
-  std::snprintf(buf, sizeof buf, v < 10 ? "%.2f%c" : v < 100 ? "%.1f%c" : "%.0f%c", v,
-                kUnits[unit]);
+  std::snprintf(buf, sizeof buf,
+                v < 10    ? "%.2f%c"
+                : v < 100 ? "%.1f%c"
+                          : "%.0f%c",
+                v, kUnits[unit]);
   return buf;
 }
 
@@ -163,9 +187,11 @@ std::string format_duration(double seconds) {
     return std::to_string(s / 60) + "m" + (s % 60 ? std::to_string(s % 60) + "s" : "");
   }
   if (s < 86400) {
-    return std::to_string(s / 3600) + "h" + (s % 3600 / 60 ? std::to_string(s % 3600 / 60) + "m" : "");
+    return std::to_string(s / 3600) + "h" +
+           (s % 3600 / 60 ? std::to_string(s % 3600 / 60) + "m" : "");
   }
-  return std::to_string(s / 86400) + "d" + (s % 86400 / 3600 ? std::to_string(s % 86400 / 3600) + "h" : "");
+  return std::to_string(s / 86400) + "d" +
+         (s % 86400 / 3600 ? std::to_string(s % 86400 / 3600) + "h" : "");
 }
 
 }  // namespace space

@@ -6,6 +6,7 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -42,15 +43,32 @@ std::optional<Frame> Stream::try_pop() {
   return f;
 }
 
+bool Stream::reserve_stdin(size_t n) {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] {
+    return ended_ || err_ || stdin_unacked_ == 0 || stdin_unacked_ + n <= proto::kStreamWindow;
+  });
+  if (ended_ || err_) return false;
+  stdin_unacked_ += n;
+  return true;
+}
+
+void Stream::stdin_credited(size_t n) {
+  std::lock_guard lock(mu_);
+  stdin_unacked_ = n > stdin_unacked_ ? 0 : stdin_unacked_ - n;
+  cv_.notify_all();
+}
+
 bool Stream::push(Frame f) {
   std::lock_guard lock(mu_);
+  if (f.type == FrameType::kExit) ended_ = true;
   if (f.type == FrameType::kStdout || f.type == FrameType::kStderr ||
       (f.type == FrameType::kData && !f.payload.empty())) {
     unacked_ += f.payload.size();
     if (unacked_ > proto::kStreamWindow) return false;
   }
   q_.push_back(std::move(f));
-  cv_.notify_one();
+  cv_.notify_all();
   return true;
 }
 
@@ -65,7 +83,13 @@ void Stream::credited(size_t n) {
   unacked_ = n > unacked_ ? 0 : unacked_ - n;
 }
 
-AgentConn::AgentConn(int fd, std::string name) : fd_(fd), name_(std::move(name)) {}
+AgentConn::AgentConn(int fd, std::string name) : fd_(fd), name_(std::move(name)) {
+  // Stream ids start at a random point: after a daemon restart the agent may still have
+  // streams of the previous daemon open (detached execs), and a reused id would collide.
+  uint32_t r = 0;
+  if (getrandom(&r, sizeof r, 0) != sizeof r) r = static_cast<uint32_t>(::getpid());
+  next_stream_ = 1 + (r & 0x3fffffff);
+}
 
 Result<std::unique_ptr<AgentConn>> AgentConn::open(int fd, std::string name, bool ping_first,
                                                    std::chrono::milliseconds timeout) {
@@ -126,8 +150,9 @@ void AgentConn::lose(const Error& e) {
     cb = std::move(on_lost_);
     hello_cv_.notify_all();
   }
-  for (auto& [id, s] : streams) s->fail(e);
+  // The callback first: whoever then sees a failed stream can rely on it having run.
   if (cb && !closed_.load()) cb(e);
+  for (auto& [id, s] : streams) s->fail(e);
 }
 
 std::shared_ptr<Stream> AgentConn::open_stream() {
@@ -241,6 +266,22 @@ void AgentConn::route(Frame f) {
     }
     case FrameType::kPong:
       return;
+    case FrameType::kCredit: {
+      // The agent moved this many stdin bytes into the process's pipe.
+      auto j = nlohmann::json::parse(f.payload, nullptr, false);
+      if (!j.is_object() || !j.contains("bytes") || !j["bytes"].is_number_unsigned()) {
+        lose(Error(Code::kProtocol, "the agent sent a malformed credit"));
+        return;
+      }
+      std::shared_ptr<Stream> s;
+      {
+        std::lock_guard lock(mu_);
+        auto it = streams_.find(f.stream);
+        if (it != streams_.end()) s = it->second;
+      }
+      if (s) s->stdin_credited(j["bytes"].get<size_t>());
+      return;
+    }
     case FrameType::kResponse:
     case FrameType::kStarted:
     case FrameType::kStdout:

@@ -37,6 +37,9 @@ class Stream {
   Result<proto::Frame> pop(std::optional<Clock::time_point> deadline = std::nullopt);
   // Non-blocking: a frame if one is queued.
   std::optional<proto::Frame> try_pop();
+  // Stdin flow control ("stdin_credit" execs): waits until `n` more bytes fit in the agent's
+  // stdin window, then reserves them. False if the stream ended or broke meanwhile.
+  bool reserve_stdin(size_t n);
 
  private:
   friend class AgentConn;
@@ -44,12 +47,15 @@ class Stream {
   bool push(proto::Frame f);
   void fail(const Error& e);
   void credited(size_t n);
+  void stdin_credited(size_t n);
 
   const uint32_t id_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<proto::Frame> q_;
   size_t unacked_ = 0;  // data bytes received and not yet credited back
+  size_t stdin_unacked_ = 0;  // stdin bytes sent and not yet credited by the agent
+  bool ended_ = false;        // an exit frame arrived
   std::optional<Error> err_;
 };
 

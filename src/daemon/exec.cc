@@ -95,6 +95,9 @@ class ExecSessionImpl : public ExecSession {
   Result<void> write_stdin(std::string_view bytes) override {
     while (!bytes.empty()) {
       size_t n = std::min(bytes.size(), size_t{256 * 1024});
+      // Backpressure: wait for the agent's credit rather than overrun its stdin buffer.
+      if (!stream_->reserve_stdin(n))
+        return fail(Code::kConflict, "the process ended; its stdin is closed");
       TRY_VOID(sb_->conn->send(FrameType::kStdin, stream_->id(), bytes.substr(0, n)));
       bytes.remove_prefix(n);
     }
@@ -156,7 +159,8 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
   if (auto u = sb->inst->usage(); u) oom_base = u->oom_kills;
   auto stream = sb->conn->open_stream();
   json spec = {{"argv", req.argv}, {"env", env},         {"cwd", cwd}, {"uid", 0},
-               {"gid", 0},         {"stdin", req.stdin}, {"detach", req.detach}};
+               {"gid", 0},         {"stdin", req.stdin}, {"detach", req.detach},
+               {"stdin_credit", true}};
   metrics_.execs++;
   if (auto r = sb->conn->send_json(FrameType::kExec, stream->id(), spec); !r) {
     sb->conn->close_stream(stream->id());

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "daemon/archive_names.h"
 #include "daemon/daemon.h"
 
 namespace space::daemon {
@@ -168,28 +169,6 @@ Result<void> write_from(AgentConn& conn, const std::string& path, uint32_t mode,
 std::string join(const std::string& dir, const std::string& rel) {
   if (rel.empty() || rel == ".") return dir;
   return dir == "/" ? "/" + rel : dir + "/" + rel;
-}
-
-// A tar entry name from a client: relative, no "..", normalized. Empty = the root itself.
-Result<std::string> clean_entry_name(std::string name) {
-  while (name.starts_with("./")) name.erase(0, 2);
-  if (name == ".") return std::string();
-  if (name.starts_with("/"))
-    return fail(Code::kInvalidArgument, "tar entry \"" + name.substr(0, 200) +
-                                            "\" is absolute; archive relative paths");
-  std::string out;
-  size_t i = 0;
-  while (i <= name.size()) {
-    size_t j = name.find('/', i);
-    if (j == std::string::npos) j = name.size();
-    std::string comp = name.substr(i, j - i);
-    if (comp == "..")
-      return fail(Code::kInvalidArgument,
-                  "tar entry \"" + name.substr(0, 200) + "\" contains \"..\"; refused");
-    if (!comp.empty() && comp != ".") out += (out.empty() ? "" : "/") + comp;
-    i = j + 1;
-  }
-  return out;
 }
 
 }  // namespace
@@ -347,7 +326,7 @@ Result<void> Daemon::write_tar(const std::string& id, const std::string& path,
     int r = archive_read_next_header(in, &e);
     if (r == ARCHIVE_EOF) break;
     if (r < ARCHIVE_WARN) return fail(bad());
-    std::string rel = TRY(clean_entry_name(archive_entry_pathname(e)));
+    std::string rel = TRY(clean_archive_name(archive_entry_pathname(e)));
     std::string dst = join(path, rel);
     uint32_t mode = archive_entry_perm(e) & 07777;
     switch (archive_entry_filetype(e)) {

@@ -2,6 +2,8 @@
 // flags: archives are untrusted input).
 #include "daemon/images.h"
 
+#include "daemon/archive_names.h"
+
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
@@ -173,7 +175,7 @@ Result<ImageRecord> Images::import(const std::string& name, const ChunkSource& s
   archive* out = archive_write_disk_new();
   archive_write_disk_set_options(
       out, ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-               ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS | ARCHIVE_EXTRACT_PERM |
+               ARCHIVE_EXTRACT_PERM |
                ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_XATTR);
   struct Guard {
     archive* in;
@@ -209,10 +211,14 @@ Result<ImageRecord> Images::import(const std::string& name, const ChunkSource& s
     }
     auto type = archive_entry_filetype(e);
     if (type == AE_IFCHR || type == AE_IFBLK) continue;  // no device nodes in images
-    std::string path = (tmp / "rootfs").string() + "/" + archive_entry_pathname(e);
+    // Names are cleaned here (no "..", leading "/" dropped) and re-rooted under the staging
+    // directory; libarchive's SECURE_SYMLINKS then refuses writes through symlinks.
+    std::string rel = TRY(clean_archive_name(archive_entry_pathname(e)));
+    if (rel.empty()) continue;  // the root itself
+    std::string path = (tmp / "rootfs" / rel).string();
     archive_entry_set_pathname(e, path.c_str());
     if (const char* hl = archive_entry_hardlink(e)) {
-      std::string h = (tmp / "rootfs").string() + "/" + hl;
+      std::string h = (tmp / "rootfs" / TRY(clean_archive_name(hl))).string();
       archive_entry_set_hardlink(e, h.c_str());
     }
     if (archive_write_header(out, e) < ARCHIVE_WARN)

@@ -52,8 +52,12 @@ class UnixHTTPConnection(http.client.HTTPConnection):
 
     def connect(self):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(self.unix_path)
+        try:
+            s.settimeout(self.timeout)
+            s.connect(self.unix_path)
+        except OSError:
+            s.close()
+            raise
         self.sock = s
 
 
@@ -190,8 +194,10 @@ def mounted_below(path):
 
 
 def cgroup_dirs():
-    """Every cgroup directory that belongs to SPACE: below a `space` directory or named like a
-    sandbox, in any v1 hierarchy, the v2 `unified` mount, or a pure v2 root."""
+    """Every cgroup directory of a SPACE sandbox: named like a sandbox or below one, or below a
+    `space` parent (the daemon's default cgroup_name), in any v1 hierarchy, the v2 `unified`
+    mount, or a pure v2 root. The shared `space` parents themselves are left out: they come and
+    go with any daemon's sandboxes."""
     found = set()
     root = "/sys/fs/cgroup"
     for dirpath, dirnames, _ in os.walk(root):
@@ -201,8 +207,8 @@ def cgroup_dirs():
             dirnames[:] = []
             continue
         parts = rel.split("/")
-        if any(p == "space" or p.startswith("space.") or p.startswith("space-") or
-               ID_RE.match(p) for p in parts):
+        if any(ID_RE.match(p) or (p == "space" and i < len(parts) - 1)
+               for i, p in enumerate(parts)):
             found.add(dirpath)
     return found
 
@@ -281,6 +287,21 @@ class Daemon:
             return len(os.listdir("/proc/%d/fd" % self.pid))
         except OSError:
             return -1
+
+    def namespace_fds(self):
+        """The daemon's fds that hold a namespace (a network namespace it kept, say)."""
+        out = []
+        try:
+            for fd in os.listdir("/proc/%d/fd" % self.pid):
+                try:
+                    target = os.readlink("/proc/%d/fd/%s" % (self.pid, fd))
+                except OSError:
+                    continue
+                if re.match(r"^(net|mnt|pid|user|uts|ipc|cgroup|time):\[", target):
+                    out.append(target)
+        except OSError:
+            pass
+        return sorted(out)
 
     def log_text(self):
         return read_text(self.log_path)
@@ -587,6 +608,7 @@ class SpaceTestCase(unittest.TestCase):
                     dirnames[:] = []
         snap["state"] = entries
         snap["daemon_fds"] = daemon.fd_count() if daemon.alive() else None
+        snap["daemon_namespaces"] = daemon.namespace_fds() if daemon.alive() else None
         self._learn_ids(" ".join(entries))
         return snap
 
@@ -607,6 +629,9 @@ class SpaceTestCase(unittest.TestCase):
         b, a = before.get("daemon_fds"), after.get("daemon_fds")
         if b is not None and a is not None and a > b + 2:
             out["daemon_fds"] = "%d -> %d" % (b, a)
+        b, a = before.get("daemon_namespaces"), after.get("daemon_namespaces")
+        if b is not None and a is not None and len(a) > len(b):
+            out["daemon_namespaces"] = sorted(set(a) - set(b))
         return out
 
     def assert_no_leaks(self, before, timeout=15, daemon=None):

@@ -3,11 +3,12 @@ cwd, 200 MB of output streamed with the daemon's memory bounded, exec timeouts t
 whole process tree, ps and kill, and the raw NDJSON exec stream of the API."""
 
 import hashlib
+import json
 import os
 import subprocess
 import time
 
-from harness import SPACE, MiB, RssSampler, SpaceTestCase, main, wait_for
+from harness import SPACE, MiB, RssSampler, SpaceTestCase, decode_events, main, wait_for
 
 
 class ExecTest(SpaceTestCase):
@@ -101,10 +102,13 @@ class ExecTest(SpaceTestCase):
                 p.kill()
             rc = p.wait(60)
             growth = sampler.stop()
+            err = p.stderr.read()
+            p.stdout.close()
+            p.stderr.close()
         elapsed = time.monotonic() - t0
         print("200 MB streamed in %.1fs (%.0f MB/s); daemon RSS growth %.1f MB" %
               (elapsed, 200 / elapsed, growth / MiB))
-        self.assertEqual(rc, 0, p.stderr.read()[-2000:])
+        self.assertEqual(rc, 0, err[-2000:])
         self.assertEqual(total, 200 * MiB)
         self.assertFalse(nonzero)
         self.assertLess(growth, 150 * MiB, "daemon RSS grew by %d MB" % (growth // MiB))
@@ -115,9 +119,8 @@ class ExecTest(SpaceTestCase):
                               "head -c 8M /dev/zero; echo done >&2"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env())
         time.sleep(2)
-        data = p.stdout.read()
-        err = p.stderr.read()
-        self.assertEqual(p.wait(60), 0)
+        data, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 0)
         self.assertEqual(len(data), 8 * MiB)
         self.assertIn(b"done", err)
 
@@ -166,6 +169,18 @@ class ExecTest(SpaceTestCase):
         err = b"".join(e["bytes"] for e in events if e["type"] == "stderr")
         self.assertEqual((out, err), (b"hi\n", b"err\n"))
         self.assertEqual(events[-1].get("exit_code"), 4, events[-1])
+
+    def test_api_exec_with_stdin(self):
+        # The exec body is the JSON object, a newline, then the raw stdin bytes.
+        data = os.urandom(300000)
+        body = json.dumps({"cmd": ["sha256sum"], "stdin": True}).encode() + b"\n" + data
+        r = self.api("POST", "/v1/sandboxes/%s/exec" % self.sid, body,
+                     headers={"Content-Type": "application/json"})
+        self.assertEqual(r.status, 200, r)
+        events = decode_events(r.body)
+        out = b"".join(e["bytes"] for e in events if e["type"] == "stdout")
+        self.assertEqual(out.split()[0].decode(), hashlib.sha256(data).hexdigest())
+        self.assertEqual(events[-1].get("exit_code"), 0, events[-1])
 
     def test_api_exec_env_cwd_and_not_found(self):
         r, events = self.api_exec(self.sid, ["sh", "-c", "echo $X; pwd"], env={"X": "y"},

@@ -174,7 +174,6 @@ class DoctorTest(SpaceTestCase):
         low = out.lower()
         self.assertIn("namespace", low)
         self.assertIn("cgroup", low)
-        self.assertIn("kvm", low)
         rc, out, err = self.space("doctor", "--json")
         if rc == 0:
             json.loads(out)

@@ -21,7 +21,8 @@ class IsolationTest(SpaceTestCase):
         self.assertLess(len(rows), 10, out)
         pid1 = [r for r in rows if r[0] == "1"]
         self.assertEqual(len(pid1), 1, out)
-        self.assertEqual(self.exec_ok(self.sid, "cat", "/proc/1/comm").strip(), "space-agent")
+        argv0 = self.exec_ok(self.sid, "cat", "/proc/1/cmdline").split("\0")[0]
+        self.assertEqual(argv0, "space-agent")
         # The host's pid 1 and the test runner are invisible.
         out = self.exec_ok(self.sid, "sh", "-c", "ls /proc | grep -c '^[0-9]'")
         self.assertLess(int(out), 10)
@@ -41,9 +42,12 @@ class IsolationTest(SpaceTestCase):
             self.assertEqual(rc, 0, err)
             self.assertIn(out.strip(), ("EROFS", "EACCES", "EPERM"))
             self.assertFalse(os.path.exists(path))
-        rc, out, err = self.space("exec", self.sid, "--", "touch", "/usr/bin/python3")
+        rc, out, err = self.space("exec", self.sid, "--", "touch", "/usr/bin/space-it-new")
         self.assertNotEqual(rc, 0)
         self.assertIn("Read-only file system", err)
+        # Existing files: not writable either (they belong to a host uid the sandbox lacks).
+        rc, out, err = self.space("exec", self.sid, "--", "sh", "-c", "echo x >> /usr/bin/python3")
+        self.assertNotEqual(rc, 0)
 
     def test_cannot_read_another_sandboxs_files(self):
         a = self.create()
@@ -122,7 +126,8 @@ class IsolationTest(SpaceTestCase):
         rc, out, _ = self.space("exec", self.sid, "--", "ls", "/work")
         self.assertNotEqual(rc, 0, out)
         out = self.exec_ok(self.sid, "cat", "/etc/passwd")
-        host = open("/etc/passwd").read()
+        with open("/etc/passwd") as f:
+            host = f.read()
         self.assertNotEqual(out, host, "the sandbox sees the host's /etc/passwd")
 
 

@@ -28,7 +28,7 @@ class RestartTest(SpaceTestCase):
 
     def test_sandbox_survives_sigterm_and_sigkill(self):
         before = self.snapshot_host()
-        before["daemon_fds"] = None  # the daemon's pid changes
+        before["daemon_fds"] = before["daemon_namespaces"] = None  # the daemon's pid changes
         sid = self.create()
         self.exec_ok(sid, "sh", "-c", "echo persisted > /root/keep")
         self.space_ok("exec", sid, "--detach", "--", "sleep", "1000")
@@ -54,7 +54,7 @@ class RestartTest(SpaceTestCase):
 
     def test_sandbox_whose_agent_died_is_cleaned_up(self):
         before = self.snapshot_host()
-        before["daemon_fds"] = None
+        before["daemon_fds"] = before["daemon_namespaces"] = None
         keep = self.create()
         dead = self.create()
         self.space_ok("exec", dead, "--detach", "--", "sleep", "1000")

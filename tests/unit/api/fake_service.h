@@ -25,7 +25,7 @@ struct FakeStats {
   std::condition_variable cv;
   int sessions_destroyed_unfinished = 0;  // destroyed before exit: "the tree was killed"
   std::vector<int> signals;
-  size_t max_unconsumed = 0;               // flow control high-water mark (flood)
+  size_t max_unconsumed = 0;  // flow control high-water mark (flood)
 
   // Execs whose process tree was killed: by signal(SIGKILL), or by destroying the session
   // before it ended. Call with `mu` held.
@@ -159,24 +159,29 @@ class FakeService : public daemon::SandboxService {
  public:
   FakeStats stats;
   daemon::CreateRequest last_create;
-  std::map<std::string, std::string> files;   // "/path" -> bytes
+  std::map<std::string, std::string> files;  // "/path" -> bytes
   std::map<std::string, uint32_t> modes;
-  std::string last_tar;                       // body of the last write_tar
+  std::string last_tar;  // body of the last write_tar
   std::string last_tar_dir;
-  std::string tar_to_serve = "TARDATA";       // what read_tar sends
+  std::string tar_to_serve = "TARDATA";  // what read_tar sends
   size_t image_bytes = 0;
 
   Result<daemon::SandboxInfo> create(const daemon::CreateRequest& req) override {
     std::lock_guard lock(mu_);
     last_create = req;
     std::string id = "sb_" + std::to_string(1000 + sandboxes_.size());
-    json info = {{"id", id},           {"state", "running"},
-                 {"runtime", req.runtime}, {"image", req.image},
-                 {"profile", req.profile}, {"created_at", "2026-12-02T10:00:00Z"},
-                 {"expires_at", nullptr},  {"limits", {{"memory", req.limits.memory_bytes},
-                                                       {"cpus", req.limits.cpus},
-                                                       {"pids", req.limits.pids},
-                                                       {"disk", req.limits.disk_bytes}}}};
+    json info = {{"id", id},
+                 {"state", "running"},
+                 {"runtime", req.runtime},
+                 {"image", req.image},
+                 {"profile", req.profile},
+                 {"created_at", "2026-12-02T10:00:00Z"},
+                 {"expires_at", nullptr},
+                 {"limits",
+                  {{"memory", req.limits.memory_bytes},
+                   {"cpus", req.limits.cpus},
+                   {"pids", req.limits.pids},
+                   {"disk", req.limits.disk_bytes}}}};
     sandboxes_[id] = info;
     return info;
   }
@@ -204,8 +209,12 @@ class FakeService : public daemon::SandboxService {
   }
   Result<json> processes(const std::string& id) override {
     TRY(inspect(id));
-    return json::array({{{"pid", 1}, {"ppid", 0}, {"uid", 0}, {"state", "S"},
-                         {"argv", {"space-agent"}}, {"stream", nullptr}}});
+    return json::array({{{"pid", 1},
+                         {"ppid", 0},
+                         {"uid", 0},
+                         {"state", "S"},
+                         {"argv", {"space-agent"}},
+                         {"stream", nullptr}}});
   }
   Result<void> kill(const std::string& id, int pid, int sig) override {
     TRY(inspect(id));
@@ -286,7 +295,10 @@ class FakeService : public daemon::SandboxService {
   }
   json health() override { return {{"status", "ok"}}; }
   std::string metrics() override { return "space_sandboxes 0\n"; }
-  json doctor() override { return {{"namespaces", {{"user", true}}}}; }
+  json doctor() override {
+    return {{"namespaces", {{"user", true}}},
+            {"caps", json::array({{{"name", "CAP_KILL"}, {"why", "signals"}}})}};
+  }
 
  private:
   static std::unexpected<Error> unknown(const std::string& id) {

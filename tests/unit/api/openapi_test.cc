@@ -1,13 +1,13 @@
 // The OpenAPI file and the server's route table must list exactly the same (method, path)
 // pairs, so neither can drift from the other. The YAML is read with a tiny line scanner: keys
 // at indent 2 under `paths:` are paths, keys at indent 4 naming an HTTP method are operations.
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "api/router.h"
 
@@ -68,8 +68,8 @@ TEST(Router, MatchesPlaceholdersBySegment) {
   auto m = match_route(http::verb::delete_, {"v1", "sandboxes", "sb_1", "processes", "42"});
   ASSERT_TRUE(m);
   EXPECT_EQ(m->route->pattern, "/v1/sandboxes/{id}/processes/{pid}");
-  EXPECT_EQ(m->params, (std::vector<std::pair<std::string, std::string>>{{"id", "sb_1"},
-                                                                         {"pid", "42"}}));
+  EXPECT_EQ(m->params,
+            (std::vector<std::pair<std::string, std::string>>{{"id", "sb_1"}, {"pid", "42"}}));
   EXPECT_FALSE(match_route(http::verb::patch, {"v1", "sandboxes"}));
   EXPECT_FALSE(match_route(http::verb::get, {"v1", "sandboxes", "sb_1", "snapshots"}));
   EXPECT_FALSE(match_route(http::verb::get, {"v1"}));

@@ -35,7 +35,7 @@ TEST(ParseTarget, RefusesBadTargets) {
   expect_invalid(parse_target(""));
   expect_invalid(parse_target("v1/sandboxes"));
   expect_invalid(parse_target("http://host/v1/sandboxes"));
-  expect_invalid(parse_target("/v1/images/a%2Fb"));      // '/' smuggled into a segment
+  expect_invalid(parse_target("/v1/images/a%2Fb"));  // '/' smuggled into a segment
   expect_invalid(parse_target("/v1/images/a%00b"));
   expect_invalid(parse_target("/v1/sandboxes/%2E%2E"));  // ".."
   expect_invalid(parse_target("/v1/x%zz"));
@@ -151,8 +151,8 @@ TEST(CreateRequest, EveryLimit) {
 }
 
 TEST(ExecRequest, Valid) {
-  auto r = parse_exec_request(json::parse(
-      R"({"cmd":["sh","-c","echo hi"],"env":{"X":"1"},"cwd":"/tmp","timeout":"10s","stdin":true})"));
+  auto r = parse_exec_request(json::parse(R"({"cmd":["sh","-c","echo hi"],"env":{"X":"1"},
+                                              "cwd":"/tmp","timeout":"10s","stdin":true})"));
   ASSERT_TRUE(r) << r.error().message();
   EXPECT_EQ(r->argv, (std::vector<std::string>{"sh", "-c", "echo hi"}));
   EXPECT_EQ(r->env, std::vector<std::string>{"X=1"});

@@ -3,13 +3,12 @@
 // full-duplex stdin, files, and survival of garbage bytes and abrupt disconnects.
 #include "api/server.h"
 
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "fake_service.h"
 #include "test_client.h"
@@ -19,10 +18,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using nlohmann::json;
 using testing::Conn;
 using testing::FakeService;
 using testing::request;
-using nlohmann::json;
 
 class ServerTest : public ::testing::Test {
  protected:
@@ -63,8 +62,7 @@ class ServerTest : public ::testing::Test {
     EXPECT_EQ(j["error"]["code"], code) << r.body;
     EXPECT_TRUE(j["error"]["message"].is_string());
     if (!needle.empty()) {
-      EXPECT_NE(j["error"]["message"].get<std::string>().find(needle), std::string::npos)
-          << r.body;
+      EXPECT_NE(j["error"]["message"].get<std::string>().find(needle), std::string::npos) << r.body;
     }
   }
 
@@ -228,8 +226,9 @@ TEST_F(ServerTest, KeepAliveServesSeveralRequests) {
 TEST_F(ServerTest, ChunkedJsonAndExpectContinue) {
   start();
   Conn c(socket_);
-  c.send("POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
-         "Expect: 100-continue\r\n\r\n");
+  c.send(
+      "POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+      "Expect: 100-continue\r\n\r\n");
   EXPECT_EQ(c.read_head(), 100);
   c.send_chunk(R"({"memory":)");
   c.send_chunk(R"("64M"})");
@@ -291,8 +290,8 @@ TEST_F(ServerTest, ExecStartFailureAndDetach) {
                "not_found");
   expect_error(request(socket_, "POST", "/v1/sandboxes/" + id + "/exec", R"({"cmd":[]})"), 400,
                "invalid_argument");
-  expect_error(request(socket_, "POST", "/v1/sandboxes/" + id + "/exec", R"({"cmd":["a"]} x)"),
-               400, "invalid_argument", "after the exec request");
+  expect_error(request(socket_, "POST", "/v1/sandboxes/" + id + "/exec", R"({"cmd":["a"]} x)"), 400,
+               "invalid_argument", "after the exec request");
   expect_error(request(socket_, "POST", "/v1/sandboxes/" + id + "/exec", "[1]"), 400,
                "invalid_argument", "JSON object");
   expect_error(request(socket_, "POST", "/v1/sandboxes/" + id + "/exec", ""), 400,
@@ -303,7 +302,8 @@ TEST_F(ServerTest, ExecStdinIsFullDuplex) {
   start();
   std::string id = create_sandbox();
   Conn c(socket_);
-  ASSERT_TRUE(c.send("POST /v1/sandboxes/" + id + "/exec HTTP/1.1\r\nHost: x\r\n"
+  ASSERT_TRUE(c.send("POST /v1/sandboxes/" + id +
+                     "/exec HTTP/1.1\r\nHost: x\r\n"
                      "Transfer-Encoding: chunked\r\n\r\n"));
   ASSERT_TRUE(c.send_chunk(std::string(R"({"cmd":["cat"],"stdin":true})") + "\nhello"));
   // The response and the echoed stdin arrive while the request body is still open.
@@ -361,7 +361,8 @@ TEST_F(ServerTest, ClientDisconnectKillsTheExec) {
   // Same with stdin streaming: the client vanishes mid-body.
   {
     Conn c(socket_);
-    c.send("POST /v1/sandboxes/" + id + "/exec HTTP/1.1\r\nHost: x\r\n"
+    c.send("POST /v1/sandboxes/" + id +
+           "/exec HTTP/1.1\r\nHost: x\r\n"
            "Transfer-Encoding: chunked\r\n\r\n");
     c.send_chunk(std::string(R"({"cmd":["sleep"],"stdin":true})") + "\n");
     ASSERT_EQ(c.read_head(), 200);
@@ -407,7 +408,8 @@ TEST_F(ServerTest, IdleAndSlowLorisConnectionsAreClosed) {
 
   // A header trickling in a byte at a time is cut off at the same deadline.
   Conn slow(socket_);
-  std::string header = "GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Pad: aaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+  std::string header =
+      "GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Pad: aaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
   t0 = std::chrono::steady_clock::now();
   bool cut = false;
   for (char ch : header) {
@@ -419,6 +421,30 @@ TEST_F(ServerTest, IdleAndSlowLorisConnectionsAreClosed) {
   }
   EXPECT_TRUE(cut || slow.read_head() == 0);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+}
+
+TEST_F(ServerTest, SlowBodiesTimeOut) {
+  ApiServer::Options o;
+  o.body_timeout = 400ms;
+  start(o);
+  // A JSON body dripping in slower than the total body timeout is cut off...
+  Conn c(socket_);
+  c.send("POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\n\r\n{");
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread drip([&] {
+    for (int i = 0; i < 20; ++i) {
+      std::this_thread::sleep_for(100ms);
+      if (!c.send(" ")) break;
+    }
+  });
+  EXPECT_EQ(c.read_head(), 504);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms);
+  drip.join();
+  // ...and so is the JSON part of an exec.
+  std::string id = create_sandbox();
+  Conn e(socket_);
+  e.send("POST /v1/sandboxes/" + id + "/exec HTTP/1.1\r\nHost: x\r\nContent-Length: 30\r\n\r\n{");
+  EXPECT_EQ(e.read_head(), 504);
 }
 
 TEST_F(ServerTest, ConnectionsBeyondTheLimitGet503) {
@@ -464,10 +490,10 @@ TEST_F(ServerTest, Files) {
   EXPECT_EQ(dir.header("content-type"), "application/x-tar");
   EXPECT_EQ(dir.body, "TARDATA");
 
-  EXPECT_EQ(request(socket_, "PUT", base + "?path=/dir", "TAR",
-                    {{"Content-Type", "application/x-tar"}})
-                .status,
-            204);
+  EXPECT_EQ(
+      request(socket_, "PUT", base + "?path=/dir", "TAR", {{"Content-Type", "application/x-tar"}})
+          .status,
+      204);
   EXPECT_EQ(svc_.last_tar, "TAR");
   EXPECT_EQ(svc_.last_tar_dir, "/dir");
 
@@ -488,8 +514,9 @@ TEST_F(ServerTest, Files) {
 TEST_F(ServerTest, ImagesHealthDoctorMetrics) {
   start();
   Conn c(socket_);
-  c.send("PUT /v1/images/deb HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
-         "Content-Type: application/x-tar\r\n\r\n");
+  c.send(
+      "PUT /v1/images/deb HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+      "Content-Type: application/x-tar\r\n\r\n");
   for (int i = 0; i < 32; ++i) c.send_chunk(std::string(100000, 'z'));
   c.send("0\r\n\r\n");
   ASSERT_EQ(c.read_head(), 201);

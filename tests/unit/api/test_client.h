@@ -7,15 +7,14 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http.hpp>
-#include <nlohmann/json.hpp>
 
 #include "api/base64.h"
 #include "api/fd_stream.h"

@@ -27,10 +27,12 @@ void usage_error(std::vector<std::string> argv, std::string_view needle) {
 }
 
 TEST(Args, RunWithEveryOption) {
-  Args a = ok({"run", "--runtime", "qemu", "--image", "deb", "--profile", "live", "--memory",
-               "1G", "--cpus", "1.5", "--pids", "64", "--disk", "4G", "--timeout", "10m", "--env",
-               "A=1", "--env", "B=2", "--secret", "GH", "--allow", "pypi.org:443", "--allow",
-               "*.github.com", "--workdir", "/work", "--", "sh", "-c", "echo --memory"});
+  Args a = ok({"run",          "--runtime", "qemu",         "--image",   "deb",   "--profile",
+               "live",         "--memory",  "1G",           "--cpus",    "1.5",   "--pids",
+               "64",           "--disk",    "4G",           "--timeout", "10m",   "--env",
+               "A=1",          "--env",     "B=2",          "--secret",  "GH",    "--allow",
+               "pypi.org:443", "--allow",   "*.github.com", "--workdir", "/work", "--",
+               "sh",           "-c",        "echo --memory"});
   EXPECT_EQ(a.command, "run");
   EXPECT_EQ(a.sandbox.runtime, "qemu");
   EXPECT_EQ(a.sandbox.image, "deb");
@@ -137,9 +139,9 @@ TEST(Args, HelpListsEveryCommandAndExitsZero) {
   ParseOutcome p = parse({"--help"});
   EXPECT_FALSE(p.args);
   EXPECT_EQ(p.exit_code, 0);
-  for (const char* cmd : {"run", "create", "exec", "ps", "kill", "cp", "ls", "inspect", "rm",
-                          "pause", "resume", "diff", "doctor", "image", "snapshot", "snapshots",
-                          "rollback", "restore", "audit"}) {
+  for (const char* cmd :
+       {"run", "create", "exec", "ps", "kill", "cp", "ls", "inspect", "rm", "pause", "resume",
+        "diff", "doctor", "image", "snapshot", "snapshots", "rollback", "restore", "audit"}) {
     EXPECT_NE(p.out.find(std::string("  ") + cmd + " "), std::string::npos) << cmd;
   }
   ParseOutcome sub = parse({"run", "--help"});

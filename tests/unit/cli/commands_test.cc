@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,8 +14,6 @@
 #include <functional>
 #include <sstream>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "../api/fake_service.h"
 #include "api/server.h"
@@ -129,8 +128,7 @@ TEST_F(CommandsTest, CreateListInspectRemove) {
   std::string id = sandbox["id"];
 
   auto ls = run({"ls"});
-  EXPECT_EQ(ls.out.substr(0, ls.out.find('\n')),
-            "ID       STATE    RUNTIME  IMAGE  PROFILE  AGE");
+  EXPECT_EQ(ls.out.substr(0, ls.out.find('\n')), "ID       STATE    RUNTIME  IMAGE  PROFILE  AGE");
   EXPECT_NE(ls.out.find(id + "  running  linux    host   test"), std::string::npos) << ls.out;
   auto ls_json = json::parse(run({"ls", "--json"}).out);
   ASSERT_TRUE(ls_json.is_array());
@@ -207,9 +205,11 @@ TEST_F(CommandsTest, RunCreatesExecsAndDestroys) {
 }
 
 TEST_F(CommandsTest, LaterCommandsFailClearly) {
-  for (std::vector<std::string> argv :
-       {std::vector<std::string>{"snapshot", "sb_1"}, {"snapshots", "sb_1"},
-        {"rollback", "sb_1", "s"}, {"restore", "s"}, {"audit", "sb_1", "--verify"}}) {
+  for (std::vector<std::string> argv : {std::vector<std::string>{"snapshot", "sb_1"},
+                                        {"snapshots", "sb_1"},
+                                        {"rollback", "sb_1", "s"},
+                                        {"restore", "s"},
+                                        {"audit", "sb_1", "--verify"}}) {
     auto r = run(argv);
     ASSERT_FALSE(r.result);
     EXPECT_EQ(r.result.error().code(), Code::kUnimplemented);
@@ -232,7 +232,8 @@ TEST_F(CommandsTest, PsKillDiffDoctor) {
 
   EXPECT_EQ(run({"diff", id}).out, "C /etc/hosts\nA /root/new\nD /tmp/x\n");
   EXPECT_EQ(json::parse(run({"diff", id, "--json"}).out)["deleted"][0], "/tmp/x");
-  EXPECT_EQ(run({"doctor"}).out, "namespaces:\n  user: yes\n");
+  EXPECT_EQ(run({"doctor"}).out,
+            "caps:\n  - name: CAP_KILL\n    why: signals\nnamespaces:\n  user: yes\n");
   EXPECT_EQ(json::parse(run({"doctor", "--json"}).out)["namespaces"]["user"], true);
 }
 

@@ -5,6 +5,7 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -13,8 +14,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 namespace space::cli {
 namespace {
@@ -115,7 +114,8 @@ TEST_F(TarTest, DirectoryRoundTrips) {
 }
 
 TEST_F(TarTest, RefusesDotDot) {
-  auto r = extract(make_tar({{"ok.txt", AE_IFREG, 0644, "fine"}, {"../evil", AE_IFREG, 0644, "x"}}));
+  auto r =
+      extract(make_tar({{"ok.txt", AE_IFREG, 0644, "fine"}, {"../evil", AE_IFREG, 0644, "x"}}));
   EXPECT_FALSE(r);
   EXPECT_FALSE(fs::exists(root_ / "evil"));
 }

@@ -27,9 +27,9 @@ TEST(ParseSize, AcceptsBinaryUnits) {
 }
 
 TEST(ParseSize, RefusesGarbage) {
-  for (const char* bad : {"", " ", "M", "-1", "-1G", "+5", "1.5", "1e9", "0x10", "1 G", " 1G",
-                          "1G ", "1Q", "1GG", "1Gx", "1iB", ".5G", "5.G", "1..5G", "nan", "inf",
-                          "1G\n", "１G"}) {
+  for (const char* bad :
+       {"",   " ",   "M",   "-1",  "-1G", "+5",  "1.5",   "1e9", "0x10", "1 G",  " 1G", "1G ",
+        "1Q", "1GG", "1Gx", "1iB", ".5G", "5.G", "1..5G", "nan", "inf",  "1G\n", "１G"}) {
     auto r = parse_size(bad);
     EXPECT_FALSE(r) << "accepted \"" << bad << "\"";
     if (!r) {

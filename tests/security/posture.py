@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""Posture check: inspects every process of a running sandbox from the host and compares it
+with the profile the linux runtime promises (docs/threat-model.md, docs/linux-runtime.md):
+
+  capabilities  CapBnd is exactly the default set of src/runtime/linux/caps.cc (parsed from that
+                file: the one copy of the expectation); CapPrm/CapEff within it (equal for root
+                processes that did not drop them); CapInh and CapAmb empty; never a forbidden
+                capability (SYS_ADMIN, NET_RAW, SYS_PTRACE, MKNOD, ...)
+  NoNewPrivs    1                       Seccomp 2 (filter mode), at least one filter
+  uid/gid map   "0 <uid_base> 65536" for both; every uid/gid/group inside that host range
+  namespaces    user, pid, mnt, net, uts, ipc and cgroup differ from the host's and are the
+                agent's; the network namespace is owned by the host's user namespace (so sandbox
+                root cannot configure it), the others by the sandbox's. time is shared by design
+                (the runtime does not create one; clock_settime is denied by seccomp)
+  fds           the agent holds exactly 0-6 (0-2 /dev/null, 3-5 sockets, 6 the writable layer);
+                every other process holds no fd to a file outside the sandbox's root and no
+                socket the daemon holds
+  cgroups       every process is in /<cgroup_name>/<id> of the memory, pids, cpu and unified
+                hierarchies, and cgroup.procs lists exactly the sandbox's processes
+  rlimits       RLIMIT_CORE 0
+
+As a library: check_running_sandbox(socket, cli, sid, daemon_pid) starts a few processes in the
+sandbox (a running exec, detached ones, a double fork) and returns (problems, summary). Run
+directly, it starts its own daemon and sandbox: `python3 posture.py` (root), exit 0 when clean.
+"""
+
+import fcntl
+import os
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+
+import harness  # noqa: E402
+
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+CAPS_CC = os.path.join(REPO, "src", "runtime", "linux", "caps.cc")
+CAPABILITY_H = "/usr/include/linux/capability.h"
+# Never in any set of a sandbox process: each of these reaches past the sandbox's own objects
+# or is a known escape primitive (docs/threat-model.md, "Capabilities").
+FORBIDDEN = ["CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_SYS_PTRACE", "CAP_MKNOD",
+             "CAP_SYS_MODULE", "CAP_SYS_RAWIO", "CAP_SYS_TIME", "CAP_SYS_BOOT",
+             "CAP_DAC_READ_SEARCH", "CAP_SYSLOG", "CAP_BPF", "CAP_PERFMON",
+             "CAP_CHECKPOINT_RESTORE", "CAP_SYS_RESOURCE", "CAP_IPC_LOCK", "CAP_LINUX_IMMUTABLE",
+             "CAP_MAC_ADMIN", "CAP_MAC_OVERRIDE", "CAP_AUDIT_CONTROL", "CAP_SYS_PACCT"]
+SANDBOX_NAMESPACES = ["user", "pid", "mnt", "net", "uts", "ipc", "cgroup"]
+SHARED_BY_DESIGN = {"time", "time_for_children"}
+NS_GET_USERNS = 0xB701  # _IO(0xb7, 0x1)
+ID_RANGE = 65536
+
+
+def capability_numbers():
+    nums = {}
+    with open(CAPABILITY_H) as f:
+        for m in re.finditer(r"#define\s+(CAP_[A-Z_]+)\s+(\d+)\b", f.read()):
+            nums[m.group(1)] = int(m.group(2))
+    return nums
+
+
+def expected_capabilities():
+    """The default set, parsed from the table kDefaultCaps in caps.cc: (mask, names)."""
+    with open(CAPS_CC) as f:
+        text = f.read()
+    m = re.search(r"kDefaultCaps\[\]\s*=\s*\{(.*?)\n\};", text, re.S)
+    if not m:
+        raise RuntimeError("cannot find kDefaultCaps in %s" % CAPS_CC)
+    names = re.findall(r"\{\s*(CAP_[A-Z_]+)\s*,", m.group(1))
+    nums = capability_numbers()
+    mask = 0
+    for n in names:
+        mask |= 1 << nums[n]
+    return mask, names
+
+
+def status_fields(pid):
+    out = {}
+    for line in harness.read_text("/proc/%d/status" % pid).splitlines():
+        k, _, v = line.partition(":")
+        out[k] = v.strip()
+    return out
+
+
+def ns_inode(pid, ns):
+    try:
+        return os.stat("/proc/%s/ns/%s" % (pid, ns)).st_ino
+    except OSError:
+        return None
+
+
+def ns_owner_inode(pid, ns):
+    """Inode of the user namespace that owns /proc/PID/ns/NS."""
+    fd = os.open("/proc/%d/ns/%s" % (pid, ns), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        owner = fcntl.ioctl(fd, NS_GET_USERNS)
+        try:
+            return os.fstat(owner).st_ino
+        finally:
+            os.close(owner)
+    finally:
+        os.close(fd)
+
+
+def cap_names(mask, nums):
+    rev = {v: k for k, v in nums.items()}
+    return [rev.get(b, "cap%d" % b) for b in range(64) if mask >> b & 1]
+
+
+def cgroup_paths(pid):
+    """{hierarchy: path} from /proc/PID/cgroup; the unified hierarchy is ''."""
+    out = {}
+    for line in harness.read_text("/proc/%d/cgroup" % pid).splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            out[parts[1]] = parts[2]
+    return out
+
+
+def daemon_socket_inodes(daemon_pid):
+    out = set()
+    d = "/proc/%d/fd" % daemon_pid
+    for fd in os.listdir(d):
+        try:
+            t = os.readlink(os.path.join(d, fd))
+        except OSError:
+            continue
+        if t.startswith("socket:["):
+            out.add(t)
+    return out
+
+
+def inspect(socket_path, sid, daemon_pid):
+    """Checks every process of sandbox `sid`; returns (problems, processes inspected)."""
+    problems = []
+    r = harness.http_request(socket_path, "GET", "/v1/sandboxes/%s" % sid)
+    if r.status != 200:
+        return ["GET sandbox %s: %r" % (sid, r)], []
+    info = r.json
+    agent, uid_base = info.get("host_pid"), info.get("uid_base")
+    if not isinstance(agent, int) or not isinstance(uid_base, int) or uid_base <= 0:
+        return ["sandbox JSON lacks host_pid/uid_base: %r" % info], []
+    mask, _ = expected_capabilities()
+    nums = capability_numbers()
+    forbidden = 0
+    for n in FORBIDDEN:
+        if n in nums:
+            forbidden |= 1 << nums[n]
+    if mask & forbidden:
+        problems.append("caps.cc's default set holds forbidden capabilities: %s" %
+                        cap_names(mask & forbidden, nums))
+
+    pids = [agent] + harness.descendants(agent)
+    # cgroups: where the agent is, and who else is there.
+    agent_cg = cgroup_paths(agent)
+    want_suffix = "/" + sid
+    required = [h for h in agent_cg if h == "" or re.search(r"\b(memory|pids|cpu)\b", h)]
+    for h in required:
+        if not agent_cg[h].endswith(want_suffix):
+            problems.append("agent is in cgroup %r of hierarchy %r, not .../%s" %
+                            (agent_cg[h], h or "unified", sid))
+    for h in ("memory", "pids"):
+        if not any(re.search(r"\b%s\b" % h, k) for k in agent_cg) and "" not in agent_cg:
+            problems.append("agent has no %s cgroup" % h)
+    members = set()
+    for h in required:
+        ctrl = h.split(",")[0] if h else "unified"
+        base = "/sys/fs/cgroup/%s" % ctrl if os.path.isdir("/sys/fs/cgroup/%s" % ctrl) \
+            else "/sys/fs/cgroup"
+        procs_file = base + agent_cg[h] + "/cgroup.procs"
+        text = harness.read_text(procs_file, None)
+        if text is None:
+            problems.append("cannot read %s" % procs_file)
+            continue
+        members |= {int(x) for x in text.split()}
+    live = {p for p in pids if os.path.exists("/proc/%d" % p)}
+    if members and members != live:
+        problems.append("cgroup members %s differ from the agent's process tree %s" %
+                        (sorted(members - live), sorted(live - members)))
+
+    host_ns = {ns: ns_inode("self", ns) for ns in SANDBOX_NAMESPACES + sorted(SHARED_BY_DESIGN)}
+    host_userns = host_ns["user"]
+    agent_ns = {ns: ns_inode(agent, ns) for ns in SANDBOX_NAMESPACES}
+    try:
+        if ns_owner_inode(agent, "net") != host_userns:
+            problems.append("the network namespace is not owned by the host's user namespace")
+        for ns in ("mnt", "uts", "ipc", "pid", "cgroup"):
+            if ns_owner_inode(agent, ns) != agent_ns["user"]:
+                problems.append("the %s namespace is not owned by the sandbox's user namespace" % ns)
+    except OSError as e:
+        problems.append("NS_GET_USERNS: %s" % e)
+    daemon_sockets = daemon_socket_inodes(daemon_pid)
+    sandbox_root = "/proc/%d/root" % agent
+    want_map = "0 %d %d" % (uid_base, ID_RANGE)
+
+    inspected = []
+    for pid in pids:
+        st = status_fields(pid)
+        if not st:
+            continue  # exited meanwhile
+        name = "%d(%s)" % (pid, st.get("Name", "?"))
+        inspected.append(name)
+        prm, eff = int(st["CapPrm"], 16), int(st["CapEff"], 16)
+        bnd, inh, amb = int(st["CapBnd"], 16), int(st["CapInh"], 16), int(st["CapAmb"], 16)
+        if bnd != mask:
+            problems.append("%s CapBnd %s != default %s (extra %s, missing %s)" % (
+                name, hex(bnd), hex(mask), cap_names(bnd & ~mask, nums),
+                cap_names(mask & ~bnd, nums)))
+        if prm & ~mask or eff & ~prm:
+            problems.append("%s CapPrm %s / CapEff %s outside the default set" %
+                            (name, hex(prm), hex(eff)))
+        uids = [int(x) for x in st.get("Uid", "").split()]
+        if uids and uids[1] == uid_base and prm != mask:
+            problems.append("%s is sandbox root but CapPrm is %s" % (name, hex(prm)))
+        if inh or amb:
+            problems.append("%s CapInh %s CapAmb %s must be empty" % (name, hex(inh), hex(amb)))
+        for cap in range(64):
+            if (prm | eff | bnd | inh | amb) >> cap & 1 and forbidden >> cap & 1:
+                problems.append("%s holds forbidden %s" % (name, cap_names(1 << cap, nums)))
+        if st.get("NoNewPrivs") != "1":
+            problems.append("%s NoNewPrivs %s" % (name, st.get("NoNewPrivs")))
+        if st.get("Seccomp") != "2" or int(st.get("Seccomp_filters", "1") or 0) < 1:
+            problems.append("%s Seccomp %s (filters %s)" % (name, st.get("Seccomp"),
+                                                             st.get("Seccomp_filters")))
+        ids = uids + [int(x) for x in st.get("Gid", "").split()] + \
+            [int(x) for x in st.get("Groups", "").split()]
+        for i in ids:
+            if not uid_base <= i < uid_base + ID_RANGE:
+                problems.append("%s has host id %d outside [%d, +%d)" % (name, i, uid_base,
+                                                                       ID_RANGE))
+        for f in ("uid_map", "gid_map"):
+            got = " ".join(harness.read_text("/proc/%d/%s" % (pid, f)).split())
+            if got != want_map:
+                problems.append("%s %s is %r, want %r" % (name, f, got, want_map))
+        for ns in SANDBOX_NAMESPACES:
+            ino = ns_inode(pid, ns)
+            if ino is None:
+                continue
+            if ino == host_ns[ns]:
+                problems.append("%s shares the host's %s namespace" % (name, ns))
+            if ino != agent_ns[ns]:
+                problems.append("%s is in a %s namespace other than the agent's" % (name, ns))
+        for ns in SHARED_BY_DESIGN:
+            ino = ns_inode(pid, ns)
+            if ino is not None and host_ns.get(ns) is not None and ino != host_ns[ns]:
+                problems.append("%s has its own %s namespace (unexpected)" % (name, ns))
+        if cgroup_paths(pid) != agent_cg:
+            problems.append("%s is in other cgroups than the agent: %s" % (name,
+                                                                          cgroup_paths(pid)))
+        limits = harness.read_text("/proc/%d/limits" % pid)
+        m = re.search(r"Max core file size\s+(\S+)\s+(\S+)", limits)
+        if m and (m.group(1), m.group(2)) != ("0", "0"):
+            problems.append("%s RLIMIT_CORE is %s/%s" % (name, m.group(1), m.group(2)))
+        problems += check_fds(pid, name, pid == agent, sandbox_root, daemon_sockets)
+    return problems, inspected
+
+
+def check_fds(pid, name, is_agent, sandbox_root, daemon_sockets):
+    problems = []
+    d = "/proc/%d/fd" % pid
+    try:
+        fds = sorted(int(x) for x in os.listdir(d))
+    except OSError as e:
+        return ["%s: cannot list fds: %s" % (name, e)]
+    if is_agent and fds != list(range(7)):
+        problems.append("agent holds fds %s, want exactly 0-6" % fds)
+    for fd in fds:
+        link = os.path.join(d, str(fd))
+        try:
+            target = os.readlink(link)
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target in daemon_sockets:
+            problems.append("%s fd %d is a socket the daemon holds (%s)" % (name, fd, target))
+        if is_agent:
+            if fd <= 2 and target != "/dev/null":
+                problems.append("agent fd %d -> %s, want /dev/null" % (fd, target))
+            if 3 <= fd <= 5 and not target.startswith("socket:["):
+                problems.append("agent fd %d -> %s, want a socket" % (fd, target))
+            if fd == 6:
+                try:
+                    ok = os.path.isdir(link)
+                except OSError:
+                    ok = False
+                if not ok:
+                    problems.append("agent fd 6 -> %s, want the writable layer directory" % target)
+            continue
+        if not target.startswith("/"):
+            continue  # pipe:, socket:, anon_inode: — checked above for the daemon's sockets
+        # A path: the same file must be reachable at that path inside the sandbox's root.
+        try:
+            st_fd = os.stat(link)
+            st_in = os.stat(sandbox_root + target)
+            same = (st_fd.st_dev, st_fd.st_ino) == (st_in.st_dev, st_in.st_ino)
+        except OSError:
+            same = False
+        if not same and "(deleted)" not in target:
+            problems.append("%s fd %d -> %s is not a file of the sandbox" % (name, fd, target))
+    return problems
+
+
+def check_running_sandbox(socket_path, cli, sid, daemon_pid):
+    """Starts processes in `sid` (a streaming exec, detached ones, a double fork, a non-root
+    process), inspects them, and stops the streaming exec. Returns (problems, summary)."""
+    env = dict(os.environ, SPACE_SOCKET=socket_path)
+    running = subprocess.Popen([harness.SPACE, "exec", sid, "--", "sh", "-c",
+                                "sleep 60 & exec sleep 60"], env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        setup = [
+            ("--detach", "--", "sleep", "1000"),
+            ("--detach", "--", "sh", "-c", "(setsid sleep 1000 &) ; sleep 1000"),
+            ("--detach", "--", "python3", "-c",
+             "import os, time; os.setgid(1000); os.setuid(1000); f = open('/etc/hostname'); "
+             "time.sleep(1000)"),
+        ]
+        for args in setup:
+            rc, out, err = cli("exec", sid, *args)
+            if rc != 0:
+                return ["starting %s failed: %s" % (args, err)], ""
+        # Wait until all of them run: 1 agent + shims and workers.
+        deadline = time.monotonic() + 10
+        r = harness.http_request(socket_path, "GET", "/v1/sandboxes/%s" % sid)
+        agent = (r.json or {}).get("host_pid")
+        while time.monotonic() < deadline:
+            names = [harness.proc_cmdline(p)[0] for p in harness.descendants(agent)]
+            if sum(n.endswith("sleep") for n in names) >= 5 and any("python3" in n for n in names):
+                break
+            time.sleep(0.1)
+        problems, inspected = inspect(socket_path, sid, daemon_pid)
+        if len(inspected) < 8:
+            problems.append("only %d processes found: %s" % (len(inspected), inspected))
+        return problems, "%d processes match the profile: %s" % (len(inspected),
+                                                                 " ".join(inspected))
+    finally:
+        running.kill()
+        running.wait()
+
+
+def main():
+    if os.geteuid() != 0:
+        print("posture.py must run as root")
+        return 2
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="space-posture-")
+    os.chmod(tmp, 0o755)
+    daemon = harness.Daemon(tmp)
+    daemon.start()
+
+    def cli(*args, timeout=60):
+        p = subprocess.run([harness.SPACE] + list(args), capture_output=True, timeout=timeout,
+                           stdin=subprocess.DEVNULL,
+                           env=dict(os.environ, SPACE_SOCKET=daemon.socket))
+        return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+    try:
+        rc, out, err = cli("create")
+        sid = out.strip()
+        problems, summary = check_running_sandbox(daemon.socket, cli, sid, daemon.pid)
+        cli("rm", "--force", sid)
+    finally:
+        daemon.stop()
+        harness.safe_rmtree(tmp)
+    for p in problems:
+        print("POSTURE: %s" % p)
+    print(summary)
+    print("posture: %s" % ("clean" if not problems else "%d problems" % len(problems)))
+    return 0 if not problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

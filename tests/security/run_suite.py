@@ -1,0 +1,484 @@
+#!/usr/bin/env python3
+"""SPACE's escape suite: runs every attempt in tests/security/attacks/<class>/ against a private
+daemon through the real `space` CLI, plus the posture check (posture.py) and the syscall probe
+(probe/syscall_probe.c) — and fails on any escape or error.
+
+An attempt is one file named after what it tries. C files are built by CMake as static binaries
+(<build>/security/attacks/<class>/<name>); .sh and .py files run with sh or python3 inside the
+sandbox, except those whose header says `sandbox=host`: they run on the host as an untrusted API
+client or drive a two-sided attack (lib/hostside.py). Each prints a final `BLOCKED: ...` or
+`ESCAPED: ...` line. The header line `space-attack: key=value ...` configures it:
+  sandbox=shared|fresh|host|host-fresh   where it runs (default shared); fresh ones are destroyed
+                                         afterwards and must leave nothing behind
+  opts=--memory=64M,--pids=64            `space create` options of a fresh sandbox
+  timeout=30                             seconds before the attempt is killed (an error)
+  verify=binaries,daemon_rss             extra host-side checks (see Suite.verify)
+After every attempt the runner checks from outside that nothing changed: the host canaries
+(lib/watch.py: a file, a process, listeners, SysV IPC, sysctls, release_agent, the image), the
+victim sandbox (files, listeners, processes), and the daemon's health.
+
+Usage: run_suite.py [-k PATTERN] [-v] [--build-dir DIR]
+Prints a table with a count per class; the last line is `N passed, M failed`.
+"""
+
+import argparse
+import fnmatch
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLASSES = ["fs", "priv", "proc", "res", "net", "secrets", "cross", "api"]
+CLASS_TITLES = {
+    "fs": "filesystem escapes", "priv": "privilege", "proc": "processes", "res": "resources",
+    "net": "network", "secrets": "secrets", "cross": "cross-sandbox", "api": "API abuse",
+    "posture": "posture check", "probe": "syscall probe",
+}
+# Attempts that escape today, with the report. They still fail the suite (status KNOWN-ESCAPE);
+# the entry only makes the table say that the finding is known. Never weaken an attempt instead.
+KNOWN_ESCAPES = {}
+# The daemon's environment canary: its prefix must never appear inside a sandbox.
+SECRET_PREFIX = "SPCANARY"
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("-k", dest="pattern", help="run attempts whose class/name matches (glob or "
+                   "substring); 'posture' and 'probe' select the checks")
+    p.add_argument("-v", "--verbose", action="store_true", help="print each attempt's stderr")
+    p.add_argument("--build-dir", help="build directory (default $SPACE_BUILD_DIR or ./build)")
+    p.add_argument("--list", action="store_true", help="list the attempts and exit")
+    return p.parse_args()
+
+
+ARGS = parse_args()
+if ARGS.build_dir:
+    os.environ["SPACE_BUILD_DIR"] = os.path.abspath(ARGS.build_dir)
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+sys.path.insert(0, os.path.join(HERE, "lib"))
+sys.path.insert(0, HERE)
+
+import harness  # noqa: E402
+import posture  # noqa: E402
+from watch import HostWatch, Victim  # noqa: E402
+
+
+class Attack:
+    def __init__(self, cls, path):
+        self.cls = cls
+        self.path = path
+        self.file = os.path.basename(path)
+        self.name, self.ext = os.path.splitext(self.file)
+        self.id = "%s/%s" % (cls, self.name)
+        self.meta = {"sandbox": "shared", "timeout": "30", "opts": "", "verify": ""}
+        with open(path, errors="replace") as f:
+            for line in f.read(4096).splitlines():
+                m = re.search(r"space-attack:\s*(.*)$", line)
+                if m:
+                    for item in m.group(1).split():
+                        k, _, v = item.partition("=")
+                        self.meta[k] = v
+        self.where = self.meta["sandbox"]
+        self.timeout = float(self.meta["timeout"])
+        self.opts = [o for o in self.meta["opts"].split(",") if o]
+        self.verify = {v for v in self.meta["verify"].split(",") if v}
+
+    def local_program(self, build_dir):
+        if self.ext == ".c":
+            return os.path.join(build_dir, "security", "attacks", self.cls, self.name)
+        return self.path
+
+    def command(self, remote):
+        if self.ext == ".sh":
+            return ["sh", remote]
+        if self.ext == ".py":
+            return ["python3", remote]
+        return [remote]
+
+
+def discover(pattern):
+    out = []
+    for cls in CLASSES:
+        d = os.path.join(HERE, "attacks", cls)
+        if not os.path.isdir(d):
+            continue
+        for f in sorted(os.listdir(d)):
+            if os.path.splitext(f)[1] not in (".c", ".sh", ".py"):
+                continue
+            a = Attack(cls, os.path.join(d, f))
+            if matches(a.id, pattern):
+                out.append(a)
+    return out
+
+
+def matches(name, pattern):
+    if not pattern:
+        return True
+    return pattern in name or fnmatch.fnmatch(name, pattern)
+
+
+class Result:
+    def __init__(self, cls, name, status, detail, seconds):
+        self.cls, self.name, self.status, self.detail, self.seconds = (cls, name, status, detail,
+                                                                       seconds)
+
+    @property
+    def passed(self):
+        return self.status == "BLOCKED" or self.status == "OK"
+
+
+class Suite:
+    def __init__(self):
+        self.build = harness.BUILD_DIR
+        self.tmp = tempfile.mkdtemp(prefix="space-sec-")
+        os.chmod(self.tmp, 0o755)
+        self.daemon = harness.Daemon(self.tmp)
+        self.results = []
+        self.known_ids = set()
+        self.watch = None
+        self.victim = None
+        self.shared = None
+        self.secret = SECRET_PREFIX + "_" + secrets.token_hex(12)
+
+    # -- CLI --------------------------------------------------------------------------------------
+
+    def cli(self, *args, timeout=60, input=None):
+        env = dict(os.environ, SPACE_SOCKET=self.daemon.socket)
+        env.pop("SPACE_TEST_SECRET", None)
+        try:
+            p = subprocess.run([harness.SPACE] + [str(a) for a in args], input=input,
+                               stdin=None if input is not None else subprocess.DEVNULL,
+                               capture_output=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired as e:
+            return 124, (e.stdout or b"").decode("utf-8", "replace"), "CLI timed out"
+        out = p.stdout.decode("utf-8", "replace")
+        err = p.stderr.decode("utf-8", "replace")
+        self.known_ids.update(harness.ID_RE.findall(out[:4096] + err[:4096]))
+        return p.returncode, out, err
+
+    def create(self, opts=()):
+        rc, out, err = self.cli("create", *opts)
+        sid = out.strip().splitlines()[-1] if out.strip() else ""
+        if rc != 0 or not harness.ID_RE.fullmatch(sid):
+            raise RuntimeError("space create %s failed (rc %d): %s %s" % (" ".join(opts), rc,
+                                                                          out, err))
+        self.known_ids.add(sid)
+        return sid
+
+    def api(self, method, path, body=None, timeout=30):
+        return harness.http_request(self.daemon.socket, method, path, body, timeout=timeout)
+
+    # -- set-up and tear-down ---------------------------------------------------------------------
+
+    def start(self):
+        for b in (harness.SPACED, harness.SPACE):
+            if not os.access(b, os.X_OK):
+                raise RuntimeError("%s is not built" % b)
+        # The daemon's environment holds a canary secret; no sandbox may ever see it.
+        os.environ["SPACE_TEST_SECRET"] = self.secret
+        try:
+            self.daemon.start()
+        finally:
+            os.environ.pop("SPACE_TEST_SECRET", None)
+        self.watch = HostWatch(self.tmp, self.daemon.state_dir, self.build)
+        self.shared = self.create()
+        vid = self.create()
+        self.victim = Victim(self.cli, vid)
+        self.victim.setup(self.daemon.socket)
+        self.watch.image = self.watch._image_digest()  # the image exists now
+        self.watch.binaries = self.watch.snapshot_binaries()
+
+    def stop(self):
+        try:
+            if self.daemon.alive():
+                r = self.api("GET", "/v1/sandboxes")
+                items = r.json if isinstance(r.json, list) else (r.json or {}).get("sandboxes", [])
+                for sb in items or []:
+                    if isinstance(sb, dict) and sb.get("id"):
+                        self.known_ids.add(sb["id"])
+                        self.api("DELETE", "/v1/sandboxes/%s?force=true" % sb["id"], timeout=60)
+                self.daemon.stop()
+        finally:
+            if self.watch:
+                self.watch.close()
+            self._save_log()
+            self._kill_strays()
+            harness.safe_rmtree(self.tmp)
+
+    def _save_log(self):
+        try:
+            os.makedirs(harness.LOG_DIR, exist_ok=True)
+            shutil.copy(self.daemon.log_path, os.path.join(harness.LOG_DIR, "security.spaced.log"))
+        except OSError:
+            pass
+
+    def _kill_strays(self):
+        """Last resort after the daemon is gone: processes of our own sandboxes only."""
+        import signal
+        for pid in harness.host_agent_pids():
+            ids = set(harness.ID_RE.findall(harness.read_text("/proc/%d/cgroup" % pid)))
+            if ids & self.known_ids:
+                for p in [pid] + harness.descendants(pid):
+                    try:
+                        os.kill(p, signal.SIGKILL)
+                    except OSError:
+                        pass
+
+    # -- running attempts -------------------------------------------------------------------------
+
+    def attack_env(self, sid):
+        env = dict(self.watch.env())
+        env.update(self.victim.env())
+        env["SPACE_DAEMON_PID"] = str(self.daemon.pid)
+        env["SPACE_DAEMON_SOCKET"] = self.daemon.socket
+        env["SPACE_STATE_DIR"] = self.daemon.state_dir
+        env["SPACE_SANDBOX"] = sid
+        return env
+
+    def run_inside(self, a, sid):
+        local = a.local_program(self.build)
+        if not os.path.exists(local):
+            return None, "", "%s is not built" % local
+        remote = "/tmp/" + a.file.replace(".c", "")
+        rc, out, err = self.cli("cp", local, "%s:%s" % (sid, remote))
+        if rc != 0:
+            return None, out, "space cp failed (rc %d): %s" % (rc, err)
+        envs = []
+        for k, v in self.attack_env(sid).items():
+            envs += ["--env", "%s=%s" % (k, v)]
+        return self.cli("exec", sid, *envs, "--timeout", "%ds" % a.timeout, "--",
+                        *a.command(remote), timeout=a.timeout + 30)
+
+    def run_on_host(self, a, sid, work):
+        env = dict(os.environ)
+        env.update(self.attack_env(sid))
+        env.update({"SPACE_SOCKET": self.daemon.socket, "SPACE_CLI": harness.SPACE,
+                    "SPACE_VICTIM": self.victim.sid, "SPACE_WORK": work,
+                    "SPACE_BUILD_DIR": self.build, "PYTHONUNBUFFERED": "1"})
+        env.pop("SPACE_TEST_SECRET", None)
+        try:
+            p = subprocess.run([sys.executable, a.path], cwd=work, env=env, capture_output=True,
+                               timeout=a.timeout + 30, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as e:
+            return 124, (e.stdout or b"").decode("utf-8", "replace"), "timed out"
+        return (p.returncode, p.stdout.decode("utf-8", "replace"),
+                p.stderr.decode("utf-8", "replace"))
+
+    def sandbox_processes(self, sid):
+        """Host pids of a sandbox: its agent and everything below it."""
+        r = self.api("GET", "/v1/sandboxes/%s" % sid)
+        pid = (r.json or {}).get("host_pid") if r.status == 200 else None
+        if not isinstance(pid, int):
+            return []
+        return [pid] + harness.descendants(pid)
+
+    def destroy_and_check(self, sid):
+        """Destroys a fresh sandbox and verifies nothing of it is left on the host."""
+        pids = self.sandbox_processes(sid)
+        rc, out, err = self.cli("rm", "--force", sid, timeout=60)
+        problems = []
+        if rc != 0:
+            problems.append("space rm failed (rc %d): %s" % (rc, err.strip()[-200:]))
+        deadline = time.monotonic() + 10
+        while True:
+            alive = [p for p in pids if os.path.exists("/proc/%d" % p)
+                     and harness.read_text("/proc/%d/stat" % p).split(") ")[-1][:1] != "Z"]
+            in_cgroup = [p for p in harness.proc_pids()
+                         if sid in harness.read_text("/proc/%d/cgroup" % p)]
+            cgroups = [d for d in harness.cgroup_dirs() if sid in d]
+            marked = [p for p in harness.proc_pids()
+                      if "space-sec-marker" in " ".join(harness.proc_cmdline(p))]
+            if not (alive or in_cgroup or cgroups or marked) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if alive or in_cgroup:
+            problems.append("processes outlived the sandbox: %s" % sorted(set(alive + in_cgroup)))
+        if marked:
+            problems.append("marked processes survived teardown: %s" % marked)
+        if cgroups:
+            problems.append("cgroups left: %s" % cgroups)
+        return problems
+
+    def verify(self, a):
+        problems = []
+        if not self.daemon.alive():
+            return ["spaced died"]
+        try:
+            if self.api("GET", "/v1/health", timeout=10).status != 200:
+                problems.append("spaced is unhealthy")
+        except OSError as e:
+            problems.append("spaced does not answer: %s" % e)
+        problems += self.watch.check(image=True, binaries="binaries" in a.verify)
+        problems += self.victim.check()
+        return problems
+
+    def run(self, a):
+        t0 = time.monotonic()
+        sid = self.shared
+        fresh = a.where in ("fresh", "host-fresh")
+        work = tempfile.mkdtemp(prefix="work-", dir=self.tmp)
+        os.chmod(work, 0o755)
+        sampler = None
+        try:
+            if fresh:
+                sid = self.create(a.opts)
+            if "daemon_rss" in a.verify:
+                sampler = harness.RssSampler(self.daemon.pid, 0.05)
+                sampler.start()
+            if a.where.startswith("host"):
+                rc, out, err = self.run_on_host(a, sid, work)
+            else:
+                rc, out, err = self.run_inside(a, sid)
+        except Exception as e:  # noqa: BLE001 - an attempt's set-up failing is an error row
+            rc, out, err = None, "", "runner: %s" % e
+        growth = sampler.stop() if sampler else 0
+        problems = []
+        if fresh and sid != self.shared:
+            problems += self.destroy_and_check(sid)
+        problems += self.verify(a)
+        if growth > 64 << 20:
+            problems.append("spaced grew by %d MiB during the attempt" % (growth >> 20))
+        harness.safe_rmtree(work)
+        lines = [l for l in (out or "").splitlines() if l.strip()]
+        last = lines[-1] if lines else ""
+        if ARGS.verbose and err:
+            sys.stderr.write("--- %s stderr:\n%s\n" % (a.id, err.rstrip()))
+        if problems:
+            status, detail = "ESCAPED", "host-side check: " + "; ".join(problems)
+        elif last.startswith("ESCAPED:") or rc == 1:
+            status, detail = "ESCAPED", last or "exit 1 without a verdict"
+        elif last.startswith("BLOCKED:") and rc == 0:
+            status, detail = "BLOCKED", last[len("BLOCKED:"):].strip()
+        else:
+            status = "ERROR"
+            detail = "rc %s, last line %r; stderr: %s" % (rc, last[:200], (err or "").strip()[-400:])
+        if status == "ESCAPED" and a.id in KNOWN_ESCAPES:
+            status, detail = "KNOWN-ESCAPE", KNOWN_ESCAPES[a.id] + " | " + detail
+        return Result(a.cls, a.name, status, detail, time.monotonic() - t0)
+
+    # -- the two checks that are not attempts -------------------------------------------------------
+
+    def run_posture(self):
+        t0 = time.monotonic()
+        sid = self.create(["--pids", "64"])
+        try:
+            problems, summary = posture.check_running_sandbox(self.daemon.socket, self.cli, sid,
+                                                              self.daemon.pid)
+        except Exception as e:  # noqa: BLE001
+            problems, summary = ["posture check failed to run: %s" % e], ""
+        problems += self.destroy_and_check(sid)
+        status = "OK" if not problems else "FAILED"
+        return Result("posture", "running_sandbox_profile", status,
+                      summary if not problems else "; ".join(problems)[:1500],
+                      time.monotonic() - t0)
+
+    def run_probe(self):
+        t0 = time.monotonic()
+        out_rows = []
+        dump = os.path.join(self.build, "security", "space_seccomp_dump")
+        probe = os.path.join(self.build, "security", "syscall_probe")
+        for p in (dump, probe):
+            if not os.path.exists(p):
+                return [Result("probe", "syscall_probe", "ERROR", "%s is not built" % p, 0)]
+        table = os.path.join(self.tmp, "seccomp-policy.txt")
+        with open(table, "w") as f:
+            subprocess.run([dump], stdout=f, check=True)
+        # Inside a sandbox: every row as the table says.
+        rc, out, err = self.cli("cp", probe, "%s:/tmp/syscall_probe" % self.shared)
+        rc2, _, err2 = self.cli("cp", table, "%s:/tmp/seccomp-policy.txt" % self.shared)
+        if rc or rc2:
+            return [Result("probe", "syscall_probe", "ERROR", "cp failed: %s %s" % (err, err2),
+                           time.monotonic() - t0)]
+        rc, out, err = self.cli("exec", self.shared, "--", "/tmp/syscall_probe",
+                                "/tmp/seccomp-policy.txt", timeout=120)
+        out_rows.append(self._probe_result("in_sandbox_matches_policy", rc, out, err, t0))
+        # On the host, outside any sandbox: the oracle alone must never produce a policy errno.
+        t1 = time.monotonic()
+        p = subprocess.run([probe, "--host-control", table], capture_output=True, text=True,
+                           timeout=120)
+        out_rows.append(self._probe_result("host_control_all_allowed", p.returncode, p.stdout,
+                                           p.stderr, t1))
+        return out_rows
+
+    @staticmethod
+    def _probe_result(name, rc, out, err, t0):
+        lines = out.splitlines()
+        summary = next((l for l in reversed(lines) if l.startswith("PROBE:")), "")
+        fails = [l for l in lines if l.startswith("FAIL")]
+        ok = rc == 0 and summary and not fails
+        detail = summary if ok else "rc %s; %s %s" % (rc, " | ".join(fails[:8]),
+                                                      err.strip()[-300:])
+        return Result("probe", name, "OK" if ok else "FAILED", detail, time.monotonic() - t0)
+
+
+def print_table(results):
+    order = CLASSES + ["posture", "probe"]
+    print()
+    print("%-9s %-20s %8s %8s %8s %8s" % ("class", "", "total", "blocked", "escaped", "errors"))
+    for cls in order:
+        rows = [r for r in results if r.cls == cls]
+        if not rows:
+            continue
+        blocked = sum(r.passed for r in rows)
+        esc = sum(r.status in ("ESCAPED", "KNOWN-ESCAPE", "FAILED") for r in rows)
+        errors = sum(r.status == "ERROR" for r in rows)
+        print("%-9s %-20s %8d %8d %8d %8d" % (cls, CLASS_TITLES.get(cls, ""), len(rows), blocked,
+                                             esc, errors))
+    attempts = [r for r in results if r.cls in CLASSES]
+    print("%-9s %-20s %8d" % ("attempts", "(escape attempts)", len(attempts)))
+
+
+def main():
+    if os.geteuid() != 0:
+        print("run_suite.py: must run as root (it starts spaced)")
+        print("0 passed, 1 failed")
+        return 1
+    attacks = discover(ARGS.pattern)
+    want_posture = matches("posture/running_sandbox_profile", ARGS.pattern)
+    want_probe = matches("probe/syscall_probe", ARGS.pattern)
+    if ARGS.list:
+        for a in attacks:
+            print("%-45s sandbox=%s" % (a.id, a.where))
+        return 0
+    suite = Suite()
+    results = []
+    t0 = time.monotonic()
+    try:
+        suite.start()
+        for a in attacks:
+            r = suite.run(a)
+            results.append(r)
+            print("%-12s %-42s %5.1fs  %s" % (r.status, a.id, r.seconds, r.detail[:160]),
+                  flush=True)
+        if want_posture:
+            r = suite.run_posture()
+            results.append(r)
+            print("%-12s %-42s %5.1fs  %s" % (r.status, "posture/" + r.name, r.seconds,
+                                               r.detail[:300]), flush=True)
+        if want_probe:
+            for r in suite.run_probe():
+                results.append(r)
+                print("%-12s %-42s %5.1fs  %s" % (r.status, "probe/" + r.name, r.seconds,
+                                                   r.detail[:300]), flush=True)
+    except Exception as e:  # noqa: BLE001 - set-up failure: one error row, then clean up
+        results.append(Result("setup", "suite", "ERROR", str(e), 0))
+        print("ERROR suite set-up: %s" % e, flush=True)
+        print(suite.daemon.log_tail() if suite.daemon.proc else "")
+    finally:
+        suite.stop()
+    print_table(results)
+    failed = [r for r in results if not r.passed]
+    for r in failed:
+        print("FAILED %s/%s [%s]: %s" % (r.cls, r.name, r.status, r.detail[:600]))
+    print("suite took %.1fs" % (time.monotonic() - t0))
+    print("%d passed, %d failed" % (len(results) - len(failed), len(failed)))
+    return 1 if failed or not results else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
