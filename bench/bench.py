@@ -122,6 +122,7 @@ def main():
     sock = os.path.join(args.work, "space.sock")
     state = os.path.join(args.work, "state")
     env = dict(os.environ, SPACE_SOCKET=sock)
+    load0 = os.getloadavg()
 
     log = open(os.path.join(args.work, "spaced.log"), "wb")
     daemon = subprocess.Popen([spaced, "--state-dir", state, "--socket", sock],
@@ -215,6 +216,8 @@ def main():
                                                               build_type(build)),
         "- host: %s, %d CPUs (%s), kernel %s" % (platform.node(), os.cpu_count(), cpu_model(),
                                                   platform.release()),
+        "- load average at the start: %.2f %.2f %.2f (other work on the host skews results)" %
+        load0,
         "- N = %d per row; latencies in milliseconds; \"x floor\" is p50 over the floor's p50" % n,
         "",
         "| what | measured by | N | p50 | p90 | p99 | mean | x floor |",

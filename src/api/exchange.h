@@ -7,6 +7,7 @@
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -104,7 +105,7 @@ class Exchange {
   FdStream::Clock::time_point body_deadline_ = FdStream::Clock::time_point::max();
   bool expect_continue_ = false;
   bool keep_alive_ = true;
-  bool broken_ = false;
+  std::atomic<bool> broken_{false};  // set by the reader or the writer thread
   int status_ = 0;
 };
 

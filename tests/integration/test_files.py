@@ -3,9 +3,7 @@ that point outside the sandbox (they must stay links or resolve inside, never re
 files), the files API, and `space diff`."""
 
 import hashlib
-import json
 import os
-import stat
 import tempfile
 
 from harness import MiB, SpaceTestCase, main

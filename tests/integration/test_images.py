@@ -79,7 +79,7 @@ class ImagesTest(SpaceTestCase):
         self.addCleanup(self.space, "image", "rm", name)
 
         rc, out, err = self.space("run", "--image", name, "--", "/bin/sh", "-c",
-                                  "cat /etc/marker; ls /bin | tr '\\n' ' '; echo; "
+                                  "cat /etc/marker; cd /bin && echo *; "
                                   "test -e /usr/bin/python3 && echo HAS_PYTHON; hostname; id -u")
         self.assertEqual(rc, 0, (out, err))
         lines = out.splitlines()
@@ -124,46 +124,64 @@ class ImagesTest(SpaceTestCase):
         rc, out, err = self.space("run", "--image", "no-such-image", "--", "true")
         self.assertEqual(rc, 125, (out, err))
 
-    def test_hostile_tarball_stays_inside(self):
+    def test_hostile_tarballs_stay_inside(self):
+        # One archive per attack, so that each is tried even when the importer stops at the
+        # first bad entry.
         tag = uuid.uuid4().hex[:8]
         landing = os.path.join(self.tmp, "landing-" + tag)
         os.mkdir(landing)
+        dotdot_target = "/tmp/space-it-dotdot-evil-" + tag
         abs_target = "/tmp/space-it-abs-evil-" + tag
-        tarball = os.path.join(self.tmp, "hostile.tar")
-        with tarfile.open(tarball, "w") as tar:
-            def add_file(name, data=b"evil\n"):
-                ti = tarfile.TarInfo(name)
-                ti.size = len(data)
-                tar.addfile(ti, io.BytesIO(data))
-            for d in ("bin", "etc", "tmp"):
-                ti = tarfile.TarInfo(d)
-                ti.type = tarfile.DIRTYPE
-                ti.mode = 0o755
-                tar.addfile(ti)
-            add_file("../../../../../../../../tmp/space-it-dotdot-evil-" + tag)
-            add_file(abs_target)
-            ti = tarfile.TarInfo("escape")
-            ti.type, ti.linkname = tarfile.SYMTYPE, landing
-            tar.addfile(ti)
-            add_file("escape/through-symlink")
-            ti = tarfile.TarInfo("hardlink")
-            ti.type, ti.linkname = tarfile.LNKTYPE, "/etc/shadow"
-            tar.addfile(ti)
-        name = "it-hostile-" + tag
-        rc, out, err = self.import_image(name, tarball)
-        if rc == 0:
-            self.addCleanup(self.space, "image", "rm", name)
-        else:
-            self.assertEqual(rc, 125, (out, err))
-        self.assertFalse(os.path.exists("/tmp/space-it-dotdot-evil-" + tag))
-        self.assertFalse(os.path.exists(abs_target))
-        self.assertEqual(os.listdir(landing), [])
-        for root, _, files in os.walk(self.tmp):
-            for f in files:
-                if f == "hardlink":
-                    st = os.lstat(os.path.join(root, f))
-                    self.assertNotEqual(st.st_ino, os.stat("/etc/shadow").st_ino,
-                                        "a hard link to the host's /etc/shadow was created")
+
+        def member_file(name, data=b"evil\n"):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            return ti, io.BytesIO(data)
+
+        def member_link(name, target, kind):
+            ti = tarfile.TarInfo(name)
+            ti.type, ti.linkname = kind, target
+            return ti, None
+
+        attacks = {
+            "dotdot": [member_file("../../../../../../../.." + dotdot_target)],
+            "absolute": [member_file(abs_target)],
+            "symlink-then-file": [member_link("escape", landing, tarfile.SYMTYPE),
+                                  member_file("escape/through-symlink")],
+            "symlink-dir-then-file": [member_link("etc/escape", "../../../../../../" + landing,
+                                                  tarfile.SYMTYPE),
+                                      member_file("etc/escape/through-relative-symlink")],
+            "hardlink-to-host": [member_link("hardlink", "/etc/shadow", tarfile.LNKTYPE)],
+            "hardlink-dotdot": [member_link("hardlink2", "../../../../../../etc/shadow",
+                                            tarfile.LNKTYPE)],
+        }
+        shadow_ino = os.stat("/etc/shadow").st_ino if os.path.exists("/etc/shadow") else None
+        for attack, members in attacks.items():
+            with self.subTest(attack=attack):
+                tarball = os.path.join(self.tmp, "hostile-%s.tar" % attack)
+                with tarfile.open(tarball, "w") as tar:
+                    for d in ("bin", "etc", "tmp"):
+                        ti = tarfile.TarInfo(d)
+                        ti.type, ti.mode = tarfile.DIRTYPE, 0o755
+                        tar.addfile(ti)
+                    for ti, data in members:
+                        tar.addfile(ti, data)
+                name = "it-hostile-%s-%s" % (attack, tag)
+                rc, out, err = self.import_image(name, tarball)
+                if rc == 0:
+                    self.addCleanup(self.space, "image", "rm", name)
+                else:
+                    self.assertEqual(rc, 125, (out, err))
+                self.assertFalse(os.path.exists(dotdot_target))
+                self.assertFalse(os.path.exists(abs_target))
+                self.assertEqual(os.listdir(landing), [])
+                for root, _, files in os.walk(self.tmp):
+                    for f in files:
+                        if f.startswith("hardlink") and shadow_ino is not None:
+                            st = os.lstat(os.path.join(root, f))
+                            self.assertFalse(st.st_ino == shadow_ino and
+                                             st.st_dev == os.stat("/etc/shadow").st_dev,
+                                             "a hard link to the host's /etc/shadow was made")
 
 
 class DoctorTest(SpaceTestCase):

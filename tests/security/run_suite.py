@@ -41,7 +41,14 @@ CLASS_TITLES = {
 }
 # Attempts that escape today, with the report. They still fail the suite (status KNOWN-ESCAPE);
 # the entry only makes the table say that the finding is known. Never weaken an attempt instead.
-KNOWN_ESCAPES = {}
+KNOWN_ESCAPES = {
+    "fs/cp_out_symlink_then_file":
+        "KNOWN-ESCAPE (reported): `space cp SB:/path HOSTDIR/` follows a symlink already at the "
+        "destination — one an earlier `space cp` of a sandbox directory recreated on the host — "
+        "and writes the sandbox's bytes through it onto any host file or into any host "
+        "directory (src/cli/commands_cp.cc download(): open() without O_NOFOLLOW; "
+        "src/cli/tar.cc extract_tar() opens the destination following symlinks)",
+}
 # The daemon's environment canary: its prefix must never appear inside a sandbox.
 SECRET_PREFIX = "SPCANARY"
 
@@ -101,6 +108,31 @@ class Attack:
         return [remote]
 
 
+def tail(path, size=65536):
+    """The last `size` bytes of a file, as text."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - size))
+        return f.read().decode("utf-8", "replace")
+
+
+def host_secret_hashes():
+    """SHA-256 of host files that must never be readable inside a sandbox (for
+    secrets/host_secret_files): 'path=hash;...' of those that exist here."""
+    import glob
+    import hashlib
+    paths = ["/etc/shadow", "/etc/gshadow", "/root/.bash_history", "/root/.python_history"]
+    paths += glob.glob("/etc/ssh/ssh_host_*_key") + glob.glob("/root/.ssh/id_*")
+    out = []
+    for p in paths:
+        try:
+            with open(p, "rb") as f:
+                out.append("%s=%s" % (p, hashlib.sha256(f.read()).hexdigest()))
+        except OSError:
+            pass
+    return ";".join(out)
+
+
 def discover(pattern):
     out = []
     for cls in CLASSES:
@@ -144,6 +176,7 @@ class Suite:
         self.victim = None
         self.shared = None
         self.secret = SECRET_PREFIX + "_" + secrets.token_hex(12)
+        self.secret_hashes = host_secret_hashes()
 
     # -- CLI --------------------------------------------------------------------------------------
 
@@ -238,9 +271,10 @@ class Suite:
         env["SPACE_DAEMON_SOCKET"] = self.daemon.socket
         env["SPACE_STATE_DIR"] = self.daemon.state_dir
         env["SPACE_SANDBOX"] = sid
+        env["SPACE_HOST_SECRET_HASHES"] = self.secret_hashes
         return env
 
-    def run_inside(self, a, sid):
+    def run_inside(self, a, sid, work):
         local = a.local_program(self.build)
         if not os.path.exists(local):
             return None, "", "%s is not built" % local
@@ -248,18 +282,34 @@ class Suite:
         rc, out, err = self.cli("cp", local, "%s:%s" % (sid, remote))
         if rc != 0:
             return None, out, "space cp failed (rc %d): %s" % (rc, err)
+        env = self.attack_env(sid)
+        env["SPACE_ATTACK_ENV_NAMES"] = ",".join(sorted(env) + ["SPACE_ATTACK_ENV_NAMES"])
         envs = []
-        for k, v in self.attack_env(sid).items():
+        for k, v in env.items():
             envs += ["--env", "%s=%s" % (k, v)]
-        return self.cli("exec", sid, *envs, "--timeout", "%ds" % a.timeout, "--",
-                        *a.command(remote), timeout=a.timeout + 30)
+        # Output goes to files, not memory: some attempts flood hundreds of MiB.
+        return self.cli_to_files(work, "exec", sid, *envs, "--timeout", "%ds" % a.timeout, "--",
+                                 *a.command(remote), timeout=a.timeout + 30)
+
+    def cli_to_files(self, work, *args, timeout=60):
+        env = dict(os.environ, SPACE_SOCKET=self.daemon.socket)
+        out_path, err_path = os.path.join(work, "stdout"), os.path.join(work, "stderr")
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            try:
+                rc = subprocess.run([harness.SPACE] + [str(x) for x in args], stdout=out,
+                                    stderr=err, stdin=subprocess.DEVNULL, timeout=timeout,
+                                    env=env).returncode
+            except subprocess.TimeoutExpired:
+                rc = 124
+        return rc, tail(out_path), tail(err_path)
 
     def run_on_host(self, a, sid, work):
         env = dict(os.environ)
         env.update(self.attack_env(sid))
         env.update({"SPACE_SOCKET": self.daemon.socket, "SPACE_CLI": harness.SPACE,
                     "SPACE_VICTIM": self.victim.sid, "SPACE_WORK": work,
-                    "SPACE_BUILD_DIR": self.build, "PYTHONUNBUFFERED": "1"})
+                    "SPACE_BUILD_DIR": self.build, "PYTHONUNBUFFERED": "1",
+                    "PYTHONPATH": os.path.join(HERE, "lib")})
         env.pop("SPACE_TEST_SECRET", None)
         try:
             p = subprocess.run([sys.executable, a.path], cwd=work, env=env, capture_output=True,
@@ -333,7 +383,7 @@ class Suite:
             if a.where.startswith("host"):
                 rc, out, err = self.run_on_host(a, sid, work)
             else:
-                rc, out, err = self.run_inside(a, sid)
+                rc, out, err = self.run_inside(a, sid, work)
         except Exception as e:  # noqa: BLE001 - an attempt's set-up failing is an error row
             rc, out, err = None, "", "runner: %s" % e
         growth = sampler.stop() if sampler else 0

@@ -417,7 +417,7 @@ Result<Launched> launch(const LaunchRequest& req) {
   if (::getrlimit(RLIMIT_NOFILE, &nofile) != 0) return fail_sys("getrlimit", "RLIMIT_NOFILE");
   if (::getrlimit(RLIMIT_CORE, &core) != 0) return fail_sys("getrlimit", "RLIMIT_CORE");
   nofile.rlim_cur = nofile.rlim_max = std::min<rlim_t>(nofile.rlim_max, req.nofile);
-  core.rlim_cur = 0;
+  core.rlim_cur = core.rlim_max = 0;  // the hard limit too: the sandbox cannot re-enable cores
 
   static char arg0[] = "space-agent", arg1[] = "--channel-fd", arg2[] = "3", arg3[] = "--spare-fds",
               arg4[] = "4,5", arg5[] = "--hold-fds", arg6[] = "6";

@@ -9,7 +9,7 @@
 // count evidence, and reading the runner's context from the environment (SPACE_*).
 #pragma once
 
-#define _GNU_SOURCE
+// _GNU_SOURCE comes from the build (-D_GNU_SOURCE), before any system header.
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>

@@ -23,7 +23,6 @@
 //   --host-control: run outside any sandbox; every call must come back "allowed" (this shows
 //   the oracle itself does not produce the policy's errnos).
 // Prints one line per check and a summary; exits 0 when every check matched, 1 otherwise.
-#define _GNU_SOURCE
 #include <errno.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
