@@ -83,6 +83,8 @@ Result<void> Agent::init() {
   // Non-dumpable: sandbox processes (same uid) can neither ptrace the agent nor open
   // /proc/1/fd/*, where the channel and the spare socketpair live.
   if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) return fail_sys("prctl", "PR_SET_DUMPABLE 0");
+  // Executed from a memfd, our comm would read "memfd:space-age"; ps should say what we are.
+  (void)::prctl(PR_SET_NAME, "space-agent", 0, 0, 0);
   // Outside a pid namespace (tests) orphans still have to come to us.
   if (::getpid() != 1 && ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
     return fail_sys("prctl", "PR_SET_CHILD_SUBREAPER");

@@ -550,6 +550,40 @@ std::string Daemon::metrics() {
   return o.str();
 }
 
+namespace {
+
+// First line of a command's output, or "" if it cannot run. Only fixed commands from doctor().
+std::string first_line_of(const char* cmd) {
+  FILE* f = ::popen(cmd, "r");
+  if (!f) return "";
+  char buf[256] = {0};
+  if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
+  ::pclose(f);
+  std::string s(buf);
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+// Facts about the host that the VM runtimes and memory snapshots depend on.
+json host_facts() {
+  json kvm = {{"present", ::access("/dev/kvm", F_OK) == 0},
+              {"usable", ::access("/dev/kvm", R_OK | W_OK) == 0}};
+  if (!kvm["present"].get<bool>())
+    kvm["reason"] = "no /dev/kvm: microVMs would run under QEMU's TCG emulation (slow)";
+  std::string qemu = first_line_of("qemu-system-x86_64 --version 2>/dev/null");
+  std::string criu = first_line_of("criu --version 2>/dev/null");
+  std::string fc = first_line_of("firecracker --version 2>/dev/null");
+  return {{"kvm", kvm},
+          {"qemu", qemu.empty() ? json{{"found", false}, {"hint", "apt-get install qemu-system-x86"}}
+                                : json{{"found", true}, {"version", qemu}}},
+          {"firecracker", fc.empty() ? json{{"found", false}} : json{{"found", true}, {"version", fc}}},
+          {"criu", criu.empty() ? json{{"found", false},
+                                       {"note", "process memory snapshots need CRIU >= 4"}}
+                                : json{{"found", true}, {"version", criu}}}};
+}
+
+}  // namespace
+
 json Daemon::doctor() {
   json rts = json::object();
   for (auto& [name, rt] : runtimes_) rts[name] = rt->doctor();
@@ -559,6 +593,7 @@ json Daemon::doctor() {
   return {{"version", SPACE_VERSION},
           {"state_dir", cfg_.state_dir.string()},
           {"socket", cfg_.socket.string()},
+          {"host", host_facts()},
           {"runtimes", rts}};
 }
 
