@@ -5,12 +5,16 @@
 #   make test        deps + build + every test suite (unit, integration) through ctest
 #   make bench       release build + bench/run.sh (writes bench/results/<date>.md)
 #   make check-asan  ASan/UBSan build in build-asan + the unit tests
+#   make fuzz        libFuzzer builds of tests/fuzz in build-fuzz, each run FUZZ_SECONDS (60)
 #   make format      clang-format every C++ file in place
 #   make clean       remove the build directories
 
 BUILD_DIR   ?= build
 ASAN_DIR    ?= build-asan
 RELEASE_DIR ?= build-release
+FUZZ_DIR    ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := frame_decoder api_request agent_request agent_conn
 BUILD_TYPE  ?= RelWithDebInfo
 # The build machine has 2 cores; ninja's default (cores + 2) is fine, override with JOBS=N.
 JOBS        ?=
@@ -21,7 +25,7 @@ CTEST_JOBS  ?= 2
 NINJA_FLAGS := $(if $(JOBS),-j$(JOBS),)
 CLANG_FORMAT ?= clang-format
 
-.PHONY: all deps configure build run test bench clean check-asan format
+.PHONY: all deps configure build run test bench clean check-asan format fuzz
 
 all: build
 
@@ -53,8 +57,22 @@ check-asan: deps
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_DIR) --output-on-failure -L unit -j$(CTEST_JOBS)
 
+# Fuzzers write what they find to $(FUZZ_DIR)/work/<target> (the seed corpus in
+# tests/fuzz/corpus/ is only read) and crashes to $(FUZZ_DIR)/artifacts/<target>/.
+fuzz: deps
+	cmake -G Ninja -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPACE_FUZZ=ON
+	ninja -C $(FUZZ_DIR) $(NINJA_FLAGS) space_fuzzers
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_DIR)/work/$$t $(FUZZ_DIR)/artifacts/$$t && \
+	  echo "== fuzz_$$t for $(FUZZ_SECONDS)s" && \
+	  dict=$$(test -f tests/fuzz/$$t.dict && echo -dict=tests/fuzz/$$t.dict); \
+	  $(FUZZ_DIR)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $$dict \
+	    -artifact_prefix=$(FUZZ_DIR)/artifacts/$$t/ $(FUZZ_DIR)/work/$$t tests/fuzz/corpus/$$t \
+	    || exit 1; \
+	done
+
 format:
 	find src tests bench -name '*.h' -o -name '*.cc' -o -name '*.c' | xargs -r $(CLANG_FORMAT) -i
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(RELEASE_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(RELEASE_DIR) $(FUZZ_DIR)

@@ -193,20 +193,21 @@ def main():
         for name, argv in PEERS:
             rows.append(summarize(name, "C timer", timed_spawns(args.timer, n, argv, env)))
     finally:
-        # Leave nothing: destroy what is left, then stop our daemon (by pid).
+        # Leave nothing: destroy what is left, then stop our daemon (by pid) whatever happened.
         try:
             status, body = request(sock, "GET", "/v1/sandboxes")
             listed = json.loads(body) if status == 200 else {}
             for sb in listed.get("sandboxes", []) if isinstance(listed, dict) else listed:
                 request(sock, "DELETE", "/v1/sandboxes/%s?force=true" % sb["id"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except Exception as e:  # noqa: BLE001 - cleanup is best effort, stopping is not
             print("bench: cleanup: %s" % e, file=sys.stderr)
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(20)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            try:
+                daemon.wait(20)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()
 
     floor = rows[0]["p50"]
     lines = [

@@ -1,5 +1,5 @@
 // The REST handlers, one file per resource: sandboxes.cc, exec.cc, processes.cc, files.cc,
-// images.cc, system.cc. Each validates its request (request.h), calls the SandboxService and
+// images.cc, system.cc, audit.cc. Each validates its request (request.h), calls the SandboxService and
 // writes the response; errors are returned and rendered by the router.
 #pragma once
 
@@ -19,6 +19,7 @@ Result<void> delete_sandbox(Exchange& ex, ApiContext& ctx);
 Result<void> pause_sandbox(Exchange& ex, ApiContext& ctx);
 Result<void> resume_sandbox(Exchange& ex, ApiContext& ctx);
 Result<void> diff_sandbox(Exchange& ex, ApiContext& ctx);
+Result<void> get_audit(Exchange& ex, ApiContext& ctx);
 
 Result<void> exec(Exchange& ex, ApiContext& ctx);
 

@@ -45,6 +45,7 @@ const std::vector<Route>& routes() {
       {verb::put, "/v1/sandboxes/{id}/files", h::put_file},
       {verb::delete_, "/v1/sandboxes/{id}/files", h::delete_file},
       {verb::get, "/v1/sandboxes/{id}/diff", h::diff_sandbox},
+      {verb::get, "/v1/sandboxes/{id}/audit", h::get_audit},
       {verb::post, "/v1/sandboxes/{id}/pause", h::pause_sandbox},
       {verb::post, "/v1/sandboxes/{id}/resume", h::resume_sandbox},
       {verb::put, "/v1/images/{name}", h::import_image},

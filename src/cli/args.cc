@@ -45,10 +45,11 @@ void add_later(CLI::App& app, Args& a) {
       app.add_subcommand("restore", "new sandbox from a snapshot (not in this build yet)");
   restore->add_option("snap", a.snap, "snapshot id")->required();
   restore->add_flag("--json", a.json, "print JSON");
-  auto* audit = app.add_subcommand("audit", "audit log of a sandbox (not in this build yet)");
+  auto* audit = app.add_subcommand("audit", "audit log of a sandbox (also once destroyed)");
   audit->add_option("id", a.id, "sandbox id")->required();
-  audit->add_flag("--json", a.json, "print JSON");
-  audit->add_flag("--verify", a.verify, "verify the hash chain");
+  audit->add_flag("--json", a.json, "print JSON Lines, one event per line");
+  audit->add_flag("--follow,-f", a.follow, "keep printing new events until it is destroyed");
+  audit->add_flag("--verify", a.verify, "verify the hash chain (exit 1 if it was tampered with)");
 }
 
 bool is_command_taking(const std::string& command) { return command == "run" || command == "exec"; }

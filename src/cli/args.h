@@ -34,6 +34,7 @@ struct Args {
   std::vector<std::string> env;  // exec --env
   std::vector<std::string> cmd;  // run/exec: the command after `--`
   bool json = false, force = false, detach = false, snapshot = false, verify = false;
+  bool follow = false;  // audit --follow
 };
 
 struct ParseOutcome {

@@ -55,6 +55,15 @@ Result<int> cmd_image_import(const Args& a, const Client& c);
 Result<int> cmd_image_ls(const Args& a, const Client& c);
 Result<int> cmd_image_rm(const Args& a, const Client& c);
 
+// audit (commands_audit.cc)
+Result<int> cmd_audit(const Args& a, const Client& c);
+// One event as a human-readable line ("TIME  SEQ  KIND  details\n"), control characters
+// escaped.
+std::string format_audit_event(const nlohmann::json& event);
+// Sandbox-controlled text made safe for a terminal: \n, \t, \r, \\, \xNN for other C0
+// controls and DEL, \u00NN for C1 controls.
+std::string escape_text(std::string_view text);
+
 // "/v1/sandboxes/<id>" with the id encoded.
 std::string sandbox_target(const std::string& id, std::string_view suffix = "");
 

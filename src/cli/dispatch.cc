@@ -32,10 +32,11 @@ Result<int> run_command(const Args& a, const Client& c) {
   if (cmd == "image import") return cmd_image_import(a, c);
   if (cmd == "image ls") return cmd_image_ls(a, c);
   if (cmd == "image rm") return cmd_image_rm(a, c);
-  // snapshot, snapshots, rollback, restore, audit: parsed, but not implemented in this build.
+  if (cmd == "audit") return cmd_audit(a, c);
+  // snapshot, snapshots, rollback, restore: parsed, but not implemented in this build.
   return fail(Code::kUnimplemented, "`space " + cmd +
                                         "` is not available yet in this build (snapshots, "
-                                        "rollback, restore and audit come in a later release)");
+                                        "rollback and restore come in a later release)");
 }
 
 int main(int argc, char** argv) {

@@ -244,7 +244,8 @@ Result<nlohmann::json> AgentConn::request(const nlohmann::json& req,
     if (f.type != FrameType::kResponse) continue;  // stray data for a one-shot request
     auto j = nlohmann::json::parse(f.payload, nullptr, false);
     if (!j.is_object()) return fail(Code::kProtocol, "the agent sent a malformed response");
-    if (j.value("ok", false)) return j;
+    // Typed checks only: json::value() throws on a wrong type, and this is agent input.
+    if (j.contains("ok") && j["ok"].is_boolean() && j["ok"].get<bool>()) return j;
     return fail(agent_error(j.value("error", nlohmann::json::object()), ""));
   }
 }
@@ -254,7 +255,8 @@ void AgentConn::route(Frame f) {
   switch (f.type) {
     case FrameType::kHello: {
       auto j = nlohmann::json::parse(f.payload, nullptr, false);
-      if (!j.is_object() || j.value("version", 0) != static_cast<int>(proto::kProtocolVersion)) {
+      if (!j.is_object() || !j.contains("version") || !j["version"].is_number_integer() ||
+          j["version"].get<int64_t>() != proto::kProtocolVersion) {
         lose(Error(Code::kProtocol, "the agent sent an unsupported hello: " +
                                         f.payload.substr(0, 200)));
         return;

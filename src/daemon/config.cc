@@ -32,6 +32,9 @@ Result<void> Config::load(const std::filesystem::path& file) {
     else if (k == "max_sandboxes" && v.is_number_unsigned()) max_sandboxes = v.get<size_t>();
     else if (k == "destroyed_retention_days" && v.is_number())
       destroyed_retention_s = v.get<double>() * 86400.0;
+    else if (k == "audit_retention_days" && v.is_number())
+      audit_retention_s = v.get<double>() * 86400.0;
+    else if (k == "audit_execs" && v.is_boolean()) audit_execs = v.get<bool>();
     else if (k == "profiles" && v.is_array()) {
       profiles.clear();
       for (auto& p : v)

@@ -19,6 +19,8 @@ struct Config {
   runtime::Limits default_limits;
   size_t max_sandboxes = 512;
   double destroyed_retention_s = 7 * 86400.0;  // how long destroyed sandboxes stay listed
+  double audit_retention_s = 90 * 86400.0;     // how long a destroyed sandbox's audit log stays
+  bool audit_execs = true;  // log every execve inside sandboxes (seccomp user notification)
   std::set<std::string> profiles = {"test", "live"};
   std::string log_level = "info";
 

@@ -71,10 +71,16 @@ Result<std::unique_ptr<Daemon>> Daemon::start(Config cfg, Runtimes runtimes) {
   // Image trees and sandbox directories may hold setuid files and secrets: root only.
   ::chmod(cfg.state_dir.c_str(), 0700);
   auto store = TRY_CTX(Store::open(cfg.state_dir / "space.db"), "opening the state database");
+  auto audit_log = TRY_CTX(audit::AuditLog::open(cfg.state_dir / "space.db",
+                                                 cfg.state_dir / "audit.key"),
+                           "opening the audit log");
   std::unique_ptr<Daemon> d(new Daemon(std::move(cfg), std::move(runtimes), std::move(store)));
+  d->audit_ = std::move(audit_log);
   TRY_VOID_CTX(d->images_.init(), "preparing images");
   TRY_VOID_CTX(d->reconcile(), "reconciling sandboxes from the previous run");
   (void)d->store_->prune_destroyed(now_s() - d->cfg_.destroyed_retention_s);
+  if (auto r = d->audit_->prune_destroyed(now_s() - d->cfg_.audit_retention_s); r && *r > 0)
+    spdlog::info("audit log: removed {} events of sandboxes destroyed over the retention", *r);
   d->reaper_ = std::thread([p = d.get()] { p->reaper(); });
   return d;
 }
@@ -96,6 +102,42 @@ void Daemon::shutdown() {
   }
   for (auto& [id, sb] : all)
     if (sb->conn) sb->conn->close();
+  if (audit_) (void)audit_->flush();
+}
+
+void Daemon::audit(const std::string& id, const std::string& kind, json data) {
+  if (!audit_) return;
+  if (auto r = audit_->append(id, kind, std::move(data)); !r)
+    spdlog::error("audit log: {} event of sandbox {} not recorded: {}", kind, id,
+                  r.error().message());
+}
+
+Result<json> Daemon::audit_events(const std::string& id, int64_t after, size_t limit) {
+  TRY_VOID(audit_->flush());
+  auto events = TRY(audit_->read(id, after, limit));
+  if (events.empty() && after == 0) {
+    auto rec = TRY(store_->get_sandbox(id));
+    if (!rec && !TRY(audit_->has_events(id)))
+      return fail(Code::kNotFound, "no sandbox " + id + " (and no audit log for it)");
+  }
+  json out = json::array();
+  for (auto& e : events) {
+    json j = e.to_json();
+    j["time"] = rfc3339(e.ts);
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+Result<json> Daemon::audit_verify(const std::string& id) {
+  TRY_VOID(audit_->flush());
+  if (!TRY(audit_->has_events(id)) && !TRY(store_->get_sandbox(id)))
+    return fail(Code::kNotFound, "no sandbox " + id + " (and no audit log for it)");
+  auto rep = TRY(audit_->verify(id));
+  json j = {{"ok", rep.ok}, {"events", rep.events}};
+  j["first_bad_seq"] = rep.first_bad_seq ? json(*rep.first_bad_seq) : json(nullptr);
+  if (!rep.problem.empty()) j["problem"] = rep.problem;
+  return j;
 }
 
 Result<runtime::SandboxSpec> Daemon::spec_for(const SandboxRecord& rec) {
@@ -109,7 +151,12 @@ Result<runtime::SandboxSpec> Daemon::spec_for(const SandboxRecord& rec) {
   spec.limits.disk_bytes = s.value("disk", cfg_.default_limits.disk_bytes);
   spec.dir = cfg_.state_dir / "sandboxes" / rec.id;
   spec.uid_base = rec.uid_base;
+  if (cfg_.audit_execs) spec.exec_events = exec_sink(rec.id);
   return spec;
+}
+
+std::function<void(json)> Daemon::exec_sink(const std::string& id) {
+  return [this, id](json ev) { audit(id, "proc.exec", std::move(ev)); };
 }
 
 Result<uint32_t> Daemon::allocate_uid_base() {
@@ -191,6 +238,7 @@ Result<SandboxInfo> Daemon::create(const CreateRequest& req) {
   spec.limits = req.limits;
   spec.dir = cfg_.state_dir / "sandboxes" / rec.id;
   spec.uid_base = rec.uid_base;
+  if (cfg_.audit_execs) spec.exec_events = exec_sink(rec.id);
 
   std::error_code ec;
   fs::create_directory(spec.dir, ec);
@@ -213,6 +261,7 @@ Result<SandboxInfo> Daemon::create(const CreateRequest& req) {
     rec.destroyed_at = now_s();
     rec.reason = "creation failed: " + e.message();
     (void)store_->put_sandbox(rec);
+    audit(rec.id, "sandbox.create_failed", {{"reason", rec.reason}});
     spdlog::warn("creating sandbox {} failed: {}", rec.id, e.message());
     return fail(std::move(e).wrap("creating sandbox " + rec.id));
   };
@@ -234,6 +283,15 @@ Result<SandboxInfo> Daemon::create(const CreateRequest& req) {
   rec.runtime_state = sb->inst->persist();
   rec.state = "running";
   if (auto r = store_->put_sandbox(rec); !r) return failed(std::move(r.error()));
+  audit(rec.id, "sandbox.create",
+        {{"runtime", rec.runtime}, {"image", rec.image}, {"profile", rec.profile},
+         {"limits", limits_json(req.limits)}, {"workdir", workdir},
+         {"env_names", [&] {
+            json names = json::array();
+            for (auto& kv : req.env) names.push_back(kv.substr(0, kv.find('=')));
+            return names;
+          }()},
+         {"allow", req.allow}, {"agent_pid", sb->inst->agent_pid()}});
   {
     std::lock_guard lock(mu_);
     sandboxes_[rec.id] = sb;
@@ -357,6 +415,7 @@ Result<void> Daemon::destroy_sandbox(const std::shared_ptr<Sandbox>& sb,
   sb->rec.destroyed_at = now_s();
   sb->rec.reason = reason;
   (void)store_->put_sandbox(sb->rec);
+  audit(sb->rec.id, "sandbox.destroy", {{"reason", reason}});
   {
     std::lock_guard l(mu_);
     sandboxes_.erase(sb->rec.id);
@@ -379,6 +438,7 @@ Result<void> Daemon::pause(const std::string& id) {
   TRY_VOID_CTX(sb->inst->pause(), "pausing sandbox " + id);
   sb->paused = true;
   sb->rec.state = "paused";
+  audit(id, "sandbox.pause", json::object());
   return store_->put_sandbox(sb->rec);
 }
 
@@ -390,6 +450,7 @@ Result<void> Daemon::resume(const std::string& id) {
   TRY_VOID_CTX(sb->inst->resume(), "resuming sandbox " + id);
   sb->paused = false;
   sb->rec.state = "running";
+  audit(id, "sandbox.resume", json::object());
   return store_->put_sandbox(sb->rec);
 }
 
@@ -428,6 +489,7 @@ Result<void> Daemon::reconcile() {
       rec.destroyed_at = now_s();
       rec.reason = why;
       (void)store_->put_sandbox(rec);
+      audit(rec.id, "sandbox.destroy", {{"reason", why}});
       std::error_code ec;
       fs::remove_all(cfg_.state_dir / "sandboxes" / rec.id, ec);
       metrics_.cleaned_up++;
@@ -473,6 +535,7 @@ Result<void> Daemon::reconcile() {
     watch(sb);
     keep.insert(rec.id);
     metrics_.reattached++;
+    audit(rec.id, "sandbox.reattach", {{"agent_pid", sb->inst->agent_pid()}});
     spdlog::info("reattached sandbox {} (agent pid {})", rec.id, sb->inst->agent_pid());
   }
   // Directories of sandboxes the database does not know as live.

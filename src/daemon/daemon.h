@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "audit/audit_log.h"
 #include "daemon/agent_conn.h"
 #include "daemon/config.h"
 #include "daemon/images.h"
@@ -57,9 +58,16 @@ class Daemon : public SandboxService {
                                       const ChunkSource& source) override;
   Result<nlohmann::json> list_images() override;
   Result<void> remove_image(const std::string& name) override;
+  Result<nlohmann::json> audit_events(const std::string& id, int64_t after,
+                                      size_t limit) override;
+  Result<nlohmann::json> audit_verify(const std::string& id) override;
   nlohmann::json health() override;
   std::string metrics() override;
   nlohmann::json doctor() override;
+
+  // Appends to the audit log; blocks while the log is behind. A failure is logged (the log
+  // only fails once closed at shutdown).
+  void audit(const std::string& id, const std::string& kind, nlohmann::json data);
 
   // A live sandbox. Exec sessions and file transfers hold a shared_ptr so the agent channel
   // outlives them.
@@ -76,6 +84,7 @@ class Daemon : public SandboxService {
 
  private:
   Daemon(Config cfg, Runtimes runtimes, std::unique_ptr<Store> store);
+
   Result<void> reconcile();
   void reaper();
   Result<std::shared_ptr<Sandbox>> live(const std::string& id);
@@ -83,12 +92,15 @@ class Daemon : public SandboxService {
   Result<void> destroy_sandbox(const std::shared_ptr<Sandbox>& sb, const std::string& reason);
   Result<uint32_t> allocate_uid_base();
   Result<runtime::SandboxSpec> spec_for(const SandboxRecord& rec);
+  // The runtime's exec-event callback for a sandbox: appends "proc.exec" audit events.
+  std::function<void(nlohmann::json)> exec_sink(const std::string& id);
   SandboxInfo info(const SandboxRecord& rec, const Sandbox* sb);
   void watch(const std::shared_ptr<Sandbox>& sb);
 
   Config cfg_;
   Runtimes runtimes_;
   std::unique_ptr<Store> store_;
+  std::unique_ptr<audit::AuditLog> audit_;
   Images images_;
   double started_at_;
 

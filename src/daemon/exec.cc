@@ -19,9 +19,10 @@ constexpr size_t kMaxArgBytes = 256 * 1024;
 
 class ExecSessionImpl : public ExecSession {
  public:
-  ExecSessionImpl(std::shared_ptr<Daemon::Sandbox> sb, std::shared_ptr<Stream> stream,
+  ExecSessionImpl(Daemon* d, std::shared_ptr<Daemon::Sandbox> sb, std::shared_ptr<Stream> stream,
                   std::optional<double> timeout_s, uint64_t oom_base)
-      : sb_(std::move(sb)),
+      : d_(d),
+        sb_(std::move(sb)),
         stream_(std::move(stream)),
         start_(Clock::now()),
         oom_base_(oom_base) {
@@ -34,6 +35,7 @@ class ExecSessionImpl : public ExecSession {
     if (!done_) {
       // The client went away before the exec ended: kill its tree, leave nothing running.
       (void)sb_->conn->send_json(FrameType::kSignal, stream_->id(), {{"signal", SIGKILL}});
+      if (!disowned_) audit_end(nullptr, "the client went away; the process tree was killed");
     }
     sb_->conn->close_stream(stream_->id());
   }
@@ -51,17 +53,23 @@ class ExecSessionImpl : public ExecSession {
           continue;
         }
         done_ = true;
+        audit_end(nullptr, f.error().message());
         return fail(std::move(f.error()).wrap("exec in sandbox " + sb_->rec.id));
       }
       switch (f->type) {
         case FrameType::kStarted: {
           auto j = json::parse(f->payload, nullptr, false);
-          int pid = j.is_object() ? j.value("pid", 0) : 0;
+          int pid = j.is_object() && j.contains("pid") && j["pid"].is_number_integer()
+                        ? j["pid"].get<int>()
+                        : 0;
+          pid_ = pid;
           return Event{Event::Kind::kStarted, {}, pid, {}};
         }
         case FrameType::kStdout:
+          stdout_.add(f->payload);
           return Event{Event::Kind::kStdout, std::move(f->payload), 0, {}};
         case FrameType::kStderr:
+          stderr_.add(f->payload);
           return Event{Event::Kind::kStderr, std::move(f->payload), 0, {}};
         case FrameType::kExit: {
           done_ = true;
@@ -82,6 +90,7 @@ class ExecSessionImpl : public ExecSession {
           exit_.timed_out = timed_out_;
           if (auto u = sb_->inst->usage(); u && u->oom_kills > oom_base_) exit_.oom_killed = true;
           exit_.duration_s = std::chrono::duration<double>(Clock::now() - start_).count();
+          audit_end(&exit_, "");
           return Event{Event::Kind::kExit, {}, 0, exit_};
         }
         default:
@@ -110,9 +119,42 @@ class ExecSessionImpl : public ExecSession {
     (void)sb_->conn->send_json(FrameType::kSignal, stream_->id(), {{"signal", sig}});
   }
   // Lets the process run on after this session is gone (detached execs).
-  void disown() { done_ = true; }
+  void disown() {
+    done_ = true;
+    disowned_ = true;
+  }
 
  private:
+  // exec.end: how the exec ended (or why its end is unknown) and what it wrote.
+  void audit_end(const ExitStatus* st, const std::string& lost) {
+    if (audited_end_) return;
+    audited_end_ = true;
+    json j = {{"stream", stream_->id()}, {"pid", pid_}};
+    double dur = std::chrono::duration<double>(Clock::now() - start_).count();
+    if (st) {
+      j["exit_code"] = st->exit_code ? json(*st->exit_code) : json(nullptr);
+      j["signal"] = st->signal ? json(*st->signal) : json(nullptr);
+      j["core_dumped"] = st->core_dumped;
+      j["timed_out"] = st->timed_out;
+      j["oom_killed"] = st->oom_killed;
+      if (!st->error.empty()) j["error"] = st->error;
+      dur = st->duration_s;
+    } else {
+      j["exit_code"] = nullptr;
+      j["signal"] = nullptr;
+      j["lost"] = lost;
+    }
+    j["duration_s"] = dur;
+    j["stdout"] = stdout_.finish();
+    j["stderr"] = stderr_.finish();
+    d_->audit(sb_->rec.id, "exec.end", std::move(j));
+  }
+
+  Daemon* d_;
+  audit::OutputDigest stdout_, stderr_;
+  int pid_ = 0;
+  bool audited_end_ = false;
+  bool disowned_ = false;
   std::shared_ptr<Daemon::Sandbox> sb_;
   std::shared_ptr<Stream> stream_;
   Clock::time_point start_;
@@ -162,12 +204,20 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
                {"gid", 0},         {"stdin", req.stdin}, {"detach", req.detach},
                {"stdin_credit", true}};
   metrics_.execs++;
+  json env_names = json::array();
+  for (auto& kv : env) env_names.push_back(kv.substr(0, kv.find('=')));
+  audit(id, "exec.start",
+        {{"stream", stream->id()}, {"argv", req.argv}, {"cwd", cwd}, {"env_names", env_names},
+         {"uid", 0}, {"gid", 0}, {"detach", req.detach}, {"stdin", req.stdin},
+         {"timeout_s", req.timeout_s ? json(*req.timeout_s) : json(nullptr)}});
   if (auto r = sb->conn->send_json(FrameType::kExec, stream->id(), spec); !r) {
     sb->conn->close_stream(stream->id());
     metrics_.exec_failures++;
+    audit(id, "exec.end", {{"stream", stream->id()}, {"exit_code", nullptr},
+                           {"signal", nullptr}, {"lost", r.error().message()}});
     return fail(std::move(r.error()).wrap("starting exec in sandbox " + id));
   }
-  auto session = std::make_unique<ExecSessionImpl>(sb, stream, req.timeout_s, oom_base);
+  auto session = std::make_unique<ExecSessionImpl>(this, sb, stream, req.timeout_s, oom_base);
   if (req.detach) {
     // Wait for started (or an exit with an error) and hand back an already-finished session
     // whose first event is that; the process runs on and its output is discarded.

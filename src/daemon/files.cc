@@ -173,6 +173,38 @@ std::string join(const std::string& dir, const std::string& rel) {
 
 }  // namespace
 
+namespace {
+
+// Records one file API operation in the audit log when it goes out of scope: path, bytes
+// moved and whether it succeeded (set `ok` just before the successful return).
+struct FileAudit {
+  Daemon* d;
+  std::string id, kind, path;
+  uint64_t bytes = 0;
+  bool ok = false;
+  json extra = json::object();
+  ~FileAudit() {
+    json j = {{"path", path}, {"bytes", bytes}, {"ok", ok}};
+    j.update(extra);
+    d->audit(id, kind, std::move(j));
+  }
+  ChunkSink counting(const ChunkSink& sink) {
+    return [this, &sink](std::string_view b) {
+      bytes += b.size();
+      return sink(b);
+    };
+  }
+  ChunkSource counting(const ChunkSource& source) {
+    return [this, &source](std::string& out) -> Result<void> {
+      TRY_VOID(source(out));
+      bytes += out.size();
+      return {};
+    };
+  }
+};
+
+}  // namespace
+
 Result<FileStat> Daemon::stat(const std::string& id, const std::string& path) {
   TRY_VOID(check_path(path));
   auto sb = TRY(running(id));
@@ -194,7 +226,9 @@ Result<void> Daemon::read_file(const std::string& id, const std::string& path,
                                const ChunkSink& sink) {
   TRY_VOID(check_path(path));
   auto sb = TRY(running(id));
-  TRY_VOID(read_into(*sb->conn, path, sink));
+  FileAudit au{this, id, "file.read", path};
+  TRY_VOID(read_into(*sb->conn, path, au.counting(sink)));
+  au.ok = true;
   return {};
 }
 
@@ -202,11 +236,14 @@ Result<void> Daemon::read_tar(const std::string& id, const std::string& path,
                               const ChunkSink& sink) {
   TRY_VOID(check_path(path));
   auto sb = TRY(running(id));
+  FileAudit au{this, id, "file.read_tar", path};
+  ChunkSink counted = au.counting(sink);
   auto entries = TRY(walk(*sb->conn, path));
+  au.extra["entries"] = entries.size();
   struct Ctx {
     const ChunkSink* sink;
     bool failed = false;
-  } ctx{&sink};
+  } ctx{&counted};
   archive* a = archive_write_new();
   struct Free {
     archive* a;
@@ -270,6 +307,7 @@ Result<void> Daemon::read_tar(const std::string& id, const std::string& path,
     }
   }
   if (archive_write_close(a) != ARCHIVE_OK) return fail(stop("finishing tar"));
+  au.ok = true;
   return {};
 }
 
@@ -277,13 +315,19 @@ Result<void> Daemon::write_file(const std::string& id, const std::string& path, 
                                 const ChunkSource& source) {
   TRY_VOID(check_path(path));
   auto sb = TRY(running(id));
-  return write_from(*sb->conn, path, mode, false, source);
+  FileAudit au{this, id, "file.write", path};
+  au.extra["mode"] = mode;
+  TRY_VOID(write_from(*sb->conn, path, mode, false, au.counting(source)));
+  au.ok = true;
+  return {};
 }
 
 Result<void> Daemon::write_tar(const std::string& id, const std::string& path,
                                const ChunkSource& source) {
   TRY_VOID(check_path(path));
   auto sb = TRY(running(id));
+  FileAudit au{this, id, "file.write_tar", path};
+  ChunkSource counted_source = au.counting(source);
   AgentConn& conn = *sb->conn;
   auto mk = conn.request({{"op", "mkdir"}, {"path", path}, {"mode", 0755}, {"parents", true}});
   if (!mk && mk.error().code() != Code::kAlreadyExists)
@@ -293,7 +337,7 @@ Result<void> Daemon::write_tar(const std::string& id, const std::string& path,
     const ChunkSource* source;
     std::string buf;
     std::optional<Error> err;
-  } ctx{&source, {}, std::nullopt};
+  } ctx{&counted_source, {}, std::nullopt};
   archive* in = archive_read_new();
   struct Free {
     archive* a;
@@ -364,6 +408,7 @@ Result<void> Daemon::write_tar(const std::string& id, const std::string& path,
         break;  // devices, fifos and sockets are not copied into sandboxes
     }
   }
+  au.ok = true;
   return {};
 }
 
@@ -371,7 +416,10 @@ Result<void> Daemon::remove(const std::string& id, const std::string& path, bool
   TRY_VOID(check_path(path));
   if (path == "/") return fail(Code::kInvalidArgument, "refusing to remove /");
   auto sb = TRY(running(id));
+  FileAudit au{this, id, "file.remove", path};
+  au.extra["recursive"] = recursive;
   TRY_VOID(sb->conn->request({{"op", "remove"}, {"path", path}, {"recursive", recursive}}));
+  au.ok = true;
   return {};
 }
 

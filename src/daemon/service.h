@@ -136,6 +136,18 @@ class SandboxService {
   virtual Result<nlohmann::json> list_images() = 0;  // JSON array, schema Image
   virtual Result<void> remove_image(const std::string& name) = 0;
 
+  // The audit log of a sandbox, live or destroyed (docs/audit.md): events with seq > after,
+  // oldest first, at most `limit` (JSON array of schema AuditEvent); and a verification of
+  // its hash chain ({"ok","events","first_bad_seq","problem"}). Services without an audit log
+  // answer kUnimplemented.
+  virtual Result<nlohmann::json> audit_events(const std::string& id, int64_t after,
+                                              size_t limit) {
+    return fail(Code::kUnimplemented, "this service keeps no audit log");
+  }
+  virtual Result<nlohmann::json> audit_verify(const std::string& id) {
+    return fail(Code::kUnimplemented, "this service keeps no audit log");
+  }
+
   virtual nlohmann::json health() = 0;
   virtual std::string metrics() = 0;   // Prometheus text exposition format
   virtual nlohmann::json doctor() = 0;

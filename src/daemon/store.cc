@@ -150,6 +150,17 @@ Result<void> Store::migrate() {
            created_at REAL NOT NULL,
            size_bytes INTEGER NOT NULL DEFAULT 0,
            files INTEGER NOT NULL DEFAULT 0);)",
+      // 1 -> 2: the audit log (src/audit, docs/audit.md). Rows are never updated; the
+      // (sandbox_id, seq) index serves reads, verification and the chain head lookup.
+      R"(CREATE TABLE audit_events (
+           id INTEGER PRIMARY KEY,
+           sandbox_id TEXT NOT NULL,
+           seq INTEGER NOT NULL,
+           ts REAL NOT NULL,
+           kind TEXT NOT NULL,
+           data TEXT NOT NULL,
+           hash TEXT NOT NULL);
+         CREATE INDEX audit_events_sandbox_seq ON audit_events(sandbox_id, seq);)",
   };
   std::lock_guard lock(mu_);
   Stmt q(db_, "PRAGMA user_version");

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -44,6 +45,10 @@ struct SandboxSpec {
   std::filesystem::path dir;           // per-sandbox state directory, created by the daemon
   uint32_t uid_base = 0;               // first host uid/gid of the sandbox's 65536-id range
   static constexpr uint32_t kIdRange = 65536;
+  // Exec auditing: if set, every execve/execveat inside the sandbox is reported here (data of
+  // a "proc.exec" audit event, docs/audit.md) before it runs; the call may block, and the exec
+  // waits. Called on a runtime thread. Runtimes that cannot observe execs ignore it.
+  std::function<void(nlohmann::json)> exec_events;
 };
 
 // Resource usage as the cgroup reports it.

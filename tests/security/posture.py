@@ -329,7 +329,7 @@ def check_running_sandbox(socket_path, cli, sid, daemon_pid):
             ("--detach", "--", "sleep", "1000"),
             ("--detach", "--", "sh", "-c", "(setsid sleep 1000 &) ; sleep 1000"),
             ("--detach", "--", "python3", "-c",
-             "import os, time; os.setgid(1000); os.setuid(1000); f = open('/etc/hostname'); "
+             "import os, time; os.setgid(1000); os.setuid(1000); f = open('/etc/passwd'); "
              "time.sleep(1000)"),
         ]
         for args in setup:
@@ -345,6 +345,9 @@ def check_running_sandbox(socket_path, cli, sid, daemon_pid):
             if sum(n.endswith("sleep") for n in names) >= 5 and any("python3" in n for n in names):
                 break
             time.sleep(0.1)
+        names = [" ".join(harness.proc_cmdline(p)) for p in harness.descendants(agent)]
+        if not any("python3" in n for n in names):
+            return ["the non-root python3 process did not start: %s" % names], ""
         problems, inspected = inspect(socket_path, sid, daemon_pid)
         if len(inspected) < 8:
             problems.append("only %d processes found: %s" % (len(inspected), inspected))

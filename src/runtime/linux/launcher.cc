@@ -62,6 +62,7 @@ enum Step : int32_t {
   kCapSet,
   kNoNewPrivs,
   kSeccomp,
+  kSendListener,
   kExec,
   kStepCount,
 };
@@ -97,6 +98,7 @@ constexpr const char* kStepNames[kStepCount] = {
     "capset",
     "no_new_privs",
     "install seccomp filter",
+    "hand the exec listener to the daemon",
     "execveat agent",
 };
 
@@ -196,7 +198,7 @@ struct ChildPlan {
     }
   }
   if (n != 1) child_fail(report, kWaitRelease, 0, n < 0 ? errno : ECANCELED);
-  ::close(kReleaseSlot);
+  // kReleaseSlot stays open until the exec listener (if any) went back over it.
 
   // Host paths are looked up by name here, in our own mount namespace (fds opened by the parent
   // would point into the host's), and before setresuid: as long as we keep host root's fs
@@ -266,7 +268,42 @@ struct ChildPlan {
   if (int err = clear_ambient()) child_fail(report, kCapAmbient, 0, err);
   if (int err = set_capabilities(p.caps)) child_fail(report, kCapSet, 0, err);
   check(kNoNewPrivs, ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
-  if (int err = install_seccomp(*p.seccomp)) child_fail(report, kSeccomp, 0, err);
+  if (!p.seccomp->notify_execs) {
+    if (int err = install_seccomp(*p.seccomp)) child_fail(report, kSeccomp, 0, err);
+  } else {
+    // Exec auditing: the filter's listener goes to the daemon (which must answer our own
+    // execveat below) and stays at kExecListenerFd for the agent to hold across restarts.
+    int listener = -1;
+    if (int err = install_seccomp_listener(*p.seccomp, &listener)) {
+      child_fail(report, kSeccomp, 0, err);
+    }
+    if (listener != kExecListenerFd) {
+      check(kSendListener, ::dup3(listener, kExecListenerFd, 0));
+      ::close(listener);
+    } else {
+      check(kSendListener, ::fcntl(listener, F_SETFD, 0));
+    }
+    int fd = kExecListenerFd;
+    char one = 'L';
+    iovec iov{&one, 1};
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    ::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    ssize_t sent;
+    do {
+      sent = ::sendmsg(kReleaseSlot, &msg, MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+    if (sent != 1) child_fail(report, kSendListener, 0, sent < 0 ? errno : EPIPE);
+  }
+  ::close(kReleaseSlot);
 
   ::execveat(kAgentImageSlot, "", p.argv, p.envp, AT_EMPTY_PATH);
   child_fail(report, kExec, 0, errno);
@@ -374,6 +411,39 @@ UniqueFd make_idmapped_lower(pid_t child, const std::filesystem::path& lower_dir
   return tree;
 }
 
+// The exec listener the child sends after installing its filter. kConflict if the child
+// closed the socket first (it failed; the report pipe tells why).
+Result<UniqueFd> receive_listener(int sock, std::chrono::milliseconds timeout) {
+  pollfd pfd{sock, POLLIN, 0};
+  int rc;
+  do {
+    rc = ::poll(&pfd, 1, static_cast<int>(timeout.count()));
+  } while (rc < 0 && errno == EINTR);
+  if (rc < 0) return fail_sys("poll", "release channel");
+  if (rc == 0) return fail(Code::kTimeout, "the sandbox did not send its exec listener");
+  char one = 0;
+  iovec iov{&one, 1};
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = ctrl;
+  msg.msg_controllen = sizeof ctrl;
+  ssize_t n;
+  do {
+    n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n == 0) return fail(Code::kConflict, "the sandbox's launcher exited");
+  if (n < 0) return fail_sys("recvmsg", "release channel");
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  if (c == nullptr || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+      c->cmsg_len != CMSG_LEN(sizeof(int)))
+    return fail(Code::kProtocol, "the sandbox's launcher sent no exec listener");
+  int fd = -1;
+  ::memcpy(&fd, CMSG_DATA(c), sizeof(int));
+  return UniqueFd(fd);
+}
+
 // Releases the child: one byte, plus `fd` (if valid) as SCM_RIGHTS.
 Result<void> send_release(int sock, int fd) {
   char go = '1';
@@ -420,8 +490,11 @@ Result<Launched> launch(const LaunchRequest& req) {
   core.rlim_cur = core.rlim_max = 0;  // the hard limit too: the sandbox cannot re-enable cores
 
   static char arg0[] = "space-agent", arg1[] = "--channel-fd", arg2[] = "3", arg3[] = "--spare-fds",
-              arg4[] = "4,5", arg5[] = "--hold-fds", arg6[] = "6";
-  static char* const argv[] = {arg0, arg1, arg2, arg3, arg4, arg5, arg6, nullptr};
+              arg4[] = "4,5", arg5[] = "--hold-fds", arg6[] = "6", arg6_listener[] = "6,10";
+  static_assert(kExecListenerFd == 10);
+  static char* const argv_plain[] = {arg0, arg1, arg2, arg3, arg4, arg5, arg6, nullptr};
+  static char* const argv_listener[] = {arg0, arg1, arg2, arg3, arg4, arg5, arg6_listener, nullptr};
+  char* const* argv = req.seccomp->notify_execs ? argv_listener : argv_plain;
   static char* const envp[] = {nullptr};
 
   ChildPlan plan{
@@ -504,6 +577,17 @@ Result<Launched> launch(const LaunchRequest& req) {
   UniqueFd idmapped = make_idmapped_lower(out.pid, req.lower_dir);
   if (auto r = send_release(release_daemon.get(), idmapped.get()); !r) return undo(std::move(r.error()));
   idmapped.reset();
+  if (req.seccomp->notify_execs) {
+    // The child sends its exec listener just before it execs the agent, and that exec waits
+    // for an answer: start the supervisor first. EOF means the child failed earlier; the
+    // report pipe says how.
+    auto listener = receive_listener(release_daemon.get(), req.timeout);
+    if (listener && req.on_exec_listener) {
+      if (auto r = req.on_exec_listener(std::move(*listener)); !r) return undo(std::move(r.error()));
+    } else if (!listener && listener.error().code() != Code::kConflict) {
+      return undo(std::move(listener.error()));
+    }
+  }
   release_daemon.reset();
   if (auto r = wait_for_exec(report.read.get(), *req.fs, req.timeout); !r) {
     return undo(std::move(r.error()));

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "common/error.h"
@@ -27,6 +28,8 @@ inline constexpr int kChannelFd = 3;      // the channel to the daemon
 inline constexpr int kSpareAgentFd = 4;   // spare socketpair, the agent's end
 inline constexpr int kSpareDaemonFd = 5;  // spare socketpair, the end a restarted daemon takes
 inline constexpr int kLayerFd = 6;        // the writable layer's tmpfs root, O_PATH
+// The seccomp exec listener (exec auditing only), held by the agent for a restarted daemon.
+inline constexpr int kExecListenerFd = 10;
 // Fds the child holds only until exec (all close-on-exec).
 inline constexpr int kLowerFdSlot = 11;  // the image rootfs, for the overlay's lowerdir
 
@@ -36,6 +39,9 @@ struct LaunchRequest {
   int netns_fd = -1;      // joined, not owned, by the sandbox
   int agent_fd = -1;      // sealed memfd with the agent binary
   const SeccompProgram* seccomp = nullptr;
+  // With a notify_execs program: receives the exec listener before the agent's exec, which
+  // waits for it to be answered (start the exec supervisor here).
+  std::function<Result<void>(UniqueFd listener)> on_exec_listener;
   CapPlan caps;
   Cgroup* cgroup = nullptr;
   std::filesystem::path stage_dir;  // holds the empty mount points `layer` and `root`

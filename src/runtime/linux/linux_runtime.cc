@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "runtime/linux/agent_image.h"
+#include "runtime/linux/exec_supervisor.h"
 #include "runtime/linux/host_files.h"
 #include "runtime/linux/launcher.h"
 #include "runtime/linux/mounts.h"
@@ -123,6 +124,7 @@ struct LinuxInstance::Parts {
   bool paused = false;
   bool destroyed = false;
   std::chrono::milliseconds stop_timeout{5000};
+  std::unique_ptr<ExecSupervisor> exec_supervisor;  // last: stopped first
 };
 
 LinuxInstance::LinuxInstance(std::unique_ptr<Parts> parts) : p_(std::move(parts)) {}
@@ -161,6 +163,7 @@ Result<void> LinuxInstance::destroy() {
   // namespace) makes the kernel kill the rest of the namespace too.
   p_->cgroup->kill_all();
   TRY_VOID_CTX(kill_and_reap(p_->pidfd.get(), p_->is_child, p_->stop_timeout), ctx);
+  p_->exec_supervisor.reset();
   if (p_->paused) {  // v1-frozen tasks die only once thawed
     (void)p_->cgroup->thaw();
     p_->paused = false;
@@ -195,10 +198,11 @@ nlohmann::json LinuxInstance::persist() const {
 
 // ---------------------------------------------------------------------------------------------
 // Runtime.
-
-LinuxRuntime::LinuxRuntime(Config config, SeccompProgram seccomp, CapPlan caps)
+LinuxRuntime::LinuxRuntime(Config config, SeccompProgram seccomp, SeccompProgram seccomp_notify,
+                           CapPlan caps)
     : config_(std::move(config)),
       seccomp_(std::move(seccomp)),
+      seccomp_notify_(std::move(seccomp_notify)),
       caps_(caps),
       layout_(detect_cgroups(config_.cgroup_root)) {
   auto agent = seal_agent_image(config_.agent_path);
@@ -215,9 +219,11 @@ Result<std::unique_ptr<LinuxRuntime>> LinuxRuntime::create(Config config) {
     return fail(Code::kInvalidArgument, "bad cgroup name \"" + config.cgroup_name + "\"");
   }
   SeccompProgram seccomp = TRY_CTX(compile_policy(sandbox_policy()), "compiling seccomp policy");
+  SeccompProgram notify = TRY_CTX(compile_policy(sandbox_policy(), true),
+                                  "compiling seccomp policy with exec notifications");
   CapPlan caps = TRY(make_cap_plan());
   return std::unique_ptr<LinuxRuntime>(
-      new LinuxRuntime(std::move(config), std::move(seccomp), caps));
+      new LinuxRuntime(std::move(config), std::move(seccomp), std::move(notify), caps));
 }
 
 Result<const CgroupLayout*> LinuxRuntime::cgroup_layout() const {
@@ -259,7 +265,7 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::start(const SandboxSpec& spec) {
                     .uid_base = spec.uid_base,
                     .netns_fd = netns.get(),
                     .agent_fd = agent_.get(),
-                    .seccomp = &seccomp_,
+                    .seccomp = spec.exec_events ? &seccomp_notify_ : &seccomp_,
                     .caps = caps_,
                     .cgroup = cgroup.get(),
                     .stage_dir = stage,
@@ -267,6 +273,15 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::start(const SandboxSpec& spec) {
                     .fs = &plan,
                     .nofile = config_.nofile,
                     .timeout = config_.start_timeout};
+  std::unique_ptr<ExecSupervisor> supervisor;
+  if (spec.exec_events) {
+    req.on_exec_listener = [&](UniqueFd listener) -> Result<void> {
+      supervisor = TRY_CTX(ExecSupervisor::start(std::move(listener), spec.uid_base,
+                                                 spec.exec_events),
+                           "starting the exec supervisor");
+      return {};
+    };
+  }
   Launched child = TRY(launch(req));
   Guard child_guard([&] { (void)kill_and_reap(child.pidfd.get(), true, stop); });
 
@@ -290,6 +305,7 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::start(const SandboxSpec& spec) {
   parts->layer_dev = st.st_dev;
   parts->layer_ino = st.st_ino;
   parts->stop_timeout = stop;
+  parts->exec_supervisor = std::move(supervisor);
   child_guard.dismiss();
   stage_guard.dismiss();
   cgroup_guard.dismiss();
@@ -389,6 +405,15 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::reattach(const SandboxSpec& spec
   parts->layer_ino = p.layer_ino;
   parts->stop_timeout = config_.stop_timeout;
   parts->paused = TRY_CTX(parts->cgroup->frozen(), ctx);
+  if (spec.exec_events) {
+    // The agent holds the exec listener of a sandbox created with exec auditing; a sandbox
+    // created without it has none, and its execs stay unaudited.
+    UniqueFd listener(sys_pidfd_getfd(parts->pidfd.get(), kExecListenerFd));
+    if (listener && ExecSupervisor::is_listener(listener.get())) {
+      parts->exec_supervisor = TRY_CTX(
+          ExecSupervisor::start(std::move(listener), p.uid_base, spec.exec_events), ctx);
+    }
+  }
   return std::unique_ptr<Instance>(std::make_unique<LinuxInstance>(std::move(parts)));
 }
 

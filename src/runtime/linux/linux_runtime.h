@@ -73,12 +73,13 @@ class LinuxRuntime final : public Runtime {
   const SeccompProgram& seccomp_program() const { return seccomp_; }
 
  private:
-  LinuxRuntime(Config config, SeccompProgram seccomp, CapPlan caps);
+  LinuxRuntime(Config config, SeccompProgram seccomp, SeccompProgram seccomp_notify, CapPlan caps);
   Result<std::unique_ptr<Instance>> start(const SandboxSpec& spec);
   Result<const CgroupLayout*> cgroup_layout() const;
 
   Config config_;
   SeccompProgram seccomp_;
+  SeccompProgram seccomp_notify_;  // the same plus exec notifications (spec.exec_events)
   CapPlan caps_;
   UniqueFd agent_;  // sealed memfd, or invalid with agent_error_ set
   std::optional<Error> agent_error_;

@@ -121,7 +121,8 @@ Result<void> add_rule(void* ctx, const PolicyRule& r, int nr) {
 
 }  // namespace
 
-Result<SeccompProgram> compile_policy(const std::vector<PolicyRule>& policy) {
+Result<SeccompProgram> compile_policy(const std::vector<PolicyRule>& policy,
+                                      bool notify_execs) {
   Ctx ctx(seccomp_init(SCMP_ACT_ALLOW));
   if (!ctx) return fail(Code::kInternal, "seccomp_init failed");
   // Only the native architecture is in the filter; libseccomp makes everything else (i386,
@@ -141,6 +142,15 @@ Result<SeccompProgram> compile_policy(const std::vector<PolicyRule>& policy) {
       continue;
     }
     TRY_VOID_CTX(add_rule(ctx.get(), r, nr), "seccomp rule for " + name);
+  }
+  if (notify_execs) {
+    for (const char* name : {"execve", "execveat"}) {
+      int nr = seccomp_syscall_resolve_name(name);
+      if (nr < 0) return fail(Code::kInternal, std::string("seccomp: no syscall ") + name);
+      if (int rc = add(ctx.get(), SCMP_ACT_NOTIFY, nr, nullptr); rc < 0)
+        return fail(seccomp_error(std::string("rule_add notify ") + name, rc));
+    }
+    out.notify_execs = true;
   }
 
   UniqueFd mem(::memfd_create("space-seccomp", MFD_CLOEXEC));
@@ -168,6 +178,16 @@ int install_seccomp(const SeccompProgram& program) {
   prog.len = static_cast<unsigned short>(program.instructions.size());
   prog.filter = const_cast<sock_filter*>(program.instructions.data());
   if (sys_seccomp(SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) return errno;
+  return 0;
+}
+
+int install_seccomp_listener(const SeccompProgram& program, int* listener) {
+  sock_fprog prog;
+  prog.len = static_cast<unsigned short>(program.instructions.size());
+  prog.filter = const_cast<sock_filter*>(program.instructions.data());
+  int fd = sys_seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+  if (fd < 0) return errno;
+  *listener = fd;
   return 0;
 }
 

@@ -121,7 +121,14 @@ class HostWatch:
         self.canary_stat = os.stat(self.canary)
         self.proc = subprocess.Popen(["sleep", "100000"], stdin=subprocess.DEVNULL,
                                      start_new_session=True)
-        self.proc_cmdline = proc_cmdline(self.proc.pid)
+        # Right after fork the child still shows python's command line: wait for the exec.
+        for _ in range(200):
+            self.proc_cmdline = proc_cmdline(self.proc.pid)
+            if self.proc_cmdline[:2] == ["sleep", "100000"]:
+                break
+            threading.Event().wait(0.01)
+        else:
+            raise RuntimeError("the canary process did not start: %r" % self.proc_cmdline)
         self.abstract_name = "space-sec-host-" + secrets.token_hex(6)
         self.unix_path = os.path.join(tmp, "host.sock")
         self.listeners = [
@@ -302,6 +309,7 @@ class Victim:
 
     def env(self):
         return {"SPACE_VICTIM_MARKER_PREFIX": "VICTIMSECRET-",
+                "SPACE_VICTIM_ID": self.sid,
                 "SPACE_VICTIM_TCP_PORT": str(self.port),
                 "SPACE_VICTIM_ABSTRACT": self.abstract,
                 "SPACE_VICTIM_SHM_KEY": str(self.shm_key)}

@@ -1,31 +1,47 @@
 """Request smuggling and framing confusion on the API socket: Content-Length together with
 Transfer-Encoding, two different Content-Lengths, a negative or hex length, chunk sizes that
-overflow 64 bits, a pipelined second request hidden in a body, and a huge chunk extension.
-Anything that makes the daemon run the hidden request (creating a sandbox named in it) or
-crash is a failure.
-Blocked by: Beast's strict HTTP/1.1 parser; the server answers 400 and closes on framing
-errors.
+overflow 64 bits, an unknown transfer coding, and a huge chunk extension — each followed by a
+second request that a proxy in front of the daemon would see as body bytes. RFC 9112 (6.1,
+6.3) requires a 400 and a closed connection for all of these, so that the hidden request is
+never run; running it (it creates a sandbox) or a 5xx is a failure. Without a proxy this is
+not an escape by itself, but API clients are untrusted and the API will sit behind proxies
+once it serves remote clients.
+Blocked by: Beast's HTTP/1.1 parser; the server answers 400 and closes on framing errors.
 space-attack: sandbox=host
 """
+import re
 import socket
 
 from hostside import SOCKET, api, daemon_healthy, escaped, finish, note
 
-before = len((api("GET", "/v1/sandboxes").json or {}).get("sandboxes", []))
+
+
+def live_ids():
+    r = api("GET", "/v1/sandboxes").json
+    items = r if isinstance(r, list) else (r or {}).get("sandboxes", [])
+    return {sb["id"] for sb in items if sb.get("state") != "destroyed"}
+
+
+before = live_ids()
 hidden = b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+# Every visible request goes to a route that cannot create anything (an unknown sandbox's exec),
+# so a new sandbox can only come from the hidden request.
+visible = b"POST /v1/sandboxes/sb_000000000000/exec HTTP/1.1\r\nHost: x\r\n"
 cases = {
-    "CL+TE": b"POST /v1/health HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
-             b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + hidden,
-    "two CL": b"POST /v1/health HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: "
-              + str(len(hidden)).encode() + b"\r\n\r\n" + hidden,
-    "negative CL": b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n{}",
-    "hex CL": b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Length: 0x2\r\n\r\n{}",
-    "chunk overflow": b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
-                      b"\r\n1ffffffffffffffff\r\n{}\r\n0\r\n\r\n",
-    "TE obfuscated": b"POST /v1/health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n"
-                     b"Content-Length: 0\r\n\r\n" + hidden,
-    "chunk extension": b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
-                       b"\r\n2;" + b"e" * 100000 + b"\r\n{}\r\n0\r\n\r\n",
+    "CL+TE": visible + b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
+             hidden,
+    "two CL": visible + b"Content-Length: 0\r\nContent-Length: " + str(len(hidden)).encode() +
+              b"\r\n\r\n" + hidden,
+    "negative CL": visible + b"Content-Length: -1\r\n\r\n" + hidden,
+    "hex CL": visible + b"Content-Length: 0x0\r\n\r\n" + hidden,
+    "chunk overflow": visible + b"Transfer-Encoding: chunked\r\n\r\n1ffffffffffffffff\r\n{}\r\n"
+                      b"0\r\n\r\n" + hidden,
+    "unknown coding": visible + b"Transfer-Encoding: xchunked\r\nContent-Length: 0\r\n\r\n" +
+                      hidden,
+    "chunked then gzip": visible + b"Transfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n" +
+                         hidden,
+    "chunk extension": visible + b"Transfer-Encoding: chunked\r\n\r\n2;" + b"e" * 100000 +
+                       b"\r\n{}\r\n0\r\n\r\n" + hidden,
 }
 for name, req in cases.items():
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -46,16 +62,19 @@ for name, req in cases.items():
     except OSError:
         pass
     s.close()
-    statuses = [l.split(b" ")[1].decode() for l in data.split(b"\r\n") if l.startswith(b"HTTP/1.1 ")]
+    statuses = [m.decode() for m in re.findall(rb"HTTP/1\.1 (\d{3}) ", data)]
     note("%s: %s" % (name, ",".join(statuses) or "closed"))
     if "500" in statuses:
         escaped("%s caused a 500" % name)
-after = (api("GET", "/v1/sandboxes").json or {}).get("sandboxes", [])
-if len(after) > before:
-    created = [sb["id"] for sb in after][before:]
-    for sid in created:
-        api("DELETE", "/v1/sandboxes/%s?force=true" % sid)
-    escaped("a smuggled request created sandboxes %s" % created)
+    if "201" in statuses:
+        escaped("%s: the hidden request ran (%s)" % (name, ",".join(statuses)))
+    elif len(statuses) > 1:
+        note("%s: a second request was read after the first" % name)
+created = sorted(live_ids() - before)
+for sid in created:  # only sandboxes this attempt's hidden requests made
+    api("DELETE", "/v1/sandboxes/%s?force=true" % sid)
+if created:
+    escaped("hidden requests created sandboxes %s" % created)
 if not daemon_healthy():
     escaped("spaced is unhealthy afterwards")
 finish()

@@ -39,15 +39,13 @@ cases = {
     "bad version": b"GET /v1/health HTTP/9.9\r\nHost: x\r\n\r\n",
     "binary garbage": bytes(range(256)) * 64,
 }
+# RFC 9112 lets a server unfold obsolete line folding instead of refusing it.
+may_succeed = {"line folding"}
 for name, req in cases.items():
     line = send(req)
-    ok = line == "<closed>" or line.startswith("<") or \
-        any(" %d " % c in line + " " for c in (400, 404, 405, 411, 413, 414, 431, 505))
-    if " 200 " in line + " " and name not in ("line folding", "NUL in header", "bare CR",
-                                               "bad version"):
-        ok = False
-    if " 500 " in line + " ":
-        ok = False
+    code = line.split(" ")[1] if line.startswith("HTTP/1.1 ") else ""
+    ok = line == "<closed>" or line.startswith("<") or code.startswith("4") or \
+        code == "505" or (code == "200" and name in may_succeed)
     note("%s: %s" % (name, line[:40]))
     if not ok:
         escaped("%s answered %r" % (name, line))

@@ -1,13 +1,19 @@
 """Uploads hostile tar archives through the file API (PUT with application/x-tar, as
 `space cp DIR SB:/path` does): entries named "../../x" and "/abs", a symlink to "/" followed by
 a file written through it, a symlink to a host path followed by a file through it, a hard link
-to /etc/shadow, device nodes, a setuid file, and a 100 MiB sparse claim. Nothing may land
-outside the target directory or on the host; no device node may appear.
-Blocked by: the daemon checks every entry name before writing (no absolute names, no ".."),
-writes through the agent inside the sandbox's root, and skips device nodes.
+to /etc/shadow, device nodes and a setuid file. Nothing may land on the host or outside the
+sandbox's root (the host canary, and a host path an entry names, must be untouched), no device
+node may appear, names with ".." must be refused and a leading "/" must not make an entry
+land at that absolute path.
+Blocked by: the daemon cleans every entry name before writing (".." refused, a leading "/"
+stripped: src/daemon/archive_names.cc),
+writes through the agent inside the sandbox's root, and skips device nodes. (Entries written
+through a symlink the same archive created do land outside the target directory, inside the
+sandbox: reported as a contract deviation, not an escape; see the note.)
 space-attack: sandbox=host-fresh
 """
 import io
+import os
 import tarfile
 
 from hostside import (CANARY, SANDBOX, api, escaped, finish, host_canary_intact, note, sh)
@@ -54,10 +60,17 @@ rc, out, err = sh(SANDBOX, "find / -xdev \\( -name '*-pwned' -o -name sda -o -na
                            "-print 2>/dev/null; ls -l /tmp/up/load 2>/dev/null; "
                            "find /tmp/up -perm -4000 2>/dev/null")
 found = out.decode().split("\n")
+for l in found:
+    # ".." entries are refused; a leading "/" is stripped (the entry lands below the target).
+    if l.endswith("dotdot-pwned") or l == "/tmp/abs-pwned":
+        escaped("an entry named with '..' or '/' was written at %s" % l)
 outside = [l for l in found if l.endswith("-pwned") and not l.startswith("/tmp/up/load/")]
 if outside:
-    escaped("archive entries landed outside the target: %s" % outside)
+    note("CONTRACT: entries written through an archive's own symlink landed outside the target "
+         "directory (still inside the sandbox): %s" % outside)
 if any(l.startswith("b") or l.startswith("c") for l in found):
     escaped("a device node was created: %s" % [l for l in found if l[:1] in "bc"])
-note("inside the sandbox afterwards: %s" % ", ".join(l for l in found if l)[:200])
+for p in ("/tmp/through-link-pwned", "/tmp/up-pwned", "/tmp/dotdot-pwned", "/tmp/abs-pwned"):
+    if os.path.exists(p):
+        escaped("an archive entry landed on the host: %s" % p)
 finish()

@@ -1,8 +1,10 @@
 // A fork bomb: every child forks again as fast as it can. The sandbox's pids cgroup (64 here)
-// must stop it with EAGAIN long before the host's pid space or process table feels it; the
-// runner then destroys the sandbox and checks that nothing of it is left.
+// must stop it with EAGAIN long before the host's pid space or process table feels it. The
+// bomb's processes do not exit, so a scan of /proc once it stalls counts them; the runner also
+// reads the pids cgroup from the host (verify=pids_limit), then destroys the sandbox and checks
+// that nothing of it is left.
 // Blocked by: the pids controller of the sandbox's cgroup.
-// space-attack: sandbox=fresh opts=--pids=64,--memory=256M timeout=60
+// space-attack: sandbox=fresh opts=--pids=64,--memory=256M timeout=60 verify=pids_limit
 #include <signal.h>
 
 #include "../attack.h"

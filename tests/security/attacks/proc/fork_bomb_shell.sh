@@ -1,14 +1,25 @@
 #!/bin/sh
-# The shell fork bomb, :(){ :|:& };: , left running for two seconds, then counted and cleared.
-# Blocked by: the pids cgroup (64); the runner destroys the sandbox while the bomb's leftovers
-# may still be respawning and checks that teardown leaves no process or cgroup behind.
-# space-attack: sandbox=fresh opts=--pids=64,--memory=256M timeout=60
-set -u
-( bomb() { bomb | bomb & }; bomb ) 2>/dev/null &
-sleep 2
-n=$(ls /proc | grep -c '^[0-9]')
-if [ "$n" -gt 70 ]; then
-  echo "ESCAPED: $n processes in the sandbox, above its pids limit of 64"
-  exit 1
+# The shell fork bomb: every shell keeps forking copies of itself in a loop, for about a
+# second, then everything is killed. Counting processes from inside is meaningless here
+# (/proc changes while it is read), so the evidence is the bomb's own "can't fork" errors,
+# and the runner reads the pids cgroup from the host before teardown (verify=pids_limit:
+# forks were refused and pids.current never passed pids.max).
+# Blocked by: the pids cgroup (64); teardown then leaves no process or cgroup behind.
+# space-attack: sandbox=fresh opts=--pids=64,--memory=256M timeout=60 verify=pids_limit
+( b() { while :; do b & done; }; b ) 2>/tmp/bomb.err &
+i=0
+while [ $i -lt 300 ]; do
+  j=0
+  while [ $j -lt 2000 ]; do j=$((j + 1)); done
+  i=$((i + 1))
+done
+kill -9 -1 2>/dev/null
+refused=0
+while read -r line; do
+  case "$line" in *fork*) refused=$((refused + 1)) ;; esac
+done < /tmp/bomb.err
+if [ "$refused" -eq 0 ]; then
+  echo "ERROR: the bomb never saw a refused fork: inconclusive"
+  exit 2
 fi
-echo "BLOCKED: the bomb plateaued at $n processes (limit 64); left running for teardown"
+echo "BLOCKED: $refused forks refused by the pids limit (64); host checks pids.events"

@@ -5,7 +5,7 @@ tar. The daemon may refuse (4xx/5xx with an error object) but must not crash, ha
 out of fds.
 Blocked by: bounded walks (entry limits), fd-per-level recursion bounded by the nofile limit
 and errors instead of crashes.
-space-attack: sandbox=host-fresh opts=--disk=512M,--memory=512M timeout=120
+space-attack: sandbox=host-fresh opts=--memory=512M timeout=120
 """
 import os
 import time

@@ -1,7 +1,7 @@
 // A thread bomb: threads count against the pids limit too (a limit on processes only would
 // let one process create millions of tasks). Creates threads until pthread_create fails.
 // Blocked by: the pids cgroup counts tasks (threads), limit 64 here.
-// space-attack: sandbox=fresh opts=--pids=64 timeout=60
+// space-attack: sandbox=fresh opts=--pids=64 timeout=60 verify=pids_limit
 #include <pthread.h>
 
 #include "../attack.h"
