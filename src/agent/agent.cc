@@ -290,6 +290,8 @@ void Agent::dispatch(proto::Frame& f) {
       on_stdin_frame(f.stream, std::move(f.payload));
       return;
     case FrameType::kSignal:
+      // On a read or walk stream a signal cancels the transfer: its client went away.
+      if (reads_.erase(f.stream) + walks_.erase(f.stream) > 0) return;
       on_signal_frame(f.stream, f.payload);
       return;
     case FrameType::kCredit:

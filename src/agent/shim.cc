@@ -51,8 +51,6 @@ struct WorkerPlan {
 // Signals the shim ignores, so that a sandbox process's `kill -TERM -1` does not orphan the
 // tree from its shim (SIGPIPE is ignored by the agent already). Reset in the worker.
 constexpr int kShimIgnored[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM};
-constexpr int kResetSignals[] = {SIGPIPE, SIGHUP,  SIGINT,  SIGQUIT,
-                                 SIGTERM, SIGUSR1, SIGUSR2, SIGALRM};
 
 void write_record(int fd, ShimRecord r) {
   while (::write(fd, &r, sizeof(r)) < 0 && errno == EINTR) {
@@ -86,7 +84,19 @@ void write_record(int fd, ShimRecord r) {
   // After the id switch, so the user needs search permission on cwd like any login would.
   if (::chdir(p.cwd) < 0) die(WorkerStep::kChdir, errno);
   ::umask(022);
-  for (int sig : kResetSignals) ::signal(sig, SIG_DFL);
+  // Every disposition back to default: SIG_IGN survives exec, and an ignored signal inherited
+  // from whoever started us (glibc's internal 32/33 included, which signal() refuses to touch)
+  // must not reach the user's program. The raw syscall takes every number.
+  for (int sig = 1; sig <= 64; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    struct {
+      void* handler;
+      unsigned long flags;
+      void* restorer;
+      uint64_t mask;
+    } dfl{reinterpret_cast<void*>(SIG_DFL), 0, nullptr, 0};
+    (void)::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof(uint64_t));
+  }
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);

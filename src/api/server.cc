@@ -258,6 +258,25 @@ void ApiServer::serve_connection(UniqueFd fd) {
       return;  // idle timeout, client gone, stop(), or an error answered above
     }
 
+    // Ambiguous framing (RFC 9112 §6.1, §6.3): a Transfer-Encoding other than exactly
+    // "chunked", or one beside a Content-Length, would let bytes after this request be read as
+    // another one by a proxy in front of us. Refuse and close.
+    {
+      const auto& h = parser.get();
+      auto te = h.find(http::field::transfer_encoding);
+      bool has_cl = h.find(http::field::content_length) != h.end();
+      if (te != h.end()) {
+        std::string v(te->value());
+        for (auto& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        if (v != "chunked" || has_cl || h.count(http::field::transfer_encoding) > 1) {
+          write_plain_error(stream, Code::kInvalidArgument,
+                            "ambiguous message framing (Transfer-Encoding must be exactly "
+                            "\"chunked\" and may not come with Content-Length)");
+          metrics_.request_done("unmatched", 400);
+          return;
+        }
+      }
+    }
     auto raw_target = parser.get().target();
     auto target = parse_target(std::string_view(raw_target.data(), raw_target.size()));
     Exchange ex(stream, buffer, parser, target ? std::move(*target) : Target{},

@@ -164,7 +164,12 @@ Result<uint64_t> extract_tar(const fs::path& dest, const TarSource& source) {
   // Extraction runs with the destination as the working directory so that entry names stay
   // relative and ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS can refuse every absolute one.
   UniqueFd old_cwd(::open(".", O_PATH | O_DIRECTORY | O_CLOEXEC));
-  UniqueFd dest_fd(::open(dest.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  // O_NOFOLLOW: the destination itself must not be a symlink (one a sandbox planted earlier
+  // would redirect the whole extraction).
+  UniqueFd dest_fd(::open(dest.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+  if (!dest_fd && (errno == ELOOP || fs::is_symlink(dest)))
+    return fail(Code::kInvalidArgument, "\"" + dest.native() + "\" is a symlink; refusing to "
+                                        "extract through it (remove it or choose another destination)");
   if (!dest_fd) return fail_sys("open", "\"" + dest.native() + "\"");
   if (::fchdir(dest_fd.get()) != 0) return fail_sys("fchdir", "\"" + dest.native() + "\"");
   struct RestoreCwd {

@@ -24,6 +24,20 @@
 
 namespace space::daemon {
 
+// A field of JSON that came from the agent, or `def` if it is missing or of another type.
+// (nlohmann's value() throws on a type mismatch; the agent's JSON is untrusted.)
+template <class T>
+T agent_field(const nlohmann::json& j, const char* key, T def) {
+  if (!j.is_object()) return def;
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return def;
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    return def;
+  }
+}
+
 using Clock = std::chrono::steady_clock;
 
 // Frames addressed to one stream, in order. The reader thread pushes; one consumer pops.

@@ -81,9 +81,9 @@ class ExecSessionImpl : public ExecSession {
             exit_.signal = std::clamp(j["signal"].get<int>(), 1, 64);
           else
             return fail(Code::kProtocol, "the agent sent an exit without a status");
-          exit_.core_dumped = j.value("core_dumped", false);
+          exit_.core_dumped = agent_field(j, "core_dumped", false);
           if (j.contains("error") && j["error"].is_object())
-            exit_.error = j["error"].value("message", std::string("could not start"));
+            exit_.error = agent_field(j["error"], "message", std::string("could not start"));
           else if (j.contains("error") && j["error"].is_string())
             exit_.error = j["error"].get<std::string>();
           if (exit_.error.size() > 4096) exit_.error.resize(4096);

@@ -51,24 +51,25 @@ Result<uint64_t> read_into(AgentConn& conn, const std::string& path,
   StreamCloser closer{&conn, s->id()};
   TRY_VOID(conn.send_json(FrameType::kRequest, s->id(), {{"op", "read"}, {"path", path}}));
   uint64_t total = 0;
-  bool aborted = false;
   for (;;) {
     auto f = TRY(s->pop(Clock::now() + kTransferIdle));
     if (f.type == FrameType::kData) {
       if (f.payload.empty()) continue;  // end of data; the response follows
       total += f.payload.size();
-      // After the sink gave up we still drain (with credit) so the agent finishes the
-      // transfer and frees its state; the bytes are dropped.
-      if (!aborted && !sink(f.payload)) aborted = true;
+      if (!sink(f.payload)) {
+        // The client went away: cancel the transfer in the agent instead of draining it (a
+        // huge sparse file would otherwise keep a daemon thread busy for hours).
+        (void)conn.send_json(FrameType::kSignal, s->id(), {{"signal", 9}});
+        return fail(Code::kUnavailable, "the client stopped reading " + path);
+      }
       conn.credit(*s, f.payload.size());
       continue;
     }
     if (f.type != FrameType::kResponse) continue;
     auto j = json::parse(f.payload, nullptr, false);
     if (!j.is_object()) return fail(Code::kProtocol, "the agent sent a malformed response");
-    if (!j.value("ok", false))
-      return fail(AgentConn::agent_error(j.value("error", json::object()), "reading " + path));
-    if (aborted) return fail(Code::kUnavailable, "the client stopped reading " + path);
+    if (!agent_field(j, "ok", false))
+      return fail(AgentConn::agent_error(agent_field(j, "error", json::object()), "reading " + path));
     return total;
   }
 }
@@ -103,9 +104,9 @@ Result<std::vector<Entry>> walk(AgentConn& conn, const std::string& path) {
         Entry e;
         e.path = j["path"].get<std::string>();
         e.type = j["type"].get<std::string>();
-        e.mode = j.value("mode", 0644u) & 07777;
-        e.size = j.value("size", uint64_t{0});
-        e.mtime = j.value("mtime", int64_t{0});
+        e.mode = agent_field(j, "mode", 0644u) & 07777;
+        e.size = agent_field(j, "size", uint64_t{0});
+        e.mtime = agent_field(j, "mtime", int64_t{0});
         if (j.contains("target") && j["target"].is_string()) e.target = j["target"];
         out.push_back(std::move(e));
         if (out.size() > kMaxWalkEntries)
@@ -118,8 +119,8 @@ Result<std::vector<Entry>> walk(AgentConn& conn, const std::string& path) {
     if (f.type != FrameType::kResponse) continue;
     auto j = json::parse(f.payload, nullptr, false);
     if (!j.is_object()) return fail(Code::kProtocol, "the agent sent a malformed response");
-    if (!j.value("ok", false))
-      return fail(AgentConn::agent_error(j.value("error", json::object()), "listing " + path));
+    if (!agent_field(j, "ok", false))
+      return fail(AgentConn::agent_error(agent_field(j, "error", json::object()), "listing " + path));
     return out;
   }
 }
@@ -136,8 +137,8 @@ Result<void> write_from(AgentConn& conn, const std::string& path, uint32_t mode,
     while (auto f = s->try_pop()) {
       if (f->type != FrameType::kResponse) continue;
       auto j = json::parse(f->payload, nullptr, false);
-      if (j.is_object() && !j.value("ok", false))
-        return AgentConn::agent_error(j.value("error", json::object()), "writing " + path);
+      if (j.is_object() && !agent_field(j, "ok", false))
+        return AgentConn::agent_error(agent_field(j, "error", json::object()), "writing " + path);
       return Error(Code::kProtocol, "the agent answered a write before its data ended");
     }
     return std::nullopt;
@@ -160,8 +161,8 @@ Result<void> write_from(AgentConn& conn, const std::string& path, uint32_t mode,
     if (f.type != FrameType::kResponse) continue;
     auto j = json::parse(f.payload, nullptr, false);
     if (!j.is_object()) return fail(Code::kProtocol, "the agent sent a malformed response");
-    if (!j.value("ok", false))
-      return fail(AgentConn::agent_error(j.value("error", json::object()), "writing " + path));
+    if (!agent_field(j, "ok", false))
+      return fail(AgentConn::agent_error(agent_field(j, "error", json::object()), "writing " + path));
     return {};
   }
 }
@@ -213,10 +214,10 @@ Result<FileStat> Daemon::stat(const std::string& id, const std::string& path) {
     return fail(Code::kProtocol, "the agent sent a malformed stat");
   auto& st = r["stat"];
   FileStat fs;
-  fs.type = st.value("type", std::string("other"));
+  fs.type = agent_field(st, "type", std::string("other"));
   if (fs.type != "file" && fs.type != "dir" && fs.type != "symlink") fs.type = "other";
-  fs.mode = st.value("mode", 0u) & 07777;
-  fs.size = st.value("size", uint64_t{0});
+  fs.mode = agent_field(st, "mode", 0u) & 07777;
+  fs.size = agent_field(st, "size", uint64_t{0});
   if (st.contains("target") && st["target"].is_string())
     fs.target = st["target"].get<std::string>().substr(0, 4096);
   return fs;

@@ -41,27 +41,9 @@ CLASS_TITLES = {
 }
 # Attempts that escape today, with the report. They still fail the suite (status KNOWN-ESCAPE);
 # the entry only makes the table say that the finding is known. Never weaken an attempt instead.
-KNOWN_ESCAPES = {
-    "api/http_smuggling":
-        "KNOWN-ESCAPE (reported; protocol finding, not a sandbox escape): a request with an "
-        "unknown `Transfer-Encoding` (xchunked) beside `Content-Length: 0` is answered and the "
-        "connection kept, so the bytes after it run as a second request; RFC 9112 6.3 "
-        "requires 400 and close (src/api/server.cc, after read_header: refuse a "
-        "Transfer-Encoding whose final coding is not chunked). Request smuggling once a proxy "
-        "fronts the API",
-    "res/abandoned_download_pins_daemon":
-        "KNOWN-ESCAPE (reported): after a client abandons a download, spaced keeps draining the "
-        "file from the agent to its end (src/daemon/files.cc read_into(): 'After the sink gave "
-        "up we still drain'); a 1 TiB sparse file pins a daemon thread and ~50% of a host CPU "
-        "for about an hour, outside every cgroup limit. Needs a cancel in the protocol or "
-        "closing the stream",
-    "fs/cp_out_symlink_then_file":
-        "KNOWN-ESCAPE (reported): `space cp SB:/path HOSTDIR/` follows a symlink already at the "
-        "destination — one an earlier `space cp` of a sandbox directory recreated on the host — "
-        "and writes the sandbox's bytes through it onto any host file or into any host "
-        "directory (src/cli/commands_cp.cc download(): open() without O_NOFOLLOW; "
-        "src/cli/tar.cc extract_tar() opens the destination following symlinks)",
-}
+# (Empty: the three findings of the first run — HTTP framing, abandoned downloads, `space cp`
+# through a planted symlink — were fixed in the server, the daemon and the CLI.)
+KNOWN_ESCAPES: dict = {}
 # The daemon's environment canary: its prefix must never appear inside a sandbox.
 SECRET_PREFIX = "SPCANARY"
 
@@ -131,9 +113,10 @@ def tail(path, size=65536):
         return f.read().decode("utf-8", "replace")
 
 
-def host_secret_hashes():
-    """SHA-256 of host files that must never be readable inside a sandbox (for
-    secrets/host_secret_files): 'path=hash;...' of those that exist here."""
+def host_secret_hashes(salt):
+    """Salted SHA-256 (sha256(salt + content)) of host files that must never be readable inside
+    a sandbox, for secrets/host_secret_files: 'path=hash;...' of those that exist here. The
+    salt keeps the sandbox from learning plain hashes of the host's secrets."""
     import glob
     import hashlib
     paths = ["/etc/shadow", "/etc/gshadow", "/root/.bash_history", "/root/.python_history"]
@@ -142,7 +125,7 @@ def host_secret_hashes():
     for p in paths:
         try:
             with open(p, "rb") as f:
-                out.append("%s=%s" % (p, hashlib.sha256(f.read()).hexdigest()))
+                out.append("%s=%s" % (p, hashlib.sha256(salt.encode() + f.read()).hexdigest()))
         except OSError:
             pass
     return ";".join(out)
@@ -235,7 +218,8 @@ class Suite:
         self.victim = None
         self.shared = None
         self.secret = SECRET_PREFIX + "_" + secrets.token_hex(12)
-        self.secret_hashes = host_secret_hashes()
+        self.secret_salt = secrets.token_hex(16)
+        self.secret_hashes = host_secret_hashes(self.secret_salt)
 
     # -- CLI --------------------------------------------------------------------------------------
 
@@ -331,6 +315,7 @@ class Suite:
         env["SPACE_STATE_DIR"] = self.daemon.state_dir
         env["SPACE_SANDBOX"] = sid
         env["SPACE_HOST_SECRET_HASHES"] = self.secret_hashes
+        env["SPACE_HOST_SECRET_SALT"] = self.secret_salt
         return env
 
     def run_inside(self, a, sid, work):

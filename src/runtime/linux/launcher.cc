@@ -126,6 +126,31 @@ struct ChildPlan {
   char* const* envp;
 };
 
+// Sends one byte on `sock` and, if `fd` >= 0, `fd` with it as SCM_RIGHTS. Returns 0 or an
+// errno. Async-signal-safe: used by the child between clone and exec and by the parent.
+int send_byte_with_fd(int sock, char byte, int fd) {
+  iovec iov{&byte, 1};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
+  if (fd >= 0) {
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    ::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
+  ssize_t n;
+  do {
+    n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n == 1) return 0;
+  return n < 0 ? errno : EPIPE;
+}
+
 [[noreturn]] void child_fail(int report_fd, Step step, size_t index, int err) {
   StepReport r{step, static_cast<int32_t>(index), err};
   ssize_t n = ::write(report_fd, &r, sizeof r);
@@ -283,25 +308,9 @@ struct ChildPlan {
     } else {
       check(kSendListener, ::fcntl(listener, F_SETFD, 0));
     }
-    int fd = kExecListenerFd;
-    char one = 'L';
-    iovec iov{&one, 1};
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctrl;
-    msg.msg_controllen = sizeof ctrl;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    ::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-    ssize_t sent;
-    do {
-      sent = ::sendmsg(kReleaseSlot, &msg, MSG_NOSIGNAL);
-    } while (sent < 0 && errno == EINTR);
-    if (sent != 1) child_fail(report, kSendListener, 0, sent < 0 ? errno : EPIPE);
+    if (int err = send_byte_with_fd(kReleaseSlot, 'L', kExecListenerFd)) {
+      child_fail(report, kSendListener, 0, err);
+    }
   }
   ::close(kReleaseSlot);
 
@@ -446,26 +455,7 @@ Result<UniqueFd> receive_listener(int sock, std::chrono::milliseconds timeout) {
 
 // Releases the child: one byte, plus `fd` (if valid) as SCM_RIGHTS.
 Result<void> send_release(int sock, int fd) {
-  char go = '1';
-  iovec iov{&go, 1};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
-  if (fd >= 0) {
-    msg.msg_control = ctrl;
-    msg.msg_controllen = sizeof ctrl;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    ::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  }
-  ssize_t n;
-  do {
-    n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
-  if (n != 1) return fail_sys("sendmsg", "release channel");
+  if (int err = send_byte_with_fd(sock, '1', fd)) return fail_sys("sendmsg", "release channel", err);
   return {};
 }
 

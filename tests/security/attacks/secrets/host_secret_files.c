@@ -1,7 +1,7 @@
 // Reads the host's secrets at their usual paths: /etc/shadow, SSH host keys, root's SSH keys
 // and shell history, the daemon's state directory (its database holds every sandbox's
-// record). The runner passes the SHA-256 of each host file it can read; any match means the
-// sandbox saw the host's file.
+// record). The runner passes a salted SHA-256 of each host file it can read (the salt keeps
+// plain hashes of host secrets out of the sandbox); any match means the sandbox saw the file.
 // Blocked by: the sandbox's /etc is the image's generated minimal /etc; /root and the state
 // directory are the sandbox's own (or absent).
 // space-attack: sandbox=shared
@@ -26,6 +26,8 @@ int main(void) {
     }
     struct sha256 h;
     sha256_init(&h);
+    const char* salt = env_or("SPACE_HOST_SECRET_SALT", "");
+    sha256_update(&h, (const unsigned char*)salt, strlen(salt));
     static unsigned char buf[1 << 16];
     ssize_t n;
     while ((n = read(fd, buf, sizeof buf)) > 0) sha256_update(&h, buf, (size_t)n);
