@@ -334,43 +334,13 @@ Result<void> Daemon::write_tar(const std::string& id, const std::string& path,
   if (!mk && mk.error().code() != Code::kAlreadyExists)
     return fail(std::move(mk.error()).wrap("creating " + path));
 
-  struct Ctx {
-    const ChunkSource* source;
-    std::string buf;
-    std::optional<Error> err;
-  } ctx{&counted_source, {}, std::nullopt};
-  archive* in = archive_read_new();
-  struct Free {
-    archive* a;
-    ~Free() { archive_read_free(a); }
-  } free_in{in};
-  archive_read_support_filter_all(in);
-  archive_read_support_format_tar(in);
-  archive_read_support_format_gnutar(in);
-  auto reader = [](archive*, void* p, const void** buf) -> la_ssize_t {
-    auto* c = static_cast<Ctx*>(p);
-    auto r = (*c->source)(c->buf);
-    if (!r) {
-      c->err = r.error();
-      return -1;
-    }
-    *buf = c->buf.data();
-    return static_cast<la_ssize_t>(c->buf.size());
-  };
-  if (archive_read_open(in, &ctx, nullptr, reader, nullptr) != ARCHIVE_OK)
-    return fail(Code::kInvalidArgument, std::string("reading the tar upload: ") +
-                                            archive_error_string(in));
-  auto bad = [&]() -> Error {
-    if (ctx.err) return Error(*ctx.err).wrap("reading the tar upload");
-    return Error(Code::kInvalidArgument,
-                 std::string("tar upload: ") + archive_error_string(in) +
-                     "; expected a tar archive (optionally compressed)");
-  };
+  auto upload = TRY(UploadArchive::open(counted_source, "tar upload"));
+  archive* in = upload->get();
   for (;;) {
     archive_entry* e = nullptr;
     int r = archive_read_next_header(in, &e);
     if (r == ARCHIVE_EOF) break;
-    if (r < ARCHIVE_WARN) return fail(bad());
+    if (r < ARCHIVE_WARN) return fail(upload->error());
     std::string rel = TRY(clean_archive_name(archive_entry_pathname(e)));
     std::string dst = join(path, rel);
     uint32_t mode = archive_entry_perm(e) & 07777;
@@ -398,7 +368,7 @@ Result<void> Daemon::write_tar(const std::string& id, const std::string& path,
           if (eof) return {};
           out.resize(kChunk);
           la_ssize_t n = archive_read_data(in, out.data(), out.size());
-          if (n < 0) return fail(bad());
+          if (n < 0) return fail(upload->error());
           out.resize(static_cast<size_t>(n));
           if (n == 0) eof = true;
           return {};

@@ -163,52 +163,23 @@ Result<ImageRecord> Images::import(const std::string& name, const ChunkSource& s
     }
   } cleanup{tmp};
 
-  struct Ctx {
-    const ChunkSource* source;
-    std::string buf;
-    std::optional<Error> err;
-  } ctx{&source, {}, std::nullopt};
-  archive* in = archive_read_new();
-  archive_read_support_filter_all(in);
-  archive_read_support_format_tar(in);
-  archive_read_support_format_gnutar(in);
+  auto upload = TRY(UploadArchive::open(source, "image archive"));
+  archive* in = upload->get();
   archive* out = archive_write_disk_new();
   archive_write_disk_set_options(
       out, ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
                ARCHIVE_EXTRACT_PERM |
                ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_XATTR);
-  struct Guard {
-    archive* in;
+  struct FreeOut {
     archive* out;
-    ~Guard() {
-      archive_read_free(in);
-      archive_write_free(out);
-    }
-  } guard{in, out};
-  auto reader = [](archive*, void* p, const void** buf) -> la_ssize_t {
-    auto* c = static_cast<Ctx*>(p);
-    auto r = (*c->source)(c->buf);
-    if (!r) {
-      c->err = r.error();
-      return -1;
-    }
-    *buf = c->buf.data();
-    return static_cast<la_ssize_t>(c->buf.size());
-  };
-  if (archive_read_open(in, &ctx, nullptr, reader, nullptr) != ARCHIVE_OK)
-    return fail(Code::kInvalidArgument,
-                std::string("reading the image archive: ") + archive_error_string(in));
+    ~FreeOut() { archive_write_free(out); }
+  } free_out{out};
   uint64_t files = 0, bytes = 0;
   for (;;) {
     archive_entry* e = nullptr;
     int r = archive_read_next_header(in, &e);
     if (r == ARCHIVE_EOF) break;
-    if (r < ARCHIVE_WARN) {
-      if (ctx.err) return fail(ctx.err->wrap("reading the image upload"));
-      return fail(Code::kInvalidArgument,
-                  std::string("image archive: ") + archive_error_string(in) +
-                      "; expected a tar archive (optionally gzip/xz/zstd compressed)");
-    }
+    if (r < ARCHIVE_WARN) return fail(upload->error());
     auto type = archive_entry_filetype(e);
     if (type == AE_IFCHR || type == AE_IFBLK) continue;  // no device nodes in images
     // Names are cleaned here (no "..", leading "/" dropped) and re-rooted under the staging
@@ -234,11 +205,7 @@ Result<ImageRecord> Images::import(const std::string& name, const ChunkSource& s
                                          archive_error_string(out));
       bytes += sz;
     }
-    if (r != ARCHIVE_EOF) {
-      if (ctx.err) return fail(ctx.err->wrap("reading the image upload"));
-      return fail(Code::kInvalidArgument,
-                  std::string("image archive: ") + archive_error_string(in));
-    }
+    if (r != ARCHIVE_EOF) return fail(upload->error());
     ++files;
   }
   if (archive_write_finish_entry(out) < ARCHIVE_WARN || archive_write_close(out) != ARCHIVE_OK)
