@@ -3,7 +3,8 @@
 #
 #   make run         deps + build + a demo task in a fresh sandbox
 #   make test        deps + build + every test suite (unit, integration) through ctest
-#   make bench       release build + bench/run.sh (writes bench/results/<date>.md)
+#   make bench       bench deps (install-deps.sh --bench: mitmproxy) + release build +
+#                    bench/run.sh (writes bench/results/<date>.md, egress-<date>.md)
 #   make check-asan  ASan/UBSan build in build-asan + the unit tests
 #   make fuzz        libFuzzer builds of tests/fuzz in build-fuzz, each run FUZZ_SECONDS (60)
 #   make format      clang-format every C++ file in place
@@ -25,12 +26,16 @@ CTEST_JOBS  ?= 2
 NINJA_FLAGS := $(if $(JOBS),-j$(JOBS),)
 CLANG_FORMAT ?= clang-format
 
-.PHONY: all deps configure build run test bench clean check-asan format fuzz
+.PHONY: all deps deps-bench configure build run test bench clean check-asan format fuzz
 
 all: build
 
 deps:
 	@scripts/install-deps.sh
+
+# deps plus the bench-only group (peers the benchmarks compare against); only `make bench`.
+deps-bench:
+	@scripts/install-deps.sh --bench
 
 $(BUILD_DIR)/build.ninja:
 	cmake -G Ninja -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
@@ -46,7 +51,7 @@ run: build
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(CTEST_JOBS)
 
-bench: deps
+bench: deps-bench
 	cmake -G Ninja -S . -B $(RELEASE_DIR) -DCMAKE_BUILD_TYPE=Release -DSPACE_TESTS=OFF
 	ninja -C $(RELEASE_DIR) $(NINJA_FLAGS) space spaced space-agent
 	BUILD_DIR=$(RELEASE_DIR) bench/run.sh

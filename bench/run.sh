@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# First SPACE benchmark: how far above the host's process-creation floor a sandboxed command is.
-# Starts a private daemon (temp socket + state dir) from $BUILD_DIR (default build-release),
-# measures, writes bench/results/<date>.md and prints it. `make bench` builds and calls this.
+# SPACE benchmarks, each against a private daemon (temp socket + state dir) from $BUILD_DIR
+# (default build-release); `make bench` builds and calls this.
+#   spawn   how far above the host's process-creation floor a sandboxed command is
+#           (bench.py -> bench/results/<date>.md)
+#   egress  the egress gateway's latency and throughput against a direct connection and
+#           mitmproxy (egress.py -> bench/results/egress-<date>.md; needs
+#           `scripts/install-deps.sh --bench` for the mitmproxy rows)
+# BENCH_ONLY=spawn or BENCH_ONLY=egress runs one of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR="${BUILD_DIR:-build-release}"
@@ -16,7 +21,17 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
-cc -O2 -o "$work/spawn_timer" bench/spawn_timer.c
+only="${BENCH_ONLY:-}"
+case "$only" in
+  "" | spawn | egress) ;;
+  *) echo "bench: BENCH_ONLY must be spawn or egress, not '$only'" >&2; exit 2 ;;
+esac
 mkdir -p bench/results
-python3 bench/bench.py --work "$work" --timer "$work/spawn_timer" \
-  --out "bench/results/$(date +%Y-%m-%d).md"
+if [[ -z "$only" || "$only" == spawn ]]; then
+  cc -O2 -o "$work/spawn_timer" bench/spawn_timer.c
+  python3 bench/bench.py --work "$work" --timer "$work/spawn_timer" \
+    --out "bench/results/$(date +%Y-%m-%d).md"
+fi
+if [[ -z "$only" || "$only" == egress ]]; then
+  python3 bench/egress.py --work "$work/egress" --out "bench/results/egress-$(date +%Y-%m-%d).md"
+fi

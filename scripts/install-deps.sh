@@ -5,7 +5,19 @@
 #
 #   scripts/install-deps.sh           install what is missing (needs root for that)
 #   scripts/install-deps.sh --check   list what is missing; exit 1 if anything is
+#   scripts/install-deps.sh --bench   also the bench-only group (BENCH_PACKAGES below); combines
+#                                     with --check. Only `make bench` asks for it.
 set -euo pipefail
+
+check=0
+bench=0
+for arg in "$@"; do
+  case "$arg" in
+    --check) check=1 ;;
+    --bench) bench=1 ;;
+    *) echo "install-deps: unknown argument: $arg (use --check, --bench)" >&2; exit 2 ;;
+  esac
+done
 
 PACKAGES=(
   # toolchain
@@ -27,11 +39,22 @@ PACKAGES=(
   # runtime tools used by the daemon, the tests, the demo and the bench
   python3                 # integration tests (stdlib only) and the demo
   curl                    # talking to the API by hand, egress tests
+  # clients the egress tests run inside sandboxes, and the test CA
+  python3-requests python3-pip git nodejs openssl
   iproute2                # ip: network namespace checks
   e2fsprogs               # mkfs.ext4: VM disks
   procps                  # ps, pgrep
   util-linux              # unshare, nsenter, mount
 )
+
+# Bench only: peers the benchmarks compare SPACE against. Installed by `make bench`
+# (--bench), never by `make run` / `make test`.
+BENCH_PACKAGES=(
+  mitmproxy               # bench/egress.py: Debian's mitmdump, the interception peer
+)
+if [[ $bench -eq 1 ]]; then
+  PACKAGES+=("${BENCH_PACKAGES[@]}")
+fi
 
 missing=()
 # One dpkg-query for all packages: prints "name status" for the ones it knows.
@@ -45,7 +68,7 @@ done
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
 fi
-if [[ "${1:-}" == "--check" ]]; then
+if [[ $check -eq 1 ]]; then
   echo "missing packages: ${missing[*]}"
   exit 1
 fi

@@ -1,6 +1,6 @@
 // The REST handlers, one file per resource: sandboxes.cc, exec.cc, processes.cc, files.cc,
-// images.cc, system.cc, audit.cc. Each validates its request (request.h), calls the SandboxService and
-// writes the response; errors are returned and rendered by the router.
+// images.cc, system.cc, audit.cc, tokens.cc. Each validates its request (request.h), calls the
+// SandboxService and writes the response; errors are returned and rendered by the router.
 #pragma once
 
 #include <string>
@@ -33,6 +33,10 @@ Result<void> delete_file(Exchange& ex, ApiContext& ctx);
 Result<void> import_image(Exchange& ex, ApiContext& ctx);
 Result<void> list_images(Exchange& ex, ApiContext& ctx);
 Result<void> delete_image(Exchange& ex, ApiContext& ctx);
+
+Result<void> create_token(Exchange& ex, ApiContext& ctx);
+Result<void> list_tokens(Exchange& ex, ApiContext& ctx);
+Result<void> revoke_token(Exchange& ex, ApiContext& ctx);
 
 Result<void> health(Exchange& ex, ApiContext& ctx);
 Result<void> doctor(Exchange& ex, ApiContext& ctx);

@@ -4,9 +4,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <exception>
 
 #include "api/handlers.h"
+#include "daemon/caller.h"
 
 namespace space::api {
 namespace {
@@ -34,26 +36,29 @@ std::string route_name(const Route& r) {
 
 const std::vector<Route>& routes() {
   static const std::vector<Route> kRoutes = {
-      {verb::post, "/v1/sandboxes", h::create_sandbox},
-      {verb::get, "/v1/sandboxes", h::list_sandboxes},
-      {verb::get, "/v1/sandboxes/{id}", h::get_sandbox},
-      {verb::delete_, "/v1/sandboxes/{id}", h::delete_sandbox},
-      {verb::post, "/v1/sandboxes/{id}/exec", h::exec},
-      {verb::get, "/v1/sandboxes/{id}/processes", h::list_processes},
-      {verb::delete_, "/v1/sandboxes/{id}/processes/{pid}", h::kill_process},
-      {verb::get, "/v1/sandboxes/{id}/files", h::get_file},
-      {verb::put, "/v1/sandboxes/{id}/files", h::put_file},
-      {verb::delete_, "/v1/sandboxes/{id}/files", h::delete_file},
-      {verb::get, "/v1/sandboxes/{id}/diff", h::diff_sandbox},
-      {verb::get, "/v1/sandboxes/{id}/audit", h::get_audit},
-      {verb::post, "/v1/sandboxes/{id}/pause", h::pause_sandbox},
-      {verb::post, "/v1/sandboxes/{id}/resume", h::resume_sandbox},
-      {verb::put, "/v1/images/{name}", h::import_image},
-      {verb::get, "/v1/images", h::list_images},
-      {verb::delete_, "/v1/images/{name}", h::delete_image},
-      {verb::get, "/v1/health", h::health},
-      {verb::get, "/v1/doctor", h::doctor},
-      {verb::get, "/metrics", h::metrics},
+      {verb::post, "/v1/sandboxes", h::create_sandbox, Op::kCreate},
+      {verb::get, "/v1/sandboxes", h::list_sandboxes, Op::kRead},
+      {verb::get, "/v1/sandboxes/{id}", h::get_sandbox, Op::kRead},
+      {verb::delete_, "/v1/sandboxes/{id}", h::delete_sandbox, Op::kLifecycle},
+      {verb::post, "/v1/sandboxes/{id}/exec", h::exec, Op::kExec},
+      {verb::get, "/v1/sandboxes/{id}/processes", h::list_processes, Op::kRead},
+      {verb::delete_, "/v1/sandboxes/{id}/processes/{pid}", h::kill_process, Op::kExec},
+      {verb::get, "/v1/sandboxes/{id}/files", h::get_file, Op::kRead},
+      {verb::put, "/v1/sandboxes/{id}/files", h::put_file, Op::kFiles},
+      {verb::delete_, "/v1/sandboxes/{id}/files", h::delete_file, Op::kFiles},
+      {verb::get, "/v1/sandboxes/{id}/diff", h::diff_sandbox, Op::kRead},
+      {verb::get, "/v1/sandboxes/{id}/audit", h::get_audit, Op::kRead},
+      {verb::post, "/v1/sandboxes/{id}/pause", h::pause_sandbox, Op::kLifecycle},
+      {verb::post, "/v1/sandboxes/{id}/resume", h::resume_sandbox, Op::kLifecycle},
+      {verb::put, "/v1/images/{name}", h::import_image, Op::kImages},
+      {verb::get, "/v1/images", h::list_images, Op::kRead},
+      {verb::delete_, "/v1/images/{name}", h::delete_image, Op::kImages},
+      {verb::post, "/v1/tokens", h::create_token, Op::kAdmin},
+      {verb::get, "/v1/tokens", h::list_tokens, Op::kAdmin},
+      {verb::delete_, "/v1/tokens/{id}", h::revoke_token, Op::kAdmin},
+      {verb::get, "/v1/health", h::health, Op::kNone},
+      {verb::get, "/v1/doctor", h::doctor, Op::kAdmin},
+      {verb::get, "/metrics", h::metrics, Op::kAdmin},
   };
   return kRoutes;
 }
@@ -81,15 +86,32 @@ void dispatch(Exchange& ex, ApiContext& ctx) {
   auto match = match_route(ex.method(), ex.target().segments);
   std::string name = match ? route_name(*match->route) : "unmatched";
   Result<void> r;
-  if (!match) {
+  // Who is asking comes first: on the TCP listener nothing, not even a 404, answers a caller
+  // without a valid token.
+  double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto principal =
+      authenticate(ctx.transport, ex.header(http::field::authorization), ctx.tokens, now);
+  if (!principal) {
+    r = fail(std::move(principal.error()));
+  } else if (!match) {
     r = fail(Code::kNotFound, "no route for " + std::string(ex.method_string()) + " " +
                                   ex.target().path +
                                   "; the API is described in api/openapi.yaml (GET /v1/sandboxes, "
                                   "POST /v1/sandboxes/{id}/exec, ...)");
+  } else if (auto allowed = authorize(*principal, match->route->op, name); !allowed) {
+    r = std::move(allowed);
   } else {
     ex.set_params(std::move(match->params));
+    // A token limited to some profiles sees the service through a ScopedService; what the
+    // daemon records meanwhile (audit events) names the token.
+    std::optional<ScopedService> scoped;
+    if (!principal->all_profiles()) scoped.emplace(ctx.service, *principal);
+    ApiContext hctx{scoped ? static_cast<daemon::SandboxService&>(*scoped) : ctx.service,
+                    ctx.metrics, ctx.transport, ctx.tokens, ctx.profiles, &*principal};
+    daemon::CallerScope caller(daemon::Caller{principal->token_id()});
     try {
-      r = match->route->handler(ex, ctx);
+      r = match->route->handler(ex, hctx);
     } catch (const std::exception& e) {
       // Handlers return errors as values; an exception here is a bug, not a client error.
       spdlog::error("api: {} raised {}", name, e.what());
@@ -98,18 +120,30 @@ void dispatch(Exchange& ex, ApiContext& ctx) {
   }
   if (!r) {
     const Error& e = r.error();
-    if (!ex.responded()) {
+    if (!ex.responded() && e.code() == Code::kUnauthenticated) {
+      // RFC 6750: say how to authenticate, and whether the token presented was the problem.
+      std::string challenge = "Bearer realm=\"spaced\"";
+      if (!ex.header(http::field::authorization).empty()) challenge += ", error=\"invalid_token\"";
+      (void)ex.respond(http::status::unauthorized, "application/json", error_body(e).dump() + "\n",
+                       {{"WWW-Authenticate", challenge}});
+    } else if (!ex.responded()) {
       (void)ex.respond_error(e);
     } else {
       // Headers (and maybe part of a stream) are out: all we can do is cut the body short.
       ex.mark_broken();
+    }
+    if (e.code() == Code::kUnauthenticated || e.code() == Code::kPermissionDenied) {
+      // The message names the token by id at most: never the Authorization header.
+      spdlog::info("api: {} {} refused ({}): {}", ex.method_string(), ex.target().path,
+                   http_status(e.code()), e.message());
     }
     if (http_status(e.code()) >= 500) {
       spdlog::warn("api: {} {} -> {}: {}", ex.method_string(), ex.target().path,
                    http_status(e.code()), e.message());
     }
   }
-  spdlog::debug("api: {} {} -> {}", ex.method_string(), ex.target().path, ex.status());
+  spdlog::debug("api: {} {} -> {} ({})", ex.method_string(), ex.target().path, ex.status(),
+                principal ? principal->describe() : "unauthenticated");
   ctx.metrics.request_done(name, ex.status());
 }
 

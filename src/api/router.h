@@ -1,15 +1,19 @@
 // The REST API's route table and dispatcher. routes() is the single list of every (method,
 // path) the server answers; api/openapi.yaml documents exactly the same set, and a unit test
-// (tests/unit/api/openapi_test.cc) fails if the two drift. dispatch() matches a request, runs
-// its handler, and turns every failure into a JSON error; it never throws.
+// (tests/unit/api/openapi_test.cc) fails if the two drift. Each route names the operation a
+// token needs for it (docs/api-auth.md). dispatch() authenticates the caller, matches the
+// request, authorizes it, runs its handler, and turns every failure into a JSON error; it
+// never throws.
 #pragma once
 
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "api/auth.h"
 #include "api/exchange.h"
 #include "api/metrics.h"
 #include "daemon/service.h"
@@ -17,8 +21,12 @@
 namespace space::api {
 
 struct ApiContext {
-  daemon::SandboxService& service;
+  daemon::SandboxService& service;  // for a token limited to some profiles: a ScopedService
   ApiMetrics& metrics;
+  Transport transport = Transport::kUnix;
+  daemon::TokenStore* tokens = nullptr;             // null: no tokens, only the root operator
+  const std::set<std::string>* profiles = nullptr;  // the configured profiles
+  const Principal* principal = nullptr;             // who is calling; set by dispatch()
 };
 
 using Handler = Result<void> (*)(Exchange&, ApiContext&);
@@ -27,6 +35,7 @@ struct Route {
   http::verb method;
   std::string_view pattern;  // "/v1/sandboxes/{id}/files"; {name} matches one path segment
   Handler handler;
+  Op op;  // what a token needs to be granted to use this route
 };
 
 const std::vector<Route>& routes();

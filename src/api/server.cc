@@ -1,6 +1,8 @@
 // The API server's socket, accept loop and per-connection request loop (see server.h).
 #include "api/server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -10,6 +12,7 @@
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <charconv>
 #include <cstring>
 #include <thread>
 
@@ -106,11 +109,107 @@ void linger_close(FdStream& stream) {
   }
 }
 
+// Binds and listens on a loopback TCP address; returns the socket and the port it got.
+Result<std::pair<UniqueFd, uint16_t>> listen_tcp(const ListenAddress& a) {
+  const std::string where = "listening on " + a.host + ":" + std::to_string(a.port);
+  UniqueFd fd(::socket(a.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) {
+    return fail(Error::sys("socket", a.family == AF_INET ? "AF_INET" : "AF_INET6").wrap(where));
+  }
+  int one = 1;
+  (void)::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_storage ss{};
+  socklen_t len;
+  if (a.family == AF_INET) {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons(a.port);
+    ::inet_pton(AF_INET, a.host.c_str(), &sin->sin_addr);
+    len = sizeof *sin;
+  } else {
+    (void)::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    sin6->sin6_family = AF_INET6;
+    sin6->sin6_port = htons(a.port);
+    ::inet_pton(AF_INET6, a.host.c_str(), &sin6->sin6_addr);
+    len = sizeof *sin6;
+  }
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&ss), len) != 0)
+    return fail(Error::sys("bind").wrap(where));
+  if (::listen(fd.get(), 512) != 0) return fail(Error::sys("listen").wrap(where));
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+    return fail(Error::sys("getsockname").wrap(where));
+  uint16_t port = ntohs(a.family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
+                                            : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  return std::pair<UniqueFd, uint16_t>(std::move(fd), port);
+}
+
+// Only root and spaced's own user may use the Unix socket. Its mode (0600) says so already;
+// this check also holds if someone loosens the mode or hands the socket to another process.
+bool unix_peer_allowed(int fd, uid_t& uid) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return false;
+  uid = cred.uid;
+  return cred.uid == 0 || cred.uid == ::geteuid();
+}
+
 }  // namespace
+
+Result<ListenAddress> parse_listen_address(std::string_view text) {
+  const std::string quoted = "api_listen \"" + std::string(text.substr(0, 100)) + "\"";
+  auto malformed = [&] {
+    return fail(Code::kInvalidArgument,
+                quoted + ": expected HOST:PORT with a loopback HOST, e.g. 127.0.0.1:7070 or "
+                         "[::1]:7070");
+  };
+  size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return malformed();
+  std::string_view host = text.substr(0, colon);
+  std::string_view port_text = text.substr(colon + 1);
+  unsigned port = 0;
+  auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (port_text.empty() || ec != std::errc() || ptr != port_text.data() + port_text.size() ||
+      port > 65535)
+    return malformed();
+  ListenAddress a;
+  a.port = static_cast<uint16_t>(port);
+  bool loopback = false;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    a.family = AF_INET6;
+    a.host = std::string(host.substr(1, host.size() - 2));
+    in6_addr addr6{};
+    if (::inet_pton(AF_INET6, a.host.c_str(), &addr6) != 1) return malformed();
+    loopback = IN6_IS_ADDR_LOOPBACK(&addr6);
+  } else {
+    a.family = AF_INET;
+    a.host = host == "localhost" ? "127.0.0.1" : std::string(host);
+    in_addr addr4{};
+    if (::inet_pton(AF_INET, a.host.c_str(), &addr4) == 1) {
+      loopback = (ntohl(addr4.s_addr) >> 24) == 127;  // 127.0.0.0/8
+    }
+  }
+  if (!loopback)
+    return fail(Code::kInvalidArgument,
+                quoted + " is not a loopback address: spaced serves plain HTTP and only on "
+                         "127.0.0.0/8 or [::1], so that API tokens never cross a network "
+                         "unencrypted. To reach the API from other hosts, listen on loopback "
+                         "and put a TLS-terminating proxy (nginx, Caddy, Envoy) in front of it");
+  return a;
+}
 
 Result<std::unique_ptr<ApiServer>> ApiServer::listen(const fs::path& socket_path,
                                                      daemon::SandboxService& service,
                                                      Options options) {
+  // The TCP listener first: if it fails, there is no socket file to clean up.
+  UniqueFd tcp_fd;
+  uint16_t tcp_port = 0;
+  if (!options.tcp_listen.empty()) {
+    ListenAddress a = TRY(parse_listen_address(options.tcp_listen));
+    std::tie(tcp_fd, tcp_port) = TRY(listen_tcp(a));
+    spdlog::info("api: listening on {}:{} (TCP; every request needs an API token)",
+                 a.family == AF_INET6 ? "[" + a.host + "]" : a.host, tcp_port);
+  }
   const std::string where = "listening on " + socket_path.native();
   sockaddr_un addr = TRY_CTX(unix_address(socket_path), where);
   TRY_VOID_CTX(make_parent_dirs(socket_path.parent_path()), where);
@@ -134,8 +233,11 @@ Result<std::unique_ptr<ApiServer>> ApiServer::listen(const fs::path& socket_path
   UniqueFd stop_fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!stop_fd) return fail(Error::sys("eventfd").wrap(where));
   spdlog::info("api: listening on {}", socket_path.native());
-  return std::unique_ptr<ApiServer>(
+  std::unique_ptr<ApiServer> server(
       new ApiServer(socket_path, service, options, std::move(fd), std::move(stop_fd), st.st_ino));
+  server->tcp_fd_ = std::move(tcp_fd);
+  server->tcp_port_ = tcp_port;
+  return server;
 }
 
 ApiServer::ApiServer(fs::path socket_path, daemon::SandboxService& service, Options options,
@@ -168,46 +270,54 @@ void ApiServer::wait_connections() {
 
 void ApiServer::serve() {
   for (;;) {
-    pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
+    // A TCP slot of -1 is ignored by poll.
+    pollfd fds[3] = {{stop_fd_.get(), POLLIN, 0},
+                     {listen_fd_.get(), POLLIN, 0},
+                     {tcp_fd_ ? tcp_fd_.get() : -1, POLLIN, 0}};
+    if (::poll(fds, 3, -1) < 0) {
       if (errno == EINTR) continue;
       spdlog::error("api: poll: {}", std::strerror(errno));
       break;
     }
-    if (fds[1].revents != 0) break;
-    UniqueFd conn(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-    if (!conn) {
-      if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS) {
-        spdlog::warn("api: accept: {}; pausing accepts for 100 ms", std::strerror(errno));
-        ::usleep(100'000);
-      }
-      continue;  // EAGAIN, EINTR, ECONNABORTED: nothing to do
+    if (fds[0].revents != 0) break;
+    if (fds[1].revents != 0) accept_one(listen_fd_.get(), Transport::kUnix);
+    if (fds[2].revents != 0) accept_one(tcp_fd_.get(), Transport::kTcp);
+  }
+  wait_connections();
+}
+
+void ApiServer::accept_one(int listen_fd, Transport transport) {
+  UniqueFd conn(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+  if (!conn) {
+    if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS) {
+      spdlog::warn("api: accept: {}; pausing accepts for 100 ms", std::strerror(errno));
+      ::usleep(100'000);
     }
-    {
-      std::lock_guard lock(mu_);
-      if (active_ >= options_.max_connections) {
-        reject(std::move(conn));
-        continue;
-      }
-      ++active_;
+    return;  // EAGAIN, EINTR, ECONNABORTED: nothing to do
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (active_ >= options_.max_connections) {
+      reject(std::move(conn));
+      return;
     }
-    metrics_.connection_opened();
-    try {
-      std::thread([this, fd = std::move(conn)]() mutable {
-        serve_connection(std::move(fd));
-        metrics_.connection_closed();
-        std::lock_guard lock(mu_);
-        --active_;
-        idle_cv_.notify_all();  // under the lock: the server may be destroyed right after
-      }).detach();
-    } catch (const std::system_error& e) {
-      spdlog::warn("api: cannot start a connection thread: {}", e.what());
+    ++active_;
+  }
+  metrics_.connection_opened();
+  try {
+    std::thread([this, transport, fd = std::move(conn)]() mutable {
+      serve_connection(std::move(fd), transport);
       metrics_.connection_closed();
       std::lock_guard lock(mu_);
       --active_;
-    }
+      idle_cv_.notify_all();  // under the lock: the server may be destroyed right after
+    }).detach();
+  } catch (const std::system_error& e) {
+    spdlog::warn("api: cannot start a connection thread: {}", e.what());
+    metrics_.connection_closed();
+    std::lock_guard lock(mu_);
+    --active_;
   }
-  wait_connections();
 }
 
 void ApiServer::reject(UniqueFd fd) {
@@ -226,11 +336,13 @@ void ApiServer::reject(UniqueFd fd) {
   (void)!::send(fd.get(), res.data(), res.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-void ApiServer::serve_connection(UniqueFd fd) {
+void ApiServer::serve_connection(UniqueFd fd, Transport transport) {
+  uid_t peer_uid = 0;
+  bool peer_allowed = transport == Transport::kTcp || unix_peer_allowed(fd.get(), peer_uid);
   FdStream stream(std::move(fd));
   stream.set_stop_fd(stop_fd_.get());
   boost::beast::flat_buffer buffer;
-  ApiContext ctx{service_, metrics_};
+  ApiContext ctx{service_, metrics_, transport, options_.tokens, &options_.profiles};
   for (;;) {
     RequestParser parser;
     parser.header_limit(options_.header_limit);
@@ -256,6 +368,18 @@ void ApiServer::serve_connection(UniqueFd fd) {
         metrics_.request_done("unmatched", 400);
       }
       return;  // idle timeout, client gone, stop(), or an error answered above
+    }
+
+    if (!peer_allowed) {
+      // Answered after the request header, so the client reads a proper response.
+      spdlog::warn("api: refused a request from uid {} on the Unix socket", peer_uid);
+      write_plain_error(stream, Code::kPermissionDenied,
+                        "uid " + std::to_string(peer_uid) +
+                            " may not use this socket: only root and spaced's own user may; "
+                            "other users need an API token on the TCP listener (api_listen)");
+      metrics_.request_done("unmatched", 403);
+      linger_close(stream);
+      return;
     }
 
     // Ambiguous framing (RFC 9112 §6.1, §6.3): a Transfer-Encoding other than exactly

@@ -1,4 +1,5 @@
-// The REST API server of spaced: HTTP/1.1 over a Unix domain socket, a thread per connection.
+// The REST API server of spaced: HTTP/1.1 over a Unix domain socket (and optionally a loopback
+// TCP port), a thread per connection.
 //
 //   auto server = TRY(api::ApiServer::listen("/run/space/space.sock", service));
 //   std::thread t([&] { server->serve(); });   // or serve() on the main thread
@@ -9,6 +10,10 @@
 // A request header must arrive within idle_timeout of the previous request (so a slow-loris
 // client cannot pin a thread), a body may not stall for longer than body_timeout (except
 // exec's stdin, which is interactive), JSON bodies are limited to 1 MiB, headers to 16 KiB.
+//
+// Who may call (docs/api-auth.md): on the Unix socket, only peers whose uid (SO_PEERCRED) is
+// root's or spaced's own are served at all (others get a 403); without an Authorization header
+// they are the root operator. On the TCP listener every request needs an API token.
 #pragma once
 
 #include <sys/types.h>
@@ -19,13 +24,29 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
 
+#include "api/auth.h"
 #include "api/metrics.h"
 #include "common/error.h"
 #include "common/fd.h"
 #include "daemon/service.h"
+#include "daemon/tokens.h"
 
 namespace space::api {
+
+// A TCP listening address: loopback only.
+struct ListenAddress {
+  int family = 0;    // AF_INET or AF_INET6
+  std::string host;  // numeric: "127.0.0.1", "::1"
+  uint16_t port = 0;
+};
+// "127.0.0.1:7070", "[::1]:7070", "localhost:7070" (= 127.0.0.1). Anything that is not a
+// loopback address is refused with a message saying to put a TLS proxy in front: spaced
+// speaks plain HTTP, and bearer tokens must not cross a network unencrypted.
+Result<ListenAddress> parse_listen_address(std::string_view text);
 
 class ApiServer {
  public:
@@ -34,6 +55,12 @@ class ApiServer {
     std::chrono::milliseconds idle_timeout{60'000};
     std::chrono::milliseconds body_timeout{60'000};
     uint32_t header_limit = 16 * 1024;
+    // Also listen on this loopback TCP address (see parse_listen_address); "" = Unix socket only.
+    std::string tcp_listen;
+    // API tokens; null: no tokens, only the root operator on the Unix socket may call.
+    daemon::TokenStore* tokens = nullptr;
+    // The profiles tokens may be scoped to (the daemon's configured profiles).
+    std::set<std::string> profiles;
   };
 
   // Binds and listens (clients may connect from here on; they are served once serve() runs).
@@ -58,12 +85,15 @@ class ApiServer {
   void stop();
 
   const std::filesystem::path& socket_path() const { return socket_path_; }
+  // The TCP listener's port (useful with port 0), 0 without one.
+  uint16_t tcp_port() const { return tcp_port_; }
   const ApiMetrics& metrics() const { return metrics_; }
 
  private:
   ApiServer(std::filesystem::path socket_path, daemon::SandboxService& service, Options options,
             UniqueFd listen_fd, UniqueFd stop_fd, ino_t socket_ino);
-  void serve_connection(UniqueFd fd);
+  void serve_connection(UniqueFd fd, Transport transport);
+  void accept_one(int listen_fd, Transport transport);
   void reject(UniqueFd fd);
   void wait_connections();
 
@@ -73,6 +103,8 @@ class ApiServer {
   UniqueFd listen_fd_;
   UniqueFd stop_fd_;  // eventfd: readable once stop() was called
   ino_t socket_ino_;
+  UniqueFd tcp_fd_;  // the TCP listener, if any
+  uint16_t tcp_port_ = 0;
   ApiMetrics metrics_;
 
   std::mutex mu_;

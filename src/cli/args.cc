@@ -52,6 +52,33 @@ void add_later(CLI::App& app, Args& a) {
   audit->add_flag("--verify", a.verify, "verify the hash chain (exit 1 if it was tampered with)");
 }
 
+// API tokens (docs/api-auth.md).
+CLI::App* add_token(CLI::App& app, Args& a) {
+  auto* token = app.add_subcommand("token", "manage API tokens (docs/api-auth.md)");
+  token->require_subcommand(1);
+  auto* create = token->add_subcommand("create", "make an API token; its text is shown once");
+  create->add_option("--name", a.name, "what the token is for, e.g. ci-runner")->required();
+  create->add_option("--profile", a.profiles, "profile it may use (repeatable; * = every profile)")
+      ->required()
+      ->allow_extra_args(false)
+      ->delimiter(',');
+  create
+      ->add_option("--op", a.ops,
+                   "operation it may do (repeatable): read, create, exec, files, lifecycle, "
+                   "images, admin")
+      ->required()
+      ->allow_extra_args(false)
+      ->delimiter(',');
+  create->add_option("--ttl", a.ttl, "how long it is valid, e.g. 24h or 30d (at most 365d)")
+      ->required();
+  create->add_flag("--json", a.json, "print the token as JSON");
+  auto* ls = token->add_subcommand("ls", "list API tokens (never their secrets)");
+  ls->add_flag("--json", a.json, "print JSON");
+  auto* rm = token->add_subcommand("rm", "revoke an API token");
+  rm->add_option("id", a.id, "token id (see `space token ls`)")->required();
+  return token;
+}
+
 bool is_command_taking(const std::string& command) { return command == "run" || command == "exec"; }
 
 }  // namespace
@@ -76,7 +103,8 @@ ParseOutcome parse_args(const std::vector<std::string>& argv) {
 
   CLI::App app(
       "space: disposable, isolated sandboxes for agent code.\n"
-      "Talks to spaced over $SPACE_SOCKET (default /run/space/space.sock).",
+      "Talks to spaced over $SPACE_SOCKET (default /run/space/space.sock), or over\n"
+      "$SPACE_API (http://127.0.0.1:PORT, its TCP listener); sends $SPACE_TOKEN if set.",
       "space");
   app.set_version_flag("--version", "space 0.1.0");
   app.require_subcommand(1);
@@ -152,6 +180,7 @@ ParseOutcome parse_args(const std::vector<std::string>& argv) {
   image_rm->add_option("name", a.name, "image name")->required();
 
   add_later(app, a);
+  CLI::App* token = add_token(app, a);
 
   std::vector<std::string> reversed(head.rbegin(), head.rend());
   try {
@@ -180,6 +209,7 @@ ParseOutcome parse_args(const std::vector<std::string>& argv) {
   CLI::App* sub = app.get_subcommands().front();
   a.command = sub->get_name();
   if (sub == image) a.command += " " + image->get_subcommands().front()->get_name();
+  if (sub == token) a.command += " " + token->get_subcommands().front()->get_name();
 
   auto usage_error = [&](std::string message) {
     outcome.err = "space: " + message + "\n";

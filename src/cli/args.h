@@ -21,8 +21,9 @@ struct SandboxFlags {
 
 struct Args {
   // "run", "create", "exec", "ps", "kill", "cp", "ls", "inspect", "rm", "pause", "resume",
-  // "diff", "doctor", "image import", "image ls", "image rm", and the later-issue commands
-  // "snapshot", "snapshots", "rollback", "restore", "audit".
+  // "diff", "doctor", "image import", "image ls", "image rm", "token create", "token ls",
+  // "token rm", and the later-issue commands "snapshot", "snapshots", "rollback", "restore",
+  // "audit".
   std::string command;
   SandboxFlags sandbox;
   std::string id;                // sandbox id (most commands)
@@ -35,6 +36,9 @@ struct Args {
   std::vector<std::string> cmd;  // run/exec: the command after `--`
   bool json = false, force = false, detach = false, snapshot = false, verify = false;
   bool follow = false;  // audit --follow
+  // token create: --profile and --op (repeatable), --ttl; --name is `name`, token rm's ID `id`
+  std::vector<std::string> profiles, ops;
+  std::string ttl;
 };
 
 struct ParseOutcome {

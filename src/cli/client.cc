@@ -1,6 +1,7 @@
-// HTTP client over the daemon's Unix socket (see client.h).
+// HTTP client over the daemon's Unix socket or TCP listener (see client.h).
 #include "cli/client.h"
 
+#include <netdb.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -44,6 +45,20 @@ std::string socket_path_from_env() {
   return env != nullptr && *env != '\0' ? env : kDefaultSocket;
 }
 
+std::string address_from_env() {
+  const char* env = std::getenv("SPACE_API");
+  return env != nullptr && *env != '\0' ? env : socket_path_from_env();
+}
+
+std::string token_from_env() {
+  const char* env = std::getenv("SPACE_TOKEN");
+  return env != nullptr ? env : "";
+}
+
+bool is_tcp_address(std::string_view address) {
+  return address.starts_with("http://") || address.starts_with("https://");
+}
+
 std::string url_encode(std::string_view s) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   std::string out;
@@ -80,7 +95,76 @@ Connection::Connection(UniqueFd fd, std::string socket_path)
       stream_(std::make_unique<api::FdStream>(std::move(fd))),
       buffer_(std::make_unique<boost::beast::flat_buffer>()) {}
 
-Result<Connection> Connection::open(const std::string& socket_path, int stop_fd) {
+namespace {
+
+// "http://HOST:PORT" (HOST a name, an IPv4 address or [IPv6]) -> a connected TCP socket.
+Result<UniqueFd> connect_tcp(const std::string& url) {
+  const std::string hint = "; set SPACE_API to the daemon's api_listen address, e.g. "
+                           "http://127.0.0.1:7070";
+  if (url.starts_with("https://"))
+    return fail(Code::kInvalidArgument,
+                "SPACE_API=" + url + ": the CLI speaks plain HTTP to spaced's loopback "
+                                     "listener only (a TLS proxy in front is for other clients)");
+  std::string_view rest = std::string_view(url).substr(7);
+  while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  size_t colon = rest.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == rest.size() ||
+      rest.find('/') != std::string_view::npos)
+    return fail(Code::kInvalidArgument, "SPACE_API=" + url + " is not http://HOST:PORT" + hint);
+  std::string host(rest.substr(0, colon));
+  std::string port(rest.substr(colon + 1));
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0)
+    return fail(Code::kInvalidArgument,
+                "SPACE_API=" + url + ": cannot resolve " + host + ": " + ::gai_strerror(rc) + hint);
+  int err = ECONNREFUSED;
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+    if (!fd) {
+      err = errno;
+      continue;
+    }
+    if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0) {
+      ::freeaddrinfo(res);
+      return fd;
+    }
+    err = errno;
+  }
+  ::freeaddrinfo(res);
+  if (err == ECONNREFUSED)
+    return fail(Code::kUnavailable,
+                "no daemon answers at " + url + " (SPACE_API); is spaced running with api_listen "
+                                              "set to that address?",
+                err);
+  return fail(Error::sys("connect", "\"" + url + "\"", err));
+}
+
+}  // namespace
+
+Result<Connection> Connection::open(const std::string& socket_path, int stop_fd,
+                                    std::string token) {
+  // The token goes into a header line: a character that could end the line would let the
+  // environment inject headers. Never repeat it in a message.
+  for (unsigned char ch : token) {
+    if (ch <= 0x20 || ch >= 0x7f)
+      return fail(Code::kInvalidArgument,
+                  "SPACE_TOKEN holds a character no API token has (spaces, control or non-ASCII "
+                  "characters); copy the token printed by `space token create` again");
+  }
+  if (is_tcp_address(socket_path)) {
+    UniqueFd fd = TRY(connect_tcp(socket_path));
+    Connection c(std::move(fd), socket_path);
+    c.stream_->set_stop_fd(stop_fd);
+    c.token_ = std::move(token);
+    return c;
+  }
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) return fail_sys("socket", "AF_UNIX");
   sockaddr_un addr{};
@@ -100,14 +184,20 @@ Result<Connection> Connection::open(const std::string& socket_path, int stop_fd)
     if (err == EACCES || err == EPERM) {
       return fail(Code::kPermissionDenied,
                   "permission denied connecting to " + socket_path +
-                      ": the socket is root-only (mode 0600); run space as root",
+                      ": the socket is root-only (mode 0600); run space as root, or use "
+                      "an API token on spaced's TCP listener (SPACE_API, SPACE_TOKEN)",
                   err);
     }
     return fail(Error::sys("connect", "\"" + socket_path + "\"", err));
   }
   Connection c(std::move(fd), socket_path);
   c.stream_->set_stop_fd(stop_fd);
+  c.token_ = std::move(token);
   return c;
+}
+
+std::string Connection::auth_header() const {
+  return token_.empty() ? "" : "Authorization: Bearer " + token_ + "\r\n";
 }
 
 Result<void> Connection::write(std::string_view data, std::string_view what) {
@@ -118,7 +208,8 @@ Result<void> Connection::write(std::string_view data, std::string_view what) {
 
 Result<void> Connection::send(std::string_view method, const std::string& target,
                               std::string_view body, std::string_view content_type) {
-  std::string head = std::string(method) + " " + target + " HTTP/1.1\r\nHost: spaced\r\n";
+  std::string head =
+      std::string(method) + " " + target + " HTTP/1.1\r\nHost: spaced\r\n" + auth_header();
   if (!body.empty() || method == "POST" || method == "PUT") {
     head += "Content-Type: " + std::string(content_type) + "\r\n";
     head += "Content-Length: " + std::to_string(body.size()) + "\r\n";
@@ -130,8 +221,8 @@ Result<void> Connection::send(std::string_view method, const std::string& target
 
 Result<void> Connection::start_chunked(std::string_view method, const std::string& target,
                                        std::string_view content_type) {
-  std::string head = std::string(method) + " " + target +
-                     " HTTP/1.1\r\nHost: spaced\r\nTransfer-Encoding: chunked\r\nContent-Type: " +
+  std::string head = std::string(method) + " " + target + " HTTP/1.1\r\nHost: spaced\r\n" +
+                     auth_header() + "Transfer-Encoding: chunked\r\nContent-Type: " +
                      std::string(content_type) + "\r\n\r\n";
   return write(head, "sending the request");
 }

@@ -1,5 +1,7 @@
-// The CLI's HTTP/1.1 client for the daemon's REST API over its Unix socket (Beast on a raw fd,
-// see api/fd_stream.h). Two levels: Connection sends one request and reads its response
+// The CLI's HTTP/1.1 client for the daemon's REST API over its Unix socket, or over its loopback
+// TCP listener when $SPACE_API names one (Beast on a raw fd, see api/fd_stream.h). With
+// $SPACE_TOKEN set every request carries "Authorization: Bearer $SPACE_TOKEN"
+// (docs/api-auth.md). Two levels: Connection sends one request and reads its response
 // incrementally (streams: exec events, file bodies, chunked uploads, and full duplex for exec
 // stdin); Client::call does a whole JSON round trip and turns an API error body
 // {"error":{"code","message"}} back into a space::Error.
@@ -22,6 +24,13 @@ inline constexpr const char* kDefaultSocket = "/run/space/space.sock";
 
 // $SPACE_SOCKET, or /run/space/space.sock.
 std::string socket_path_from_env();
+// Where the daemon is: $SPACE_API ("http://127.0.0.1:7070", the TCP listener) if set, else
+// socket_path_from_env().
+std::string address_from_env();
+// $SPACE_TOKEN, "" when unset.
+std::string token_from_env();
+// Whether `address` is an http:// URL rather than a socket path.
+bool is_tcp_address(std::string_view address);
 
 // Percent-encodes a query value or path segment.
 std::string url_encode(std::string_view s);
@@ -32,9 +41,11 @@ Error api_error(int status, std::string_view body);
 
 class Connection {
  public:
-  // Connects to the daemon's socket. No daemon -> kUnavailable naming the socket and what to
-  // do. `stop_fd` (an eventfd, -1 = none) aborts any wait once readable (Ctrl-C).
-  static Result<Connection> open(const std::string& socket_path, int stop_fd = -1);
+  // Connects to the daemon at `address` (a socket path or "http://HOST:PORT"). No daemon ->
+  // kUnavailable naming the address and what to do. `stop_fd` (an eventfd, -1 = none) aborts
+  // any wait once readable (Ctrl-C). A non-empty `token` goes with every request.
+  static Result<Connection> open(const std::string& address, int stop_fd = -1,
+                                 std::string token = "");
 
   // A request with a complete body (Content-Length).
   Result<void> send(std::string_view method, const std::string& target, std::string_view body,
@@ -58,8 +69,11 @@ class Connection {
  private:
   explicit Connection(UniqueFd fd, std::string socket_path);
   Result<void> write(std::string_view data, std::string_view what);
+  // "Authorization: Bearer ...\r\n", or "" without a token.
+  std::string auth_header() const;
 
   std::string socket_path_;
+  std::string token_;
   std::unique_ptr<api::FdStream> stream_;
   std::unique_ptr<boost::beast::flat_buffer> buffer_;
   std::unique_ptr<boost::beast::http::response_parser<boost::beast::http::buffer_body>> parser_;
@@ -67,11 +81,13 @@ class Connection {
 
 class Client {
  public:
-  explicit Client(std::string socket_path, int stop_fd = -1)
-      : socket_path_(std::move(socket_path)), stop_fd_(stop_fd) {}
+  // `socket_path`: a socket path, or "http://HOST:PORT" for the TCP listener.
+  explicit Client(std::string socket_path, int stop_fd = -1, std::string token = "")
+      : socket_path_(std::move(socket_path)), stop_fd_(stop_fd), token_(std::move(token)) {}
 
   const std::string& socket_path() const { return socket_path_; }
-  Result<Connection> connect() const { return Connection::open(socket_path_, stop_fd_); }
+  const std::string& token() const { return token_; }
+  Result<Connection> connect() const { return Connection::open(socket_path_, stop_fd_, token_); }
 
   // One JSON round trip: the response body as JSON (null for 204), or the API's error.
   Result<nlohmann::json> call(std::string_view method, const std::string& target,
@@ -80,6 +96,7 @@ class Client {
  private:
   std::string socket_path_;
   int stop_fd_;
+  std::string token_;
 };
 
 }  // namespace space::cli

@@ -64,6 +64,11 @@ std::string format_audit_event(const nlohmann::json& event);
 // controls and DEL, \u00NN for C1 controls.
 std::string escape_text(std::string_view text);
 
+// API tokens (commands_token.cc)
+Result<int> cmd_token_create(const Args& a, const Client& c);
+Result<int> cmd_token_ls(const Args& a, const Client& c);
+Result<int> cmd_token_rm(const Args& a, const Client& c);
+
 // "/v1/sandboxes/<id>" with the id encoded.
 std::string sandbox_target(const std::string& id, std::string_view suffix = "");
 

@@ -112,6 +112,23 @@ std::string format_audit_event(const json& ev) {
     for (const char* s : {"stdout", "stderr"})
       if (d.contains(s) && d[s].is_object())
         line += std::string(" ") + s + "=" + field(d[s], "bytes") + "B";
+  } else if (kind == "egress.request") {
+    line += field(d, "method") + " " + field(d, "host") + ":" + field(d, "port") +
+            field(d, "path") + " -> " + field(d, "status") + " up=" + field(d, "bytes_up") +
+            "B down=" + field(d, "bytes_down") + "B via=" + field(d, "via");
+    if (d.contains("secrets")) line += " secrets=" + field(d, "secrets");
+    if (d.contains("redactions")) line += " redactions=" + field(d, "redactions");
+  } else if (kind == "egress.tunnel") {
+    line += field(d, "host") + ":" + field(d, "port") + " address=" + field(d, "address") +
+            " up=" + field(d, "bytes_up") + "B down=" + field(d, "bytes_down") + "B via=" +
+            field(d, "via");
+  } else if (kind == "egress.denied") {
+    line += field(d, "host") + ":" + field(d, "port");
+    if (d.contains("method")) line += " " + field(d, "method") + " " + field(d, "path");
+    line += " via=" + field(d, "via") + " reason=\"" + field(d, "reason") + "\"";
+  } else if (kind == "credential.use") {
+    line += "secret=" + field(d, "secret") + " " + field(d, "method") + " " + field(d, "host") +
+            field(d, "path");
   } else if (kind.starts_with("file.")) {
     line += "path=" + field(d, "path") + " bytes=" + field(d, "bytes") + " ok=" + field(d, "ok");
   } else {

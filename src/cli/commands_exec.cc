@@ -193,7 +193,7 @@ Result<int> cmd_run(const Args& a, const Client& c) {
 
   // Creating and destroying are not interruptible, so a Ctrl-C never leaves a sandbox behind
   // that we created but do not know the id of.
-  Client steady(c.socket_path());
+  Client steady(c.socket_path(), -1, c.token());
   json sandbox = TRY(steady.call("POST", "/v1/sandboxes", create));
   std::string id = sandbox.value("id", "");
   if (id.empty()) return fail(Code::kProtocol, "the daemon created a sandbox without an id");

@@ -48,6 +48,8 @@ Result<void> ensure_daemon(const Client& client) {
   auto probe = Connection::open(socket);
   if (probe) return {};
   if (probe.error().code() != Code::kUnavailable) return fail(std::move(probe.error()));
+  // A daemon behind a TCP address is someone else's to start.
+  if (is_tcp_address(socket)) return fail(std::move(probe.error()));
 
   fs::path spaced = TRY_CTX(find_spaced(), "no daemon at " + socket);
   // Detached: own session, stdio on /dev/null, default signal dispositions and mask (ours

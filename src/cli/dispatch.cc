@@ -33,6 +33,9 @@ Result<int> run_command(const Args& a, const Client& c) {
   if (cmd == "image ls") return cmd_image_ls(a, c);
   if (cmd == "image rm") return cmd_image_rm(a, c);
   if (cmd == "audit") return cmd_audit(a, c);
+  if (cmd == "token create") return cmd_token_create(a, c);
+  if (cmd == "token ls") return cmd_token_ls(a, c);
+  if (cmd == "token rm") return cmd_token_rm(a, c);
   // snapshot, snapshots, rollback, restore: parsed, but not implemented in this build.
   return fail(Code::kUnimplemented, "`space " + cmd +
                                         "` is not available yet in this build (snapshots, "
@@ -48,7 +51,7 @@ int main(int argc, char** argv) {
     write_all(STDERR_FILENO, parsed.err);
     return parsed.exit_code;
   }
-  Client client(socket_path_from_env(), interrupt_fd());
+  Client client(address_from_env(), interrupt_fd(), token_from_env());
   Result<int> r = run_command(*parsed.args, client);
   std::fflush(stdout);
   if (!r) {

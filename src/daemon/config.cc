@@ -3,9 +3,8 @@
 #include "daemon/config.h"
 
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "common/units.h"
 
@@ -17,41 +16,121 @@ Result<void> Config::load(const std::filesystem::path& file) {
   std::stringstream ss;
   ss << in.rdbuf();
   auto j = nlohmann::json::parse(ss.str(), nullptr, false);
-  if (!j.is_object())
-    return fail(Code::kInvalidArgument, file.string() + ": not a JSON object");
+  if (!j.is_object()) return fail(Code::kInvalidArgument, file.string() + ": not a JSON object");
   auto str = [&](const char* k) -> Result<std::string> {
-    if (!j[k].is_string()) return fail(Code::kInvalidArgument, std::string(k) + ": expected a string");
+    if (!j[k].is_string())
+      return fail(Code::kInvalidArgument, std::string(k) + ": expected a string");
     return j[k].get<std::string>();
   };
   for (auto& [k, v] : j.items()) {
-    if (k == "state_dir") state_dir = TRY(str("state_dir"));
-    else if (k == "socket") socket = TRY(str("socket"));
-    else if (k == "agent") agent = TRY(str("agent"));
-    else if (k == "cgroup_name") cgroup_name = TRY(str("cgroup_name"));
-    else if (k == "log_level") log_level = TRY(str("log_level"));
-    else if (k == "max_sandboxes" && v.is_number_unsigned()) max_sandboxes = v.get<size_t>();
+    if (k == "state_dir")
+      state_dir = TRY(str("state_dir"));
+    else if (k == "socket")
+      socket = TRY(str("socket"));
+    else if (k == "agent")
+      agent = TRY(str("agent"));
+    else if (k == "cgroup_name")
+      cgroup_name = TRY(str("cgroup_name"));
+    else if (k == "log_level")
+      log_level = TRY(str("log_level"));
+    else if (k == "api_listen")
+      api_listen = TRY(str("api_listen"));
+    else if (k == "max_sandboxes" && v.is_number_unsigned())
+      max_sandboxes = v.get<size_t>();
     else if (k == "destroyed_retention_days" && v.is_number())
       destroyed_retention_s = v.get<double>() * 86400.0;
     else if (k == "audit_retention_days" && v.is_number())
       audit_retention_s = v.get<double>() * 86400.0;
-    else if (k == "audit_execs" && v.is_boolean()) audit_execs = v.get<bool>();
+    else if (k == "audit_execs" && v.is_boolean())
+      audit_execs = v.get<bool>();
     else if (k == "profiles" && v.is_array()) {
       profiles.clear();
       for (auto& p : v)
         if (p.is_string()) profiles.insert(p.get<std::string>());
+    } else if (k == "profiles" && v.is_object()) {
+      TRY_VOID_CTX(load_profiles(v), file.string() + ": profiles");
+    } else if (k == "secrets" && v.is_object()) {
+      secrets.clear();
+      for (auto& [name, def] : v.items())
+        secrets.emplace(name, TRY_CTX(egress::SecretDef::from_json(name, def), file.string()));
+    } else if (k == "gateway" && v.is_object()) {
+      TRY_VOID_CTX(load_gateway(v), file.string() + ": gateway");
     } else if (k == "defaults" && v.is_object()) {
       for (auto& [dk, dv] : v.items()) {
         if (dk == "memory" && dv.is_string())
-          default_limits.memory_bytes = TRY_CTX(parse_size(dv.get<std::string>()), "defaults.memory");
+          default_limits.memory_bytes =
+              TRY_CTX(parse_size(dv.get<std::string>()), "defaults.memory");
         else if (dk == "disk" && dv.is_string())
           default_limits.disk_bytes = TRY_CTX(parse_size(dv.get<std::string>()), "defaults.disk");
-        else if (dk == "cpus" && dv.is_number()) default_limits.cpus = dv.get<double>();
-        else if (dk == "pids" && dv.is_number_unsigned()) default_limits.pids = dv.get<uint32_t>();
+        else if (dk == "cpus" && dv.is_number())
+          default_limits.cpus = dv.get<double>();
+        else if (dk == "pids" && dv.is_number_unsigned())
+          default_limits.pids = dv.get<uint32_t>();
         else
-          return fail(Code::kInvalidArgument, file.string() + ": unknown or mistyped key defaults." + dk);
+          return fail(Code::kInvalidArgument,
+                      file.string() + ": unknown or mistyped key defaults." + dk);
       }
     } else {
-      return fail(Code::kInvalidArgument, file.string() + ": unknown or mistyped key \"" + k + "\"");
+      return fail(Code::kInvalidArgument,
+                  file.string() + ": unknown or mistyped key \"" + k + "\"");
+    }
+  }
+  for (auto& [name, def] : secrets)
+    for (auto& p : def.profiles)
+      if (!profiles.count(p))
+        return fail(Code::kInvalidArgument, file.string() + ": secret " + name +
+                                                " names profile \"" + p +
+                                                "\", which is not configured");
+  return {};
+}
+
+// "profiles": {"test": {"egress": {...}}, "live": {}}: the names, and each one's egress policy
+// (egress/policy.h, EgressProfile).
+Result<void> Config::load_profiles(const nlohmann::json& v) {
+  profiles.clear();
+  egress.clear();
+  for (auto& [name, p] : v.items()) {
+    if (name.empty() || name.size() > 64 ||
+        name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_") != std::string::npos)
+      return fail(Code::kInvalidArgument,
+                  "profile name \"" + name.substr(0, 64) + "\" must be [a-z0-9_-]{1,64}");
+    if (!p.is_object()) return fail(Code::kInvalidArgument, name + ": expected an object");
+    for (auto& [k, pv] : p.items()) {
+      if (k == "egress")
+        egress[name] = TRY_CTX(egress::EgressProfile::from_json(pv), name + ".egress");
+      else
+        return fail(Code::kInvalidArgument, name + ": unknown key \"" + k + "\"");
+    }
+    profiles.insert(name);
+  }
+  return {};
+}
+
+Result<void> Config::load_gateway(const nlohmann::json& v) {
+  auto strings = [](const nlohmann::json& a,
+                    const std::string& what) -> Result<std::vector<std::string>> {
+    if (!a.is_array()) return fail(Code::kInvalidArgument, what + ": expected an array of strings");
+    std::vector<std::string> out;
+    for (auto& e : a) {
+      if (!e.is_string()) return fail(Code::kInvalidArgument, what + ": expected strings");
+      out.push_back(e.get<std::string>());
+    }
+    return out;
+  };
+  for (auto& [k, gv] : v.items()) {
+    if (k == "resolve" && gv.is_object()) {
+      gateway_resolve.clear();
+      for (auto& [host, addr] : gv.items()) {
+        if (!addr.is_string())
+          return fail(Code::kInvalidArgument, "resolve." + host + ": expected \"address[:port]\"");
+        gateway_resolve[host] = addr.get<std::string>();
+      }
+    } else if (k == "upstream_ca_files") {
+      upstream_ca_files = TRY(strings(gv, k));
+    } else if (k == "sandbox_ca_files") {
+      sandbox_ca_files = TRY(strings(gv, k));
+    } else {
+      return fail(Code::kInvalidArgument, "unknown or mistyped key \"" + k + "\"");
     }
   }
   return {};

@@ -3,10 +3,14 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
+#include "egress/credentials.h"
+#include "egress/policy.h"
 #include "runtime/runtime.h"
 
 namespace space::daemon {
@@ -22,10 +26,26 @@ struct Config {
   double audit_retention_s = 90 * 86400.0;     // how long a destroyed sandbox's audit log stays
   bool audit_execs = true;  // log every execve inside sandboxes (seccomp user notification)
   std::set<std::string> profiles = {"test", "live"};
+  // Per profile: what its sandboxes may reach through the egress gateway (absent = nothing).
+  std::map<std::string, egress::EgressProfile> egress;
+  // Credentials the gateway injects (docs/configuration.md, "secrets").
+  std::map<std::string, egress::SecretDef> secrets;
+  // The gateway: resolver overrides ("host[:port]" -> "address[:port]"), CA files trusted
+  // for upstream servers, and CA files added to every sandbox's trust store.
+  std::map<std::string, std::string> gateway_resolve;
+  std::vector<std::string> upstream_ca_files;
+  std::vector<std::string> sandbox_ca_files;
   std::string log_level = "info";
+  // Also serve the API on this loopback TCP address ("127.0.0.1:7070"); every request there
+  // needs an API token (docs/api-auth.md). "" = the Unix socket only.
+  std::string api_listen;
 
   // Reads a JSON config file over the current values.
   Result<void> load(const std::filesystem::path& file);
+
+ private:
+  Result<void> load_profiles(const nlohmann::json& v);
+  Result<void> load_gateway(const nlohmann::json& v);
 };
 
 }  // namespace space::daemon

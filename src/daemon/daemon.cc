@@ -15,6 +15,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/caller.h"
+
 namespace space::daemon {
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -77,6 +79,17 @@ Result<std::unique_ptr<Daemon>> Daemon::start(Config cfg, Runtimes runtimes) {
   std::unique_ptr<Daemon> d(new Daemon(std::move(cfg), std::move(runtimes), std::move(store)));
   d->audit_ = std::move(audit_log);
   TRY_VOID_CTX(d->images_.init(), "preparing images");
+  {
+    egress::Gateway::Options go;
+    go.resolve = d->cfg_.gateway_resolve;
+    go.upstream_ca_files = d->cfg_.upstream_ca_files;
+    go.audit = [p = d.get()](const std::string& id, const std::string& kind, json data) {
+      p->audit(id, kind, std::move(data));
+    };
+    d->secrets_ = std::make_shared<egress::SecretStore>(d->cfg_.secrets);
+    d->gateway_ = TRY_CTX(egress::Gateway::start(std::move(go), d->secrets_),
+                          "starting the egress gateway");
+  }
   TRY_VOID_CTX(d->reconcile(), "reconciling sandboxes from the previous run");
   (void)d->store_->prune_destroyed(now_s() - d->cfg_.destroyed_retention_s);
   if (auto r = d->audit_->prune_destroyed(now_s() - d->cfg_.audit_retention_s); r && *r > 0)
@@ -102,11 +115,15 @@ void Daemon::shutdown() {
   }
   for (auto& [id, sb] : all)
     if (sb->conn) sb->conn->close();
+  if (gateway_) gateway_->stop();
   if (audit_) (void)audit_->flush();
 }
 
 void Daemon::audit(const std::string& id, const std::string& kind, json data) {
   if (!audit_) return;
+  // An API request made with a token: name the token (its id, never its secret).
+  if (const Caller* c = current_caller(); c && !c->token_id.empty() && data.is_object())
+    data["token"] = c->token_id;
   if (auto r = audit_->append(id, kind, std::move(data)); !r)
     spdlog::error("audit log: {} event of sandbox {} not recorded: {}", kind, id,
                   r.error().message());
@@ -201,9 +218,6 @@ Result<SandboxInfo> Daemon::create(const CreateRequest& req) {
                                                 s += (s.empty() ? "" : ", ") + p;
                                               return s;
                                             }());
-  if (!req.secrets.empty())
-    return fail(Code::kUnavailable,
-                "--secret needs the egress gateway, which this build does not have yet");
   {
     std::lock_guard lock(mu_);
     if (stopping_) return fail(Code::kUnavailable, "spaced is shutting down");
@@ -231,6 +245,7 @@ Result<SandboxInfo> Daemon::create(const CreateRequest& req) {
   rec.spec["workdir"] = workdir;
   rec.spec["allow"] = req.allow;
   rec.spec["secrets"] = req.secrets;
+  auto egress_plan = TRY(plan_egress(rec, req));
 
   runtime::SandboxSpec spec;
   spec.id = rec.id;
@@ -254,6 +269,7 @@ Result<SandboxInfo> Daemon::create(const CreateRequest& req) {
   }
   auto failed = [&](Error e) -> Result<SandboxInfo> {
     metrics_.create_failures++;
+    stop_egress(rec.id);
     if (sb->conn) sb->conn->close();
     if (sb->inst) (void)sb->inst->destroy();
     undo_dir();
@@ -280,6 +296,8 @@ Result<SandboxInfo> Daemon::create(const CreateRequest& req) {
     if (!r && r.error().code() != Code::kAlreadyExists)
       return failed(std::move(r.error()).wrap("creating workdir " + workdir));
   }
+  if (auto r = start_egress(*sb, std::move(egress_plan), true); !r)
+    return failed(std::move(r.error()).wrap("setting up egress"));
   rec.runtime_state = sb->inst->persist();
   rec.state = "running";
   if (auto r = store_->put_sandbox(rec); !r) return failed(std::move(r.error()));
@@ -291,7 +309,8 @@ Result<SandboxInfo> Daemon::create(const CreateRequest& req) {
             for (auto& kv : req.env) names.push_back(kv.substr(0, kv.find('=')));
             return names;
           }()},
-         {"allow", req.allow}, {"agent_pid", sb->inst->agent_pid()}});
+         {"allow", req.allow}, {"secrets", req.secrets},
+         {"agent_pid", sb->inst->agent_pid()}});
   {
     std::lock_guard lock(mu_);
     sandboxes_[rec.id] = sb;
@@ -382,6 +401,8 @@ SandboxInfo Daemon::info(const SandboxRecord& rec, const Sandbox* sb) {
     if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   j["env"] = env;
+  j["egress"] = {{"allow", rec.spec.value("allow", std::vector<std::string>{})},
+                 {"secrets", rec.spec.value("secrets", std::vector<std::string>{})}};
   if (rec.destroyed_at) {
     j["destroyed_at"] = rfc3339(*rec.destroyed_at);
     j["reason"] = rec.reason;
@@ -401,6 +422,7 @@ Result<void> Daemon::destroy_sandbox(const std::shared_ptr<Sandbox>& sb,
                                      const std::string& reason) {
   std::lock_guard lock(sb->mu);
   if (sb->destroyed.exchange(true)) return {};
+  stop_egress(sb->rec.id);
   if (sb->conn) sb->conn->close();
   Result<void> r = sb->inst ? sb->inst->destroy() : Result<void>{};
   if (!r) {
@@ -527,6 +549,13 @@ Result<void> Daemon::reconcile() {
       continue;
     }
     sb->conn = std::move(*conn);
+    if (auto eg = egress_of(rec); !eg) {
+      spdlog::warn("sandbox {}: egress not restored: {}", rec.id, eg.error().message());
+    } else if (auto r = start_egress(*sb, std::move(*eg), false); !r) {
+      // Its listeners could not be bound again (a process inside may hold the proxy port):
+      // the sandbox keeps running without a way out.
+      spdlog::warn("sandbox {}: egress not restored: {}", rec.id, r.error().message());
+    }
     if (was_paused && sb->inst->pause()) sb->paused = true;
     sb->rec.state = sb->paused ? "paused" : "running";
     sb->rec.runtime_state = sb->inst->persist();
@@ -593,6 +622,21 @@ std::string Daemon::metrics() {
   o << "# HELP space_sandboxes Live sandboxes by state.\n# TYPE space_sandboxes gauge\n"
     << "space_sandboxes{state=\"running\"} " << running << '\n'
     << "space_sandboxes{state=\"paused\"} " << paused << '\n';
+  if (gateway_) {
+    auto g = gateway_->stats();
+    counter("space_egress_connections_total", "Connections sandboxes opened to the gateway.",
+            g.connections);
+    counter("space_egress_requests_total", "HTTP requests the gateway forwarded.", g.requests);
+    counter("space_egress_denied_total", "Egress attempts the gateway refused.", g.denied);
+    counter("space_egress_bytes_up_total", "Bytes sent from sandboxes upstream.", g.bytes_up);
+    counter("space_egress_bytes_down_total", "Bytes received by sandboxes.", g.bytes_down);
+    counter("space_egress_credential_uses_total", "Requests a credential was injected into.",
+            g.credential_uses);
+    counter("space_egress_dns_queries_total", "Queries the DNS stubs answered.", g.dns_queries);
+    o << "# HELP space_egress_active_connections Open gateway connections.\n"
+      << "# TYPE space_egress_active_connections gauge\nspace_egress_active_connections "
+      << g.active_connections << '\n';
+  }
   counter("space_sandbox_creates_total", "Sandboxes created.", metrics_.creates);
   counter("space_sandbox_create_failures_total", "Sandbox creations that failed.",
           metrics_.create_failures);

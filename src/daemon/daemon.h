@@ -17,6 +17,7 @@
 #include "daemon/images.h"
 #include "daemon/service.h"
 #include "daemon/store.h"
+#include "egress/gateway.h"
 #include "runtime/runtime.h"
 
 namespace space::daemon {
@@ -92,6 +93,21 @@ class Daemon : public SandboxService {
   Result<void> destroy_sandbox(const std::shared_ptr<Sandbox>& sb, const std::string& reason);
   Result<uint32_t> allocate_uid_base();
   Result<runtime::SandboxSpec> spec_for(const SandboxRecord& rec);
+  // Egress (daemon/egress.cc). plan_egress checks a create request's --secret and --allow
+  // against the profile and records grants and placeholders in rec.spec; start_egress gives
+  // the sandbox its CA and attaches it to the gateway (fresh: a new CA; otherwise the saved one,
+  // after a restart); stop_egress detaches it.
+  Result<egress::SandboxEgress> plan_egress(SandboxRecord& rec, const CreateRequest& req);
+  Result<egress::SandboxEgress> egress_of(const SandboxRecord& rec);
+  Result<void> start_egress(Sandbox& sb, egress::SandboxEgress eg, bool fresh);
+  void stop_egress(const std::string& id);
+  // Size and mtime of files the daemon itself put in a sandbox's writable layer at creation
+  // ({"/etc/space/ca.crt": {"size","mtime_ns","dir"}}), so `space diff` can leave them out
+  // while they are untouched.
+  static nlohmann::json installed_stats(Sandbox& sb, const std::vector<std::string>& rel_paths);
+  // Writes a small file into a running sandbox through its agent (parents created).
+  static Result<void> put_file(AgentConn& conn, const std::string& path, uint32_t mode,
+                               std::string_view bytes);
   // The runtime's exec-event callback for a sandbox: appends "proc.exec" audit events.
   std::function<void(nlohmann::json)> exec_sink(const std::string& id);
   SandboxInfo info(const SandboxRecord& rec, const Sandbox* sb);
@@ -103,6 +119,8 @@ class Daemon : public SandboxService {
   std::unique_ptr<audit::AuditLog> audit_;
   Images images_;
   double started_at_;
+  std::shared_ptr<egress::SecretStore> secrets_;
+  std::unique_ptr<egress::Gateway> gateway_;
 
   std::mutex mu_;  // guards sandboxes_
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;

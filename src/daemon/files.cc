@@ -312,6 +312,17 @@ Result<void> Daemon::read_tar(const std::string& id, const std::string& path,
   return {};
 }
 
+Result<void> Daemon::put_file(AgentConn& conn, const std::string& path, uint32_t mode,
+                              std::string_view bytes) {
+  bool sent = false;
+  return write_from(conn, path, mode, true, [&](std::string& out) -> Result<void> {
+    out.clear();
+    if (!sent) out.assign(bytes);
+    sent = true;
+    return {};
+  });
+}
+
 Result<void> Daemon::write_file(const std::string& id, const std::string& path, uint32_t mode,
                                 const ChunkSource& source) {
   TRY_VOID(check_path(path));
@@ -414,6 +425,8 @@ Result<json> Daemon::diff(const std::string& id) {
   };
   json added = json::array(), changed = json::array(), deleted = json::array();
   size_t count = 0;
+  // What the daemon itself installed at creation (egress trust store) is not a change.
+  const json installed = sb->rec.spec.value("installed", json::object());
   std::function<Result<void>(int, const std::string&)> visit =
       [&](int dirfd, const std::string& prefix) -> Result<void> {
     int dup = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -439,6 +452,22 @@ Result<json> Daemon::diff(const std::string& id) {
       if (S_ISCHR(st.st_mode) && st.st_rdev == 0) {  // overlayfs whiteout
         deleted.push_back("/" + rel);
         continue;
+      }
+      if (auto it = installed.find("/" + rel); it != installed.end() && it->is_object()) {
+        int64_t mtime = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+        bool dir = S_ISDIR(st.st_mode);
+        bool same = it->value("dir", false) == dir &&
+                    (dir || (it->value("size", int64_t{-1}) == st.st_size &&
+                             it->value("mtime_ns", int64_t{-1}) == mtime));
+        if (same) {
+          if (dir) {
+            int sub = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub < 0) continue;
+            UniqueFd g(sub);
+            TRY_VOID(visit(sub, rel));
+          }
+          continue;
+        }
       }
       bool existed = in_lower(rel);
       if (S_ISDIR(st.st_mode)) {

@@ -19,6 +19,7 @@
 
 #include "api/server.h"
 #include "daemon/daemon.h"
+#include "daemon/tokens.h"
 #include "runtime/linux/linux_runtime.h"
 
 namespace fs = std::filesystem;
@@ -145,7 +146,17 @@ int run(int argc, char** argv) {
     spdlog::error("{}", d.error().message());
     return 1;
   }
-  auto server = api::ApiServer::listen(cfg.socket, **d, {});
+  // API tokens live in the same database (Daemon::start migrated it).
+  auto tokens = daemon::TokenStore::open(cfg.state_dir / "space.db");
+  if (!tokens) {
+    spdlog::error("opening the API token store: {}", tokens.error().message());
+    return 1;
+  }
+  api::ApiServer::Options api_options;
+  api_options.tcp_listen = cfg.api_listen;
+  api_options.tokens = tokens->get();
+  api_options.profiles = cfg.profiles;
+  auto server = api::ApiServer::listen(cfg.socket, **d, api_options);
   if (!server) {
     spdlog::error("{}", server.error().message());
     return 1;

@@ -161,6 +161,18 @@ Result<void> Store::migrate() {
            data TEXT NOT NULL,
            hash TEXT NOT NULL);
          CREATE INDEX audit_events_sandbox_seq ON audit_events(sandbox_id, seq);)",
+      // 2 -> 3: API tokens (src/daemon/tokens.h, docs/api-auth.md). Only SHA-256 of a token's
+      // secret is kept; profiles and ops are JSON arrays of names.
+      R"(CREATE TABLE api_tokens (
+           id TEXT PRIMARY KEY,
+           name TEXT NOT NULL,
+           secret_hash TEXT NOT NULL,
+           profiles TEXT NOT NULL,
+           ops TEXT NOT NULL,
+           created_at REAL NOT NULL,
+           expires_at REAL NOT NULL,
+           revoked_at REAL,
+           last_used_at REAL);)",
   };
   std::lock_guard lock(mu_);
   Stmt q(db_, "PRAGMA user_version");

@@ -69,6 +69,9 @@ class Instance {
   virtual int channel_fd() const = 0;
   // Host pid of the agent (for logs, ps translation and the posture check).
   virtual int agent_pid() const = 0;
+  // The sandbox's network namespace, where the egress gateway binds its listeners; -1 for
+  // runtimes without one (VMs: the agent carries egress over its channel instead).
+  virtual int netns_fd() const { return -1; }
 
   virtual Result<void> pause() = 0;
   virtual Result<void> resume() = 0;

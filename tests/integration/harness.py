@@ -225,11 +225,13 @@ def host_agent_pids():
 class Daemon:
     """A private spaced: started with --state-dir/--socket under `root`."""
 
-    def __init__(self, root, name="spaced"):
+    def __init__(self, root, name="spaced", config=None):
         self.root = root
         self.state_dir = os.path.join(root, "state")
         self.socket = os.path.join(root, "space.sock")
         self.log_path = os.path.join(root, name + ".log")
+        self.config = config  # dict written to <root>/<name>.json and passed as --config
+        self.config_path = os.path.join(root, name + ".json")
         self.proc = None
 
     @property
@@ -241,8 +243,13 @@ class Daemon:
         log = open(self.log_path, "ab")
         log.write(b"\n===== spaced start %s =====\n" % time.ctime().encode())
         log.flush()
+        args = [SPACED, "--state-dir", self.state_dir, "--socket", self.socket]
+        if self.config is not None:
+            with open(self.config_path, "w") as f:
+                json.dump(self.config, f, indent=2)
+            args += ["--config", self.config_path]
         self.proc = subprocess.Popen(
-            [SPACED, "--state-dir", self.state_dir, "--socket", self.socket],
+            args,
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         log.close()
         self.wait_healthy(timeout)
@@ -353,7 +360,7 @@ class SpaceTestCase(unittest.TestCase):
         cls.tmp = tempfile.mkdtemp(prefix="space-it-%s-" % cls.__name__.lower())
         os.chmod(cls.tmp, 0o755)
         cls.known_ids = set()
-        cls.daemon = Daemon(cls.tmp)
+        cls.daemon = Daemon(cls.tmp, config=cls.daemon_config())
         if cls.START_DAEMON:
             try:
                 cls.daemon.start()
@@ -361,6 +368,12 @@ class SpaceTestCase(unittest.TestCase):
                 cls._save_log()
                 safe_rmtree(cls.tmp)
                 raise
+
+    @classmethod
+    def daemon_config(cls):
+        """The JSON config (a dict) of the class's daemon; None = none. Runs in setUpClass with
+        cls.tmp already made."""
+        return None
 
     @classmethod
     def tearDownClass(cls):

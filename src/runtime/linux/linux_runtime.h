@@ -47,7 +47,7 @@ class LinuxInstance final : public Instance {
 
   // The sandbox's network namespace (owned by the host user namespace), for the egress
   // gateway's listeners. -1 after destroy().
-  int netns_fd() const;
+  int netns_fd() const override;
   // The agent's pidfd (posture checks, tests).
   int pidfd() const;
   // The sandbox's cgroup directories.

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <string>
@@ -61,6 +62,49 @@ TEST(OpenApi, MatchesRouteTable) {
   }
   for (const auto& op : from_router) {
     EXPECT_TRUE(from_yaml.contains(op)) << op << " is routed but missing from api/openapi.yaml";
+  }
+}
+
+// Each operation's x-space-op in the YAML: "METHOD /path" -> "read", ...
+std::map<std::string, std::string> openapi_required_ops() {
+  std::ifstream in(openapi_file());
+  static const std::regex kPath(R"(^  (/[^:\s]*):\s*$)");
+  static const std::regex kMethod(R"(^    (get|put|post|delete|patch|head|options):\s*$)");
+  static const std::regex kOp(R"(^      x-space-op:\s*([a-z]+)\s*$)");
+  static const std::regex kTopLevel(R"(^[A-Za-z]\S*:)");
+  std::map<std::string, std::string> out;
+  std::string line, path, op;
+  bool in_paths = false;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, kTopLevel)) {
+      in_paths = line.rfind("paths:", 0) == 0;
+      path.clear();
+      op.clear();
+    } else if (!in_paths) {
+      continue;
+    } else if (std::regex_match(line, m, kPath)) {
+      path = m[1];
+      op.clear();
+    } else if (std::regex_match(line, m, kMethod) && !path.empty()) {
+      op = m[1];
+      for (char& c : op) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      op += " " + path;
+    } else if (std::regex_match(line, m, kOp) && !op.empty()) {
+      out[op] = m[1];
+    }
+  }
+  return out;
+}
+
+// The operation a token needs for each route (docs/api-auth.md) is documented as x-space-op.
+TEST(OpenApi, DocumentsEachRoutesOperation) {
+  std::map<std::string, std::string> from_yaml = openapi_required_ops();
+  for (const Route& r : routes()) {
+    std::string name = std::string(http::to_string(r.method)) + " " + std::string(r.pattern);
+    auto it = from_yaml.find(name);
+    ASSERT_NE(it, from_yaml.end()) << name << " has no x-space-op in api/openapi.yaml";
+    EXPECT_EQ(it->second, op_name(r.op)) << name;
   }
 }
 

@@ -46,7 +46,9 @@ struct Response {
 
 class Conn {
  public:
-  explicit Conn(const std::filesystem::path& socket) : stream_(connect_unix(socket)) {
+  explicit Conn(const std::filesystem::path& socket) : Conn(connect_unix(socket)) {}
+  // Any connected stream socket (the TCP listener's tests).
+  explicit Conn(UniqueFd fd) : stream_(std::move(fd)) {
     stream_.set_read_timeout(std::chrono::milliseconds(5000));
     stream_.set_write_timeout(std::chrono::milliseconds(5000));
   }

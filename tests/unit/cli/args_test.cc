@@ -135,13 +135,38 @@ TEST(Args, OtherCommands) {
   usage_error({"rm"}, "id is required");
 }
 
+TEST(Args, TokenCommands) {
+  Args c = ok({"token", "create", "--name", "ci", "--profile", "test", "--op", "read", "--op",
+               "exec,files", "--ttl", "24h", "--json"});
+  EXPECT_EQ(c.command, "token create");
+  EXPECT_EQ(c.name, "ci");
+  EXPECT_EQ(c.profiles, std::vector<std::string>{"test"});
+  EXPECT_EQ(c.ops, (std::vector<std::string>{"read", "exec", "files"}));
+  EXPECT_EQ(c.ttl, "24h");
+  EXPECT_TRUE(c.json);
+  EXPECT_EQ(ok({"token", "create", "--name", "all", "--profile", "*", "--op", "admin", "--ttl",
+                "1h"})
+                .profiles,
+            std::vector<std::string>{"*"});
+  EXPECT_EQ(ok({"token", "ls", "--json"}).command, "token ls");
+  Args rm = ok({"token", "rm", "0123456789ab"});
+  EXPECT_EQ(rm.command, "token rm");
+  EXPECT_EQ(rm.id, "0123456789ab");
+  usage_error({"token"}, "subcommand is required");
+  usage_error({"token", "create", "--name", "ci", "--op", "read", "--ttl", "1h"}, "--profile");
+  usage_error({"token", "create", "--name", "ci", "--profile", "test", "--op", "read"}, "--ttl");
+  usage_error({"token", "create", "--profile", "test", "--op", "read", "--ttl", "1h"}, "--name");
+  usage_error({"token", "rm"}, "id is required");
+}
+
 TEST(Args, HelpListsEveryCommandAndExitsZero) {
   ParseOutcome p = parse({"--help"});
   EXPECT_FALSE(p.args);
   EXPECT_EQ(p.exit_code, 0);
   for (const char* cmd :
        {"run", "create", "exec", "ps", "kill", "cp", "ls", "inspect", "rm", "pause", "resume",
-        "diff", "doctor", "image", "snapshot", "snapshots", "rollback", "restore", "audit"}) {
+        "diff", "doctor", "image", "snapshot", "snapshots", "rollback", "restore", "audit",
+        "token"}) {
     EXPECT_NE(p.out.find(std::string("  ") + cmd + " "), std::string::npos) << cmd;
   }
   ParseOutcome sub = parse({"run", "--help"});

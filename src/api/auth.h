@@ -1,0 +1,137 @@
+// Authentication and authorization of REST API requests (docs/api-auth.md).
+//
+// Every route declares the operation it needs (router.cc). For each request dispatch() asks
+// authenticate() who is calling, authorize() whether that caller may do the route's
+// operation, and then, for a token limited to some profiles, runs the handler against a
+// ScopedService: a SandboxService through which sandboxes of other profiles do not exist
+// (404 with the very message an unknown id gets, so their existence does not leak) and cannot
+// be created (403).
+//
+// Callers (principals):
+//   - the root operator: a request on the Unix socket (mode 0600; the server also checks the
+//     peer's uid with SO_PEERCRED) without an Authorization header. May do everything.
+//   - a token: "Authorization: Bearer spt_<id>_<secret>" on either transport; on the TCP
+//     listener every request needs one. Limited to its profiles and operations.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "daemon/service.h"
+#include "daemon/tokens.h"
+
+namespace space::api {
+
+// The closed set of operations a token may be granted. kNone marks a route any authenticated
+// caller may use (GET /v1/health); it cannot be granted.
+enum class Op { kNone, kRead, kCreate, kExec, kFiles, kLifecycle, kImages, kAdmin };
+
+std::string_view op_name(Op op);  // "read", ...; "none" for kNone
+std::optional<Op> parse_op(std::string_view name);
+// The grantable operations, in the order of the docs: read, create, exec, files, lifecycle,
+// images, admin.
+const std::vector<Op>& all_ops();
+// "read, create, exec, files, lifecycle, images, admin"
+std::string op_list();
+
+// How a request reached the server.
+enum class Transport { kUnix, kTcp };
+
+struct Principal {
+  bool root = false;
+  daemon::TokenRecord token;  // when !root
+
+  bool allows_op(Op op) const;
+  bool all_profiles() const;  // root, or a token with profile "*"
+  bool allows_profile(std::string_view profile) const;
+  // "root" or "token 1a2b3c4d5e6f (ci)": for messages and logs, never a secret.
+  std::string describe() const;
+  // The token's id, "" for root.
+  std::string token_id() const { return root ? "" : token.id; }
+};
+
+// Who sends a request. `authorization` is the Authorization header, "" when absent. Without a
+// header a Unix-socket request is the root operator; on TCP it is refused. A header must be
+// "Bearer <token>" naming a valid token of `tokens` (null: this server has no tokens).
+// Failures are kUnauthenticated and never repeat the header.
+Result<Principal> authenticate(Transport transport, std::string_view authorization,
+                               daemon::TokenStore* tokens, double now);
+
+// kPermissionDenied naming the operation `route` needs, unless `p` has it.
+Result<void> authorize(const Principal& p, Op op, std::string_view route);
+
+// Body of POST /v1/tokens: {"name", "profiles": [...], "ops": [...], "ttl": "24h"}.
+struct TokenRequest {
+  std::string name;
+  std::vector<std::string> profiles;  // sorted, unique; may be {"*"}
+  std::vector<std::string> ops;       // sorted by all_ops() order, unique
+  double ttl_s = 0;
+};
+inline constexpr double kMaxTokenTtl = 365 * 86400.0;
+// Validates names, profiles (each one of `profiles` or "*"), ops and ttl (required, at most
+// 365 days); messages list what is valid.
+Result<TokenRequest> parse_token_request(const nlohmann::json& body,
+                                         const std::set<std::string>& profiles);
+// Whether `p` could have made a token with this scope: root always; a token only within its
+// own profiles and operations (a token cannot mint a stronger one).
+bool covers(const Principal& p, const std::vector<std::string>& profiles,
+            const std::vector<std::string>& ops);
+// kPermissionDenied unless `p` may create the token `req` describes: within its scope (see
+// covers()) and expiring no later than `p` itself.
+Result<void> check_can_issue(const Principal& p, const TokenRequest& req, double now);
+// A token as GET /v1/tokens shows it (schema Token in api/openapi.yaml): no secret.
+nlohmann::json token_json(const daemon::TokenRecord& r, double now);
+
+// The sandbox service as seen by a token limited to some profiles (see the top of this file).
+class ScopedService : public daemon::SandboxService {
+ public:
+  ScopedService(daemon::SandboxService& inner, const Principal& principal)
+      : inner_(inner), principal_(principal) {}
+
+  Result<daemon::SandboxInfo> create(const daemon::CreateRequest& req) override;
+  Result<std::vector<daemon::SandboxInfo>> list() override;
+  Result<daemon::SandboxInfo> inspect(const std::string& id) override;
+  Result<void> destroy(const std::string& id, bool force) override;
+  Result<std::unique_ptr<daemon::ExecSession>> exec(const std::string& id,
+                                                    const daemon::ExecRequest& req) override;
+  Result<nlohmann::json> processes(const std::string& id) override;
+  Result<void> kill(const std::string& id, int pid, int sig) override;
+  Result<daemon::FileStat> stat(const std::string& id, const std::string& path) override;
+  Result<void> read_file(const std::string& id, const std::string& path,
+                         const daemon::ChunkSink& sink) override;
+  Result<void> read_tar(const std::string& id, const std::string& path,
+                        const daemon::ChunkSink& sink) override;
+  Result<void> write_file(const std::string& id, const std::string& path, uint32_t mode,
+                          const daemon::ChunkSource& source) override;
+  Result<void> write_tar(const std::string& id, const std::string& path,
+                         const daemon::ChunkSource& source) override;
+  Result<void> remove(const std::string& id, const std::string& path, bool recursive) override;
+  Result<nlohmann::json> diff(const std::string& id) override;
+  Result<void> pause(const std::string& id) override;
+  Result<void> resume(const std::string& id) override;
+  Result<nlohmann::json> import_image(const std::string& name,
+                                      const daemon::ChunkSource& source) override;
+  Result<nlohmann::json> list_images() override;
+  Result<void> remove_image(const std::string& name) override;
+  Result<nlohmann::json> audit_events(const std::string& id, int64_t after, size_t limit) override;
+  Result<nlohmann::json> audit_verify(const std::string& id) override;
+  nlohmann::json health() override;
+  std::string metrics() override;
+  nlohmann::json doctor() override;
+
+ private:
+  enum class Missing { kSandbox, kAuditLog };
+  // The sandbox's info if the principal may see it; otherwise the service's own "unknown
+  // sandbox" error for `id`.
+  Result<daemon::SandboxInfo> visible(const std::string& id, Missing how);
+
+  daemon::SandboxService& inner_;
+  const Principal& principal_;
+};
+
+}  // namespace space::api

@@ -1,0 +1,278 @@
+// The API token store (see tokens.h): token text, hashing, and the api_tokens table.
+#include "daemon/tokens.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/daemon.h"  // rfc3339
+
+namespace space::daemon {
+namespace {
+
+constexpr char kHex[] = "0123456789abcdef";
+
+std::string to_hex(const unsigned char* p, size_t n) {
+  std::string out;
+  out.reserve(n * 2);
+  for (size_t i = 0; i < n; ++i) {
+    out += kHex[p[i] >> 4];
+    out += kHex[p[i] & 15];
+  }
+  return out;
+}
+
+bool is_lower_hex(std::string_view s) {
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+Result<std::string> random_hex(size_t bytes) {
+  std::vector<unsigned char> b(bytes);
+  if (RAND_bytes(b.data(), static_cast<int>(b.size())) != 1)
+    return fail(Code::kInternal, "RAND_bytes failed: no randomness for a new API token");
+  std::string out = to_hex(b.data(), b.size());
+  OPENSSL_cleanse(b.data(), b.size());
+  return out;
+}
+
+// One statement; finalized on scope exit (the same shape as the store's).
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr);
+  }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  bool ok() const { return rc_ == SQLITE_OK; }
+  Error error(std::string_view what) const {
+    return Error(Code::kInternal, std::string(what) + ": " + sqlite3_errmsg(db_));
+  }
+  Stmt& bind(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& bind(int i, double v) {
+    sqlite3_bind_double(s_, i, v);
+    return *this;
+  }
+  int step() { return sqlite3_step(s_); }
+  std::string text(int c) const {
+    auto* p = sqlite3_column_text(s_, c);
+    return p ? std::string(reinterpret_cast<const char*>(p),
+                           static_cast<size_t>(sqlite3_column_bytes(s_, c)))
+             : std::string();
+  }
+  double real(int c) const { return sqlite3_column_double(s_, c); }
+  std::optional<double> opt_real(int c) const {
+    if (sqlite3_column_type(s_, c) == SQLITE_NULL) return std::nullopt;
+    return sqlite3_column_double(s_, c);
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* s_ = nullptr;
+  int rc_;
+};
+
+constexpr const char* kCols =
+    "id, name, profiles, ops, created_at, expires_at, revoked_at, last_used_at, secret_hash";
+
+std::vector<std::string> string_list(const std::string& json_text) {
+  std::vector<std::string> out;
+  auto j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array()) return out;
+  for (auto& v : j)
+    if (v.is_string()) out.push_back(v.get<std::string>());
+  return out;
+}
+
+TokenRecord read_token(const Stmt& s) {
+  TokenRecord r;
+  r.id = s.text(0);
+  r.name = s.text(1);
+  r.profiles = string_list(s.text(2));
+  r.ops = string_list(s.text(3));
+  r.created_at = s.real(4);
+  r.expires_at = s.real(5);
+  r.revoked_at = s.opt_real(6);
+  r.last_used_at = s.opt_real(7);
+  return r;
+}
+
+Error invalid_token() {
+  return Error(Code::kUnauthenticated,
+               "invalid API token (expected \"Authorization: Bearer spt_<id>_<secret>\" with a "
+               "token from `space token create`)");
+}
+
+}  // namespace
+
+std::optional<TokenText> parse_token_text(std::string_view text) {
+  constexpr size_t kSecretHex = kTokenSecretBytes * 2;
+  if (text.size() != kTokenPrefix.size() + kTokenIdHexDigits + 1 + kSecretHex) return std::nullopt;
+  if (!text.starts_with(kTokenPrefix)) return std::nullopt;
+  std::string_view id = text.substr(kTokenPrefix.size(), kTokenIdHexDigits);
+  if (text[kTokenPrefix.size() + kTokenIdHexDigits] != '_') return std::nullopt;
+  std::string_view secret = text.substr(kTokenPrefix.size() + kTokenIdHexDigits + 1);
+  if (!is_lower_hex(id) || !is_lower_hex(secret)) return std::nullopt;
+  return TokenText{std::string(id), std::string(secret)};
+}
+
+bool is_token_id(std::string_view id) { return id.size() == kTokenIdHexDigits && is_lower_hex(id); }
+
+std::string sha256_hex(std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (EVP_Digest(data.data(), data.size(), md, &n, EVP_sha256(), nullptr) != 1) abort();
+  return to_hex(md, n);
+}
+
+Result<std::unique_ptr<TokenStore>> TokenStore::open(const std::filesystem::path& db_file) {
+  sqlite3* db = nullptr;
+  int rc =
+      sqlite3_open_v2(db_file.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return fail(Code::kUnavailable, "opening database " + db_file.string() + ": " + msg);
+  }
+  sqlite3_busy_timeout(db, 5000);
+  std::unique_ptr<TokenStore> s(new TokenStore(db));
+  Stmt q(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'api_tokens'");
+  if (!q.ok() || q.step() != SQLITE_ROW)
+    return fail(Code::kUnavailable, db_file.string() +
+                                        " has no api_tokens table; open it with the store "
+                                        "first (it migrates the schema)");
+  return s;
+}
+
+TokenStore::~TokenStore() { sqlite3_close(db_); }
+
+Result<IssuedToken> TokenStore::create(const std::string& name,
+                                       const std::vector<std::string>& profiles,
+                                       const std::vector<std::string>& ops, double ttl_s,
+                                       double now) {
+  IssuedToken out;
+  TokenRecord& r = out.record;
+  r.name = name;
+  r.profiles = profiles;
+  r.ops = ops;
+  r.created_at = now;
+  r.expires_at = now + ttl_s;
+  std::lock_guard lock(mu_);
+  for (int attempt = 0;; ++attempt) {
+    r.id = TRY(random_hex(kTokenIdHexDigits / 2));
+    std::string secret = TRY(random_hex(kTokenSecretBytes));
+    Stmt s(db_,
+           "INSERT INTO api_tokens (id, name, secret_hash, profiles, ops, created_at, "
+           "expires_at) VALUES (?,?,?,?,?,?,?)");
+    if (!s.ok()) return fail(s.error("saving API token"));
+    s.bind(1, r.id).bind(2, r.name).bind(3, sha256_hex(secret));
+    s.bind(4, nlohmann::json(r.profiles).dump()).bind(5, nlohmann::json(r.ops).dump());
+    s.bind(6, r.created_at).bind(7, r.expires_at);
+    int rc = s.step();
+    if (rc == SQLITE_DONE) {
+      out.text = std::string(kTokenPrefix) + r.id + "_" + secret;
+      OPENSSL_cleanse(secret.data(), secret.size());
+      return out;
+    }
+    OPENSSL_cleanse(secret.data(), secret.size());
+    // An id collision (48 random bits) is retried; anything else is an error.
+    if (rc != SQLITE_CONSTRAINT || attempt >= 8) return fail(s.error("saving API token"));
+  }
+}
+
+Result<std::vector<TokenRecord>> TokenStore::list() {
+  std::lock_guard lock(mu_);
+  std::string sql = std::string("SELECT ") + kCols + " FROM api_tokens ORDER BY created_at DESC";
+  Stmt s(db_, sql.c_str());
+  if (!s.ok()) return fail(s.error("listing API tokens"));
+  std::vector<TokenRecord> out;
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW) out.push_back(read_token(s));
+  if (rc != SQLITE_DONE) return fail(s.error("listing API tokens"));
+  return out;
+}
+
+Result<std::optional<TokenRecord>> TokenStore::get(const std::string& id) {
+  std::lock_guard lock(mu_);
+  std::string sql = std::string("SELECT ") + kCols + " FROM api_tokens WHERE id = ?";
+  Stmt s(db_, sql.c_str());
+  if (!s.ok()) return fail(s.error("reading API token"));
+  s.bind(1, id);
+  int rc = s.step();
+  if (rc == SQLITE_DONE) return std::optional<TokenRecord>{};
+  if (rc != SQLITE_ROW) return fail(s.error("reading API token"));
+  return std::optional<TokenRecord>(read_token(s));
+}
+
+Result<TokenRecord> TokenStore::revoke(const std::string& id, double now) {
+  {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "UPDATE api_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL");
+    if (!s.ok()) return fail(s.error("revoking API token"));
+    s.bind(1, now).bind(2, id);
+    if (s.step() != SQLITE_DONE) return fail(s.error("revoking API token " + id));
+  }
+  auto r = TRY(get(id));
+  if (!r)
+    return fail(Code::kNotFound,
+                "unknown API token " + id.substr(0, 40) + "; `space token ls` lists tokens");
+  return std::move(*r);
+}
+
+Result<TokenRecord> TokenStore::authenticate(std::string_view text, double now) {
+  auto parts = parse_token_text(text);
+  if (!parts) return fail(invalid_token());
+  std::string hash;
+  TokenRecord rec;
+  {
+    std::lock_guard lock(mu_);
+    std::string sql = std::string("SELECT ") + kCols + " FROM api_tokens WHERE id = ?";
+    Stmt s(db_, sql.c_str());
+    if (!s.ok()) return fail(s.error("reading API token"));
+    s.bind(1, parts->id);
+    int rc = s.step();
+    if (rc == SQLITE_DONE) {
+      // Hash anyway, so an unknown id costs the same time as a wrong secret.
+      (void)sha256_hex(parts->secret);
+      return fail(invalid_token());
+    }
+    if (rc != SQLITE_ROW) return fail(s.error("reading API token"));
+    rec = read_token(s);
+    hash = s.text(8);
+  }
+  std::string given = sha256_hex(parts->secret);
+  OPENSSL_cleanse(parts->secret.data(), parts->secret.size());
+  if (hash.size() != given.size() || CRYPTO_memcmp(hash.data(), given.data(), given.size()) != 0)
+    return fail(invalid_token());
+  std::string who = "API token " + rec.id + " (" + rec.name + ")";
+  if (rec.revoked_at)
+    return fail(Code::kUnauthenticated,
+                who + " was revoked at " + rfc3339(*rec.revoked_at) + "; ask for a new one");
+  if (rec.expired(now))
+    return fail(Code::kUnauthenticated, who + " expired at " + rfc3339(rec.expires_at) +
+                                            "; create a new one with `space token create`");
+  if (!rec.last_used_at || now - *rec.last_used_at >= 60) {
+    (void)touch(rec.id, now);  // bookkeeping only: a failure must not refuse the request
+    rec.last_used_at = now;
+  }
+  return rec;
+}
+
+Result<void> TokenStore::touch(const std::string& id, double now) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "UPDATE api_tokens SET last_used_at = ? WHERE id = ?");
+  if (!s.ok()) return fail(s.error("recording API token use"));
+  s.bind(1, now).bind(2, id);
+  if (s.step() != SQLITE_DONE) return fail(s.error("recording API token use"));
+  return {};
+}
+
+}  // namespace space::daemon

@@ -1,0 +1,96 @@
+// API tokens (docs/api-auth.md): bearer credentials for the REST API, each scoped to a set of
+// profiles and operations and valid until it expires or is revoked.
+//
+// A token's text is "spt_<id>_<secret>": <id> is 12 hex digits naming its row, <secret> 64 hex
+// digits (32 random bytes). Only SHA-256(secret) is stored, so the database never holds a
+// usable credential, and the text is shown exactly once, when the token is made. Secrets are
+// compared in constant time. TokenStore keeps the api_tokens table (created by Store's
+// migrations) through its own connection to the daemon's SQLite file, as the audit log does.
+// Scopes are stored as given: which operation and profile names are valid is decided by the
+// API layer (src/api/auth.h).
+#pragma once
+
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+
+namespace space::daemon {
+
+inline constexpr std::string_view kTokenPrefix = "spt_";
+inline constexpr size_t kTokenIdHexDigits = 12;
+inline constexpr size_t kTokenSecretBytes = 32;
+
+struct TokenRecord {
+  std::string id;  // 12 hex digits
+  std::string name;
+  std::vector<std::string> profiles;  // "*" = every profile
+  std::vector<std::string> ops;
+  double created_at = 0;  // unix seconds
+  double expires_at = 0;
+  std::optional<double> revoked_at;
+  std::optional<double> last_used_at;  // updated at most once a minute
+
+  bool revoked() const { return revoked_at.has_value(); }
+  bool expired(double now) const { return now >= expires_at; }
+};
+
+// The two parts of a token's text.
+struct TokenText {
+  std::string id;
+  std::string secret;
+};
+// Splits "spt_<12 hex>_<64 hex>"; nullopt unless the text has exactly that shape (lower-case
+// hex). Never puts the text in an error message: callers must not either.
+std::optional<TokenText> parse_token_text(std::string_view text);
+// Lower-case hex SHA-256 of `data`.
+std::string sha256_hex(std::string_view data);
+// Whether `id` looks like a token id (12 lower-case hex digits).
+bool is_token_id(std::string_view id);
+
+// A token just made: its record and its text (the only time the text exists outside the
+// client).
+struct IssuedToken {
+  TokenRecord record;
+  std::string text;
+};
+
+class TokenStore {
+ public:
+  // Opens `db_file`, whose schema must already hold api_tokens (Store::open migrates it).
+  static Result<std::unique_ptr<TokenStore>> open(const std::filesystem::path& db_file);
+  ~TokenStore();
+  TokenStore(const TokenStore&) = delete;
+  TokenStore& operator=(const TokenStore&) = delete;
+
+  // Makes a token valid from `now` for `ttl_s` seconds.
+  Result<IssuedToken> create(const std::string& name, const std::vector<std::string>& profiles,
+                             const std::vector<std::string>& ops, double ttl_s, double now);
+  // Every token (revoked and expired ones too), newest first. No secrets: only hashes are
+  // stored, and those are not returned either.
+  Result<std::vector<TokenRecord>> list();
+  Result<std::optional<TokenRecord>> get(const std::string& id);
+  // Marks a token revoked (kNotFound if unknown); revoking again keeps the first time.
+  Result<TokenRecord> revoke(const std::string& id, double now);
+  // The token that `text` is, if its secret matches and it is neither revoked nor expired.
+  // Otherwise kUnauthenticated: "invalid API token" when the text is malformed, unknown or
+  // its secret is wrong (one message for all three, so ids cannot be probed); and, only for a
+  // correct secret, a message saying it was revoked or when it expired. Records the use.
+  Result<TokenRecord> authenticate(std::string_view text, double now);
+
+ private:
+  explicit TokenStore(sqlite3* db) : db_(db) {}
+  Result<void> touch(const std::string& id, double now);
+
+  std::mutex mu_;
+  sqlite3* db_;
+};
+
+}  // namespace space::daemon

@@ -1,0 +1,703 @@
+// Credentials: parsing secret definitions from spaced's config, deciding which requests a secret
+// applies to, resolving values from their sources (literal, spaced's environment, a file, a
+// command run under a timeout with an output cap and a TTL cache), placeholders, and the
+// streaming redactor that masks secret values in response bodies. No value ever appears in an
+// error message: errors name the secret, the variable, the file or the command instead.
+#include "egress/credentials.h"
+
+#include <fcntl.h>
+#include <openssl/rand.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "common/fd.h"
+#include "common/units.h"
+
+namespace space::egress {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr size_t kMaxValueBytes = 64 * 1024;  // file contents and command stdout
+constexpr size_t kStderrExcerptBytes = 512;
+constexpr size_t kMaxNameLength = 64;
+constexpr double kMaxTtlSeconds = 100.0 * 365 * 24 * 3600;
+
+bool is_name_start(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; }
+bool is_name_char(char c) { return is_name_start(c) || (c >= '0' && c <= '9'); }
+
+// [A-Za-z_][A-Za-z0-9_]*: environment variable names (and, up to 64 long, secret names).
+bool is_identifier(std::string_view s) {
+  return !s.empty() && is_name_start(s[0]) && std::all_of(s.begin(), s.end(), is_name_char);
+}
+
+// RFC 9110 tchar.
+bool is_tchar(char c) {
+  if (is_name_char(c)) return true;
+  return std::string_view("!#$%&'*+-.^`|~").find(c) != std::string_view::npos;
+}
+bool is_token(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), is_tchar);
+}
+
+// A control character that has no place in a header value or request-target (HTAB is allowed).
+bool has_control(std::string_view s) {
+  return std::any_of(s.begin(), s.end(), [](char c) {
+    auto u = static_cast<unsigned char>(c);
+    return (u < 0x20 && c != '\t') || u == 0x7f;
+  });
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// Headers that frame the message or the connection: a secret must not set them.
+bool is_reserved_header(std::string_view name) {
+  for (std::string_view r : {"host", "content-length", "transfer-encoding", "connection", "upgrade",
+                             "te", "trailer", "keep-alive", "proxy-connection"}) {
+    if (iequals(name, r)) return true;
+  }
+  return false;
+}
+
+std::string_view trim(std::string_view s) {
+  constexpr std::string_view kSpace = " \t\r\n\f\v";
+  size_t b = s.find_first_not_of(kSpace);
+  if (b == std::string_view::npos) return {};
+  size_t e = s.find_last_not_of(kSpace);
+  return s.substr(b, e - b + 1);
+}
+
+// A path the prefix rules can be trusted on: no dot segments (plain or %2e-encoded), no encoded
+// slashes or backslashes, no backslashes.
+bool is_plain_path(std::string_view path) {
+  if (path.find('\\') != std::string_view::npos) return false;
+  for (size_t i = 0; i + 2 < path.size(); ++i) {
+    if (path[i] != '%') continue;
+    std::string_view enc = path.substr(i + 1, 2);
+    if (iequals(enc, "2f") || iequals(enc, "5c")) return false;
+  }
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    std::string seg;
+    std::string_view raw = path.substr(start, end - start);
+    for (size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] == '%' && i + 2 < raw.size() && iequals(raw.substr(i + 1, 2), "2e")) {
+        seg += '.';
+        i += 2;
+      } else {
+        seg += raw[i];
+      }
+    }
+    if (seg == "." || seg == "..") return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+// Reads a JSON array of strings; `what` names the key in errors.
+Result<std::vector<std::string>> string_array(const json& j, std::string_view what) {
+  if (!j.is_array()) return fail(Code::kInvalidArgument, std::string(what) + " must be an array");
+  std::vector<std::string> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    if (!j[i].is_string()) {
+      return fail(Code::kInvalidArgument,
+                  std::string(what) + "[" + std::to_string(i) + "] must be a string");
+    }
+    out.push_back(j[i].get_ref<const std::string&>());
+  }
+  return out;
+}
+
+Result<std::string> string_field(const json& j, std::string_view what) {
+  if (!j.is_string()) return fail(Code::kInvalidArgument, std::string(what) + " must be a string");
+  return j.get_ref<const std::string&>();
+}
+
+Result<std::chrono::seconds> parse_ttl(const json& j) {
+  double seconds = 0;
+  if (j.is_string()) {
+    seconds = TRY_CTX(parse_duration(j.get_ref<const std::string&>()), "ttl");
+  } else if (j.is_number()) {
+    seconds = j.get<double>();
+    if (!(seconds >= 0 && seconds <= kMaxTtlSeconds)) {
+      return fail(Code::kInvalidArgument, "ttl must be a duration such as \"15m\" or seconds");
+    }
+  } else {
+    return fail(Code::kInvalidArgument, "ttl must be a duration such as \"15m\"");
+  }
+  return std::chrono::seconds(static_cast<int64_t>(seconds));  // whole seconds, rounded down
+}
+
+// The body of from_json; errors get "secret NAME: " in front.
+Result<SecretDef> parse_def(const std::string& name, const json& j) {
+  if (!j.is_object()) return fail(Code::kInvalidArgument, "definition must be an object");
+  static const std::vector<std::string_view> kKeys = {"value",    "env",     "file",    "command",
+                                                      "ttl",      "hosts",   "methods", "paths",
+                                                      "profiles", "env_var", "header",  "format"};
+  for (const auto& [key, _] : j.items()) {
+    if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) {
+      return fail(Code::kInvalidArgument, "unknown key \"" + key + "\"");
+    }
+  }
+  SecretDef d;
+  d.name = name;
+
+  int sources = 0;
+  for (const char* k : {"value", "env", "file", "command"}) sources += j.contains(k) ? 1 : 0;
+  if (sources != 1) {
+    return fail(Code::kInvalidArgument,
+                "exactly one of \"value\", \"env\", \"file\" or \"command\" is required");
+  }
+  if (j.contains("value")) {
+    d.source = SecretDef::Source::kValue;
+    // The messages below must not quote the value.
+    if (!j["value"].is_string()) return fail(Code::kInvalidArgument, "value must be a string");
+    d.value = j["value"].get_ref<const std::string&>();
+    if (d.value.empty()) return fail(Code::kInvalidArgument, "value is empty");
+    if (has_control(d.value)) {
+      return fail(Code::kInvalidArgument, "value contains a control character");
+    }
+  } else if (j.contains("env")) {
+    d.source = SecretDef::Source::kEnv;
+    d.value = TRY(string_field(j["env"], "env"));
+    if (!is_identifier(d.value)) {
+      return fail(Code::kInvalidArgument, "env \"" + d.value + "\" is not a variable name");
+    }
+  } else if (j.contains("file")) {
+    d.source = SecretDef::Source::kFile;
+    d.value = TRY(string_field(j["file"], "file"));
+    if (d.value.empty() || d.value[0] != '/' || d.value.find('\0') != std::string::npos) {
+      return fail(Code::kInvalidArgument, "file must be an absolute path");
+    }
+  } else {
+    d.source = SecretDef::Source::kCommand;
+    d.command = TRY(string_array(j["command"], "command"));
+    if (d.command.empty()) return fail(Code::kInvalidArgument, "command is empty");
+    if (d.command[0].empty() || d.command[0][0] != '/') {
+      return fail(Code::kInvalidArgument, "command[0] must be an absolute path");
+    }
+    for (const auto& arg : d.command) {
+      if (arg.find('\0') != std::string::npos) {
+        return fail(Code::kInvalidArgument, "command has an argument with a NUL byte");
+      }
+    }
+  }
+  if (j.contains("ttl")) {
+    if (d.source != SecretDef::Source::kCommand) {
+      return fail(Code::kInvalidArgument, "ttl is only allowed with command");
+    }
+    d.ttl = TRY(parse_ttl(j["ttl"]));
+  }
+
+  if (!j.contains("hosts")) return fail(Code::kInvalidArgument, "hosts is required");
+  auto hosts = TRY(string_array(j["hosts"], "hosts"));
+  if (hosts.empty()) return fail(Code::kInvalidArgument, "hosts is empty");
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    d.hosts.push_back(TRY_CTX(parse_host_pattern(hosts[i]), "hosts[" + std::to_string(i) + "]"));
+  }
+
+  if (j.contains("methods")) {
+    d.methods = TRY(string_array(j["methods"], "methods"));
+    for (const auto& m : d.methods) {
+      bool upper = std::none_of(m.begin(), m.end(), [](char c) { return c >= 'a' && c <= 'z'; });
+      if (!is_token(m) || !upper) {
+        return fail(Code::kInvalidArgument,
+                    "method \"" + m + "\" is not an upper-case HTTP method");
+      }
+    }
+  }
+  if (j.contains("paths")) {
+    d.paths = TRY(string_array(j["paths"], "paths"));
+    for (const auto& p : d.paths) {
+      if (p.empty() || p[0] != '/' || has_control(p) || p.find_first_of(" ?#") != p.npos) {
+        return fail(Code::kInvalidArgument,
+                    "path \"" + p + "\" must start with '/' (no spaces, '?' or '#')");
+      }
+    }
+  }
+
+  if (!j.contains("profiles")) return fail(Code::kInvalidArgument, "profiles is required");
+  d.profiles = TRY(string_array(j["profiles"], "profiles"));
+  if (d.profiles.empty()) return fail(Code::kInvalidArgument, "profiles is empty");
+  for (const auto& p : d.profiles) {
+    if (p.empty()) return fail(Code::kInvalidArgument, "profiles has an empty name");
+  }
+
+  d.env_var = name;
+  if (j.contains("env_var")) {
+    d.env_var = TRY(string_field(j["env_var"], "env_var"));
+    if (!is_identifier(d.env_var)) {
+      return fail(Code::kInvalidArgument, "env_var \"" + d.env_var + "\" is not a variable name");
+    }
+  }
+
+  if (j.contains("header")) {
+    d.header = TRY(string_field(j["header"], "header"));
+    if (!is_token(d.header)) {
+      return fail(Code::kInvalidArgument, "header \"" + d.header + "\" is not a field name");
+    }
+    if (is_reserved_header(d.header)) {
+      return fail(Code::kInvalidArgument, "header " + d.header + " cannot be set by a secret");
+    }
+  }
+  if (j.contains("format")) {
+    if (d.header.empty()) return fail(Code::kInvalidArgument, "format needs header");
+    d.format = TRY(string_field(j["format"], "format"));
+    size_t first = d.format.find("{}");
+    if (first == std::string::npos || d.format.find("{}", first + 2) != std::string::npos) {
+      return fail(Code::kInvalidArgument, "format must contain \"{}\" exactly once");
+    }
+    if (has_control(d.format)) {
+      return fail(Code::kInvalidArgument, "format contains a control character");
+    }
+  }
+  return d;
+}
+
+// ---- running a command -------------------------------------------------------------------
+
+// A pipe whose ends are O_CLOEXEC and numbered 3 or above, so that dup2 onto 0..2 in the child
+// never meets one of them.
+Result<std::pair<UniqueFd, UniqueFd>> make_pipe() {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return fail_sys("pipe2");
+  UniqueFd r(p[0]), w(p[1]);
+  for (UniqueFd* fd : {&r, &w}) {
+    if (fd->get() >= 3) continue;
+    int moved = ::fcntl(fd->get(), F_DUPFD_CLOEXEC, 3);
+    if (moved < 0) return fail_sys("fcntl", "F_DUPFD_CLOEXEC");
+    fd->reset(moved);
+  }
+  return std::pair{std::move(r), std::move(w)};
+}
+
+// The command's process, leader of its own process group. Until reaped, the destructor kills
+// the group (the command and whatever it started that stayed in the group) and reaps the
+// command, so no path leaves a process running or a zombie behind. The pid cannot be reused
+// before we reap it, so signalling it (and its group) is safe.
+class Child {
+ public:
+  explicit Child(pid_t pid) : pid_(pid) {}
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child() {
+    if (pid_ <= 0) return;
+    kill_group();
+    int status;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  pid_t pid() const { return pid_; }
+  void kill_group() {
+    ::kill(-pid_, SIGKILL);  // the group we made it lead (POSIX_SPAWN_SETPGROUP)
+    ::kill(pid_, SIGKILL);   // in case it moved itself to another group
+  }
+  // Reaps the exited command; returns its wait status.
+  Result<int> reap() {
+    int status = 0;
+    pid_t r;
+    do {
+      r = ::waitpid(pid_, &status, 0);
+    } while (r < 0 && errno == EINTR);
+    int err = errno;
+    pid_ = -1;
+    if (r < 0) return fail_sys("waitpid", "", err);  // ECHILD: reaped by someone else
+    return status;
+  }
+
+ private:
+  pid_t pid_;
+};
+
+// A readable, single-line excerpt of what the command wrote to stderr.
+std::string excerpt(std::string_view err) {
+  std::string out(trim(err));
+  for (char& c : out) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) c = ' ';
+  }
+  return out;
+}
+
+// Runs argv[0] (absolute) with argv, an environment of only PATH, stdin /dev/null, cwd /, no fd
+// but 0..2, default signal dispositions and an empty signal mask. Returns the trimmed stdout.
+Result<std::string> run_command(const std::vector<std::string>& argv,
+                                std::chrono::milliseconds timeout) {
+  const std::string& path = argv[0];
+  auto [out_r, out_w] = TRY(make_pipe());
+  auto [err_r, err_w] = TRY(make_pipe());
+
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  if (int e = posix_spawn_file_actions_init(&fa); e != 0) {
+    return fail_sys("posix_spawn_file_actions_init", "", e);
+  }
+  if (int e = posix_spawnattr_init(&attr); e != 0) {
+    posix_spawn_file_actions_destroy(&fa);
+    return fail_sys("posix_spawnattr_init", "", e);
+  }
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  int e = 0;
+  auto step = [&e](int rc) {
+    if (e == 0) e = rc;
+  };
+  step(posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0));
+  step(posix_spawn_file_actions_adddup2(&fa, out_w.get(), 1));
+  step(posix_spawn_file_actions_adddup2(&fa, err_w.get(), 2));
+  step(posix_spawn_file_actions_addclosefrom_np(&fa, 3));  // whatever other threads leaked
+  step(posix_spawn_file_actions_addchdir_np(&fa, "/"));
+  step(posix_spawnattr_setflags(
+      &attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP));
+  step(posix_spawnattr_setsigmask(&attr, &none));
+  step(posix_spawnattr_setsigdefault(&attr, &all));
+  step(posix_spawnattr_setpgroup(&attr, 0));
+
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  char env_path[] = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+  char* envp[] = {env_path, nullptr};
+
+  pid_t pid = -1;
+  if (e == 0) e = ::posix_spawn(&pid, path.c_str(), &fa, &attr, args.data(), envp);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (e != 0) return fail_sys("posix_spawn", "\"" + path + "\"", e);
+  Child child(pid);
+  out_w.reset();
+  err_w.reset();
+
+  // A pidfd says when the command exits even if something it started keeps the pipes open.
+  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));  // always O_CLOEXEC
+  if (!pidfd) return fail_sys("pidfd_open");
+
+  std::string out, err;
+  size_t err_total = 0;
+  bool exited = false;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  char buf[16384];
+  while (out_r || err_r || !exited) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      child.kill_group();
+      (void)child.reap();
+      return fail(Code::kTimeout, "command " + path + " did not finish within " +
+                                      format_duration(timeout.count() / 1000.0));
+    }
+    pollfd fds[3] = {{out_r ? out_r.get() : -1, POLLIN, 0},
+                     {err_r ? err_r.get() : -1, POLLIN, 0},
+                     {exited ? -1 : pidfd.get(), POLLIN, 0}};
+    int n = ::poll(fds, 3, static_cast<int>(std::min<int64_t>(left.count() + 1, 60000)));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail_sys("poll");
+    }
+    if (fds[2].revents) exited = true;
+    for (int i = 0; i < 2; ++i) {
+      if (!fds[i].revents) continue;
+      UniqueFd& fd = i == 0 ? out_r : err_r;
+      ssize_t got = ::read(fd.get(), buf, sizeof buf);
+      if (got < 0) {
+        if (errno == EINTR || errno == EAGAIN) continue;
+        return fail_sys("read", i == 0 ? "command stdout" : "command stderr");
+      }
+      if (got == 0) {
+        fd.reset();
+        continue;
+      }
+      if (i == 0) {
+        out.append(buf, static_cast<size_t>(got));
+        if (out.size() > kMaxValueBytes) {
+          return fail(Code::kUnavailable, "command " + path + " wrote more than " +
+                                              format_size(kMaxValueBytes) + " to stdout");
+        }
+      } else {
+        err_total += static_cast<size_t>(got);
+        size_t room = kStderrExcerptBytes - err.size();
+        err.append(buf, std::min(room, static_cast<size_t>(got)));
+      }
+    }
+  }
+  int status = TRY_CTX(child.reap(), "command " + path);
+  // The stdout of a failed command is discarded, but it may still be a token, so it is cut out
+  // of the stderr excerpt too (best effort: a copy cut by the 512-byte limit stays partly).
+  std::string value(trim(out));
+  if (value.size() >= 8) replace_all(err, value, "[redacted]");
+  std::string note = excerpt(err);
+  if (err_total > kStderrExcerptBytes) note += " ...";
+  if (WIFSIGNALED(status)) {
+    return fail(Code::kUnavailable, "command " + path + " was killed by signal " +
+                                        std::to_string(WTERMSIG(status)) +
+                                        (note.empty() ? "" : ": " + note));
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return fail(Code::kUnavailable, "command " + path + " exited with status " +
+                                        std::to_string(WEXITSTATUS(status)) +
+                                        (note.empty() ? "" : ": " + note));
+  }
+  if (value.empty()) return fail(Code::kUnavailable, "command " + path + " printed nothing");
+  return value;
+}
+
+// ---- the other sources ---------------------------------------------------------------------
+
+Result<std::string> read_secret_file(const std::string& path) {
+  // O_NONBLOCK: a FIFO put in place of the file must not hang the gateway; it is refused below.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+  if (!fd) return fail(Error::sys("open", "\"" + path + "\"").wrap("reading secret file"));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return fail_sys("fstat", "\"" + path + "\"");
+  if (!S_ISREG(st.st_mode)) {
+    return fail(Code::kUnavailable, "secret file " + path + " is not a regular file");
+  }
+  std::string data;
+  char buf[16384];
+  for (;;) {
+    ssize_t got = ::read(fd.get(), buf, sizeof buf);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return fail_sys("read", "\"" + path + "\"");
+    }
+    if (got == 0) break;
+    data.append(buf, static_cast<size_t>(got));
+    if (data.size() > kMaxValueBytes) {
+      return fail(Code::kUnavailable,
+                  "secret file " + path + " is larger than " + format_size(kMaxValueBytes));
+    }
+  }
+  std::string value(trim(data));
+  if (value.empty()) return fail(Code::kUnavailable, "secret file " + path + " is empty");
+  return value;
+}
+
+}  // namespace
+
+// ---- SecretDef ---------------------------------------------------------------------------
+
+Result<SecretDef> SecretDef::from_json(const std::string& name, const nlohmann::json& j) {
+  if (name.size() > kMaxNameLength || !is_identifier(name)) {
+    std::string shown =
+        name.size() > kMaxNameLength ? name.substr(0, kMaxNameLength) + "..." : name;
+    for (char& c : shown) {
+      if (static_cast<unsigned char>(c) < 0x20) c = '?';
+    }
+    return fail(Code::kInvalidArgument,
+                "secret \"" + shown + "\": name must match [A-Za-z_][A-Za-z0-9_]{0,63}");
+  }
+  auto d = parse_def(name, j);
+  if (!d) return fail(std::move(d.error()).wrap("secret " + name));
+  return d;
+}
+
+bool SecretDef::bound_to(const Host& host) const {
+  return std::any_of(hosts.begin(), hosts.end(),
+                     [&](const HostPattern& p) { return p.matches(host); });
+}
+
+bool SecretDef::applies(const Host& host, std::string_view method, std::string_view target) const {
+  if (!bound_to(host)) return false;
+  if (!methods.empty() && std::find(methods.begin(), methods.end(), method) == methods.end()) {
+    return false;
+  }
+  if (paths.empty()) return true;
+  std::string_view path = target.substr(0, target.find('?'));
+  if (path.empty() || path[0] != '/' || !is_plain_path(path)) return false;
+  return std::any_of(paths.begin(), paths.end(),
+                     [&](const std::string& p) { return path.starts_with(p); });
+}
+
+// ---- SecretStore -------------------------------------------------------------------------
+
+SecretStore::SecretStore(std::map<std::string, SecretDef> defs)
+    : defs_(std::move(defs)), clock_([] { return std::chrono::steady_clock::now(); }) {
+  for (const auto& [name, def] : defs_) {
+    if (def.source == SecretDef::Source::kCommand) {
+      minting_.emplace(name, std::make_unique<std::mutex>());
+    }
+  }
+}
+
+const SecretDef* SecretStore::find(std::string_view name) const {
+  auto it = defs_.find(std::string(name));
+  return it == defs_.end() ? nullptr : &it->second;
+}
+
+void SecretStore::set_clock(std::function<std::chrono::steady_clock::time_point()> clock) {
+  std::lock_guard lock(mu_);
+  clock_ = std::move(clock);
+}
+
+void SecretStore::set_command_timeout(std::chrono::milliseconds timeout) {
+  std::lock_guard lock(mu_);
+  command_timeout_ = timeout;
+}
+
+Result<std::string> SecretStore::value(const std::string& name) {
+  const SecretDef* def = find(name);
+  if (!def) return fail(Code::kNotFound, "secret " + name + " is not defined");
+  Result<std::string> v = fail(Code::kInternal, "unknown secret source");
+  switch (def->source) {
+    case SecretDef::Source::kValue:
+      v = def->value;
+      break;
+    case SecretDef::Source::kEnv: {
+      // Read at each use, so rotating the variable (in a wrapper that re-execs) needs nothing
+      // else. getenv is only unsafe against concurrent setenv, which spaced does not do.
+      const char* e = std::getenv(def->value.c_str());
+      if (!e) {
+        v = fail(Code::kUnavailable, "environment variable " + def->value + " is not set");
+      } else if (*e == '\0') {
+        v = fail(Code::kUnavailable, "environment variable " + def->value + " is empty");
+      } else {
+        v = std::string(e);
+      }
+      break;
+    }
+    case SecretDef::Source::kFile:
+      v = read_secret_file(def->value);
+      break;
+    case SecretDef::Source::kCommand:
+      v = mint(*def);
+      break;
+  }
+  if (!v) return fail(std::move(v.error()).wrap("secret " + name));
+  // A value is put into header values and request-targets: a line break would split them.
+  if (has_control(*v)) {
+    return fail(Code::kUnavailable, "secret " + name + ": the value contains a control character");
+  }
+  return v;
+}
+
+Result<std::string> SecretStore::mint(const SecretDef& def) {
+  std::lock_guard minting(*minting_.at(def.name));
+  std::chrono::steady_clock::time_point started;
+  std::chrono::milliseconds timeout;
+  {
+    std::lock_guard lock(mu_);
+    started = clock_();
+    auto it = cache_.find(def.name);
+    if (it != cache_.end() && started < it->second.expires) return it->second.value;
+    timeout = command_timeout_;
+  }
+  std::string v = TRY(run_command(def.command, timeout));
+  if (has_control(v)) return v;  // refused by value(); not cached
+  std::lock_guard lock(mu_);
+  // The TTL counts from before the run: the token is at least that fresh.
+  cache_[def.name] = Cached{v, started + def.ttl};
+  return v;
+}
+
+// ---- placeholders and replacement --------------------------------------------------------
+
+std::string make_placeholder(std::string_view name) {
+  unsigned char r[16];
+  if (RAND_bytes(r, sizeof r) != 1 &&
+      ::getrandom(r, sizeof r, 0) != static_cast<ssize_t>(sizeof r)) {
+    std::abort();  // no randomness at all: a guessable placeholder would be worse
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "space_ph_";
+  out += name;
+  out += '_';
+  for (unsigned char b : r) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
+size_t replace_all(std::string& s, std::string_view from, std::string_view to) {
+  if (from.empty()) return 0;
+  size_t count = 0;
+  std::string out;
+  size_t pos = 0;
+  for (size_t hit = s.find(from); hit != std::string::npos; hit = s.find(from, pos)) {
+    out.append(s, pos, hit - pos);
+    out.append(to);
+    pos = hit + from.size();
+    ++count;
+  }
+  if (count == 0) return 0;
+  out.append(s, pos, std::string::npos);
+  s = std::move(out);
+  return count;
+}
+
+// ---- Redactor ----------------------------------------------------------------------------
+
+Redactor::Redactor(std::vector<std::string> secrets) {
+  std::erase_if(secrets, [](const std::string& s) { return s.empty(); });
+  std::sort(secrets.begin(), secrets.end());
+  secrets.erase(std::unique(secrets.begin(), secrets.end()), secrets.end());
+  for (const auto& s : secrets) keep_ = std::max(keep_, s.size() - 1);
+  secrets_ = std::move(secrets);
+}
+
+std::string Redactor::feed(std::string_view chunk) {
+  pending_.append(chunk);
+  // A start position is decided once the longest secret would fit after it.
+  if (pending_.size() <= keep_) return {};
+  return scan(pending_.size() - keep_);
+}
+
+std::string Redactor::finish() {
+  std::string out = scan(pending_.size());
+  pending_.clear();
+  masked_ = 0;
+  return out;
+}
+
+std::string Redactor::scan(size_t decided) {
+  std::string out = pending_.substr(0, decided);
+  std::string_view window(pending_);
+  // Every occurrence starting in [0, decided) lies inside pending_ (decided + keep_ bytes).
+  std::vector<std::pair<size_t, size_t>> hits;
+  for (const auto& s : secrets_) {
+    for (size_t p = window.find(s); p != std::string_view::npos && p < decided;
+         p = window.find(s, p + 1)) {
+      hits.emplace_back(p, p + s.size());
+    }
+  }
+  count_ += hits.size();
+  std::sort(hits.begin(), hits.end());
+  auto mask = [&](size_t from, size_t to) {
+    to = std::min(to, decided);
+    if (from < to) std::memset(out.data() + from, '*', to - from);
+  };
+  size_t frontier = masked_;  // everything before it is masked already
+  mask(0, frontier);
+  for (auto [b, e] : hits) {
+    size_t from = std::max(b, frontier);
+    if (e > from) {
+      mask(from, e);
+      frontier = e;
+    }
+  }
+  masked_ = frontier > decided ? frontier - decided : 0;
+  pending_.erase(0, decided);
+  return out;
+}
+
+}  // namespace space::egress

@@ -1,0 +1,134 @@
+// Pieces shared by the gateway's files (gateway.cc: listeners, DNS stub, lifecycle; proxy.cc:
+// HTTP and TLS connection handling; upstream.cc: resolving, dialing and tunneling). Not part of
+// the gateway's interface.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/buffer.hpp>
+#include <boost/system/error_code.hpp>
+#include <boost/system/system_error.hpp>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "api/fd_stream.h"
+#include "common/fd.h"
+#include "egress/gateway.h"
+#include "egress/tls_stream.h"
+
+namespace space::egress {
+
+// Token bucket for one direction of a sandbox's traffic (0 = unlimited).
+class RateLimiter {
+ public:
+  explicit RateLimiter(uint64_t bytes_per_s) : rate_(bytes_per_s) {}
+  // Accounts for `n` bytes, sleeping as long as the rate requires (woken early by `cancel_fd`).
+  void take(size_t n, int cancel_fd);
+  // The largest chunk worth moving at once (so a slow rate is smooth).
+  size_t chunk(size_t max) const;
+
+ private:
+  uint64_t rate_;
+  std::mutex mu_;
+  double tokens_ = 0;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+struct Gateway::State {
+  explicit State(SandboxEgress s)
+      : sb(std::move(s)),
+        up(sb.policy.bandwidth_bytes_per_s()),
+        down(sb.policy.bandwidth_bytes_per_s()) {}
+  SandboxEgress sb;
+  UniqueFd cancel;  // eventfd, written once on detach
+  std::vector<UniqueFd> listeners;
+  std::atomic<bool> detached{false};
+  std::atomic<size_t> active{0};  // open connections
+  RateLimiter up, down;
+  std::mutex ctx_mu;                                           // guards server_ctx
+  std::map<std::string, std::shared_ptr<SSL_CTX>> server_ctx;  // per intercepted host
+};
+
+enum class ListenerKind { kProxy, kTransparentTls, kTransparentHttp, kDns };
+
+// What connection handlers need from the gateway.
+struct Shared {
+  Gateway::Options options;
+  std::shared_ptr<SecretStore> secrets;
+  std::shared_ptr<SSL_CTX> upstream_ctx;
+  std::atomic<uint64_t> connections{0}, requests{0}, denied{0}, bytes_up{0}, bytes_down{0},
+      credential_uses{0}, dns_queries{0};
+  std::atomic<size_t> active{0};
+
+  void audit(const Gateway::State& st, const std::string& kind, nlohmann::json data) const {
+    if (options.audit) options.audit(st.sb.id, kind, std::move(data));
+  }
+};
+
+// A byte stream as Beast wants it (SyncReadStream + SyncWriteStream), over either a plain
+// socket or TLS, so one HTTP relay serves both.
+class AnyStream {
+ public:
+  using error_code = boost::system::error_code;
+  explicit AnyStream(api::FdStream* fd) : fd_(fd) {}
+  explicit AnyStream(TlsStream* tls) : tls_(tls) {}
+
+  template <class B>
+  size_t read_some(const B& buffers, error_code& ec) {
+    return tls_ ? tls_->read_some(buffers, ec) : fd_->read_some(buffers, ec);
+  }
+  template <class B>
+  size_t read_some(const B& buffers) {
+    error_code ec;
+    size_t n = read_some(buffers, ec);
+    if (ec) throw boost::system::system_error(ec);
+    return n;
+  }
+  template <class B>
+  size_t write_some(const B& buffers, error_code& ec) {
+    return tls_ ? tls_->write_some(buffers, ec) : fd_->write_some(buffers, ec);
+  }
+  template <class B>
+  size_t write_some(const B& buffers) {
+    error_code ec;
+    size_t n = write_some(buffers, ec);
+    if (ec) throw boost::system::system_error(ec);
+    return n;
+  }
+  error_code write_all(std::string_view data) {
+    error_code ec;
+    while (!data.empty() && !ec) {
+      size_t n = write_some(boost::asio::const_buffer(data.data(), data.size()), ec);
+      data.remove_prefix(n);
+    }
+    return ec;
+  }
+
+ private:
+  api::FdStream* fd_ = nullptr;
+  TlsStream* tls_ = nullptr;
+};
+
+// upstream.cc
+struct Dialed {
+  UniqueFd fd;          // connected, non-blocking
+  std::string address;  // "203.0.113.5:443", what was dialed
+};
+// Resolves `host` (overrides first), refuses addresses the policy does not allow, and connects
+// to the first allowed one. kPermissionDenied when policy refused every address (the message
+// says which and why), kUnavailable/kTimeout when the network failed.
+Result<Dialed> dial(const Shared& g, const Gateway::State& st, const Host& host, uint16_t port);
+// Copies bytes both ways between `a` (the sandbox) and `b` (upstream) until both directions
+// end, the sandbox is detached, or nothing moves for the idle timeout. Counts bytes.
+struct TunnelBytes {
+  uint64_t up = 0, down = 0;
+};
+TunnelBytes tunnel(Shared& g, Gateway::State& st, int a, int b);
+
+// proxy.cc: serves one accepted connection of the given kind to the end.
+void serve_connection(Shared& g, std::shared_ptr<Gateway::State> st, UniqueFd fd,
+                      ListenerKind kind);
+
+}  // namespace space::egress

@@ -1,0 +1,641 @@
+// One connection from a sandbox to its gateway, served to the end on its own thread:
+//  - proxy listener: CONNECT host:port (then TLS, tunneled or intercepted), or absolute-form
+//    http:// requests;
+//  - transparent TLS listener: the ClientHello's SNI names the target (port 443);
+//  - transparent HTTP listener: the Host header names the target (port 80).
+// Every request is authorized on its own (a kept-alive connection cannot reuse an earlier
+// decision), ambiguous framing is refused, credentials are swapped in only on intercepted TLS
+// to a host the secret is bound to, and responses are redacted of secret values.
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+
+#include "egress/internal.h"
+#include "egress/tls_hello.h"
+
+namespace space::egress {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using nlohmann::json;
+
+constexpr size_t kHeaderLimit = 16 * 1024;
+constexpr size_t kAuditPathMax = 256;
+
+std::string path_only(std::string_view target) {
+  std::string p(target.substr(0, target.find('?')));
+  if (p.size() > kAuditPathMax) p = p.substr(0, kAuditPathMax) + "...";
+  return p;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(x) == std::tolower(y);
+         });
+}
+
+// A minimal response the gateway itself gives (refusals, errors); always closes.
+void respond(AnyStream& s, int status, std::string_view reason, const std::string& message) {
+  std::string body = "SPACE egress gateway: " + message + "\n";
+  std::string out = "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason) +
+                    "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
+                    std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  (void)s.write_all(out);
+}
+
+// Refuses ambiguous framing (request smuggling): Content-Length together with
+// Transfer-Encoding, more than one Content-Length, or any transfer coding but "chunked".
+std::optional<std::string> framing_problem(const http::fields& f) {
+  size_t cl = 0, te = 0;
+  std::string te_value;
+  for (auto& field : f) {
+    if (field.name() == http::field::content_length) ++cl;
+    if (field.name() == http::field::transfer_encoding) {
+      ++te;
+      te_value = std::string(field.value());
+    }
+  }
+  if (cl > 1) return "more than one Content-Length";
+  if (cl && te) return "both Content-Length and Transfer-Encoding";
+  if (te > 1) return "more than one Transfer-Encoding";
+  if (te && !iequals(te_value, "chunked")) return "Transfer-Encoding other than chunked";
+  return std::nullopt;
+}
+
+// Removes hop-by-hop fields (RFC 9110 §7.6.1), including those named in Connection.
+void strip_hop_by_hop(http::fields& f) {
+  std::vector<std::string> named;
+  for (auto& field : f)
+    if (field.name() == http::field::connection) {
+      std::string v(field.value());
+      size_t i = 0;
+      while (i < v.size()) {
+        size_t j = v.find(',', i);
+        if (j == std::string::npos) j = v.size();
+        std::string tok = v.substr(i, j - i);
+        tok.erase(0, tok.find_first_not_of(" \t"));
+        tok.erase(tok.find_last_not_of(" \t") + 1);
+        if (!tok.empty()) named.push_back(tok);
+        i = j + 1;
+      }
+    }
+  for (auto& n : named) f.erase(n);
+  for (auto name : {http::field::connection, http::field::keep_alive, http::field::proxy_connection,
+                    http::field::proxy_authorization, http::field::proxy_authenticate,
+                    http::field::te, http::field::trailer, http::field::upgrade})
+    f.erase(name);
+}
+
+// Where an HTTP connection's requests go.
+enum class Mode {
+  kProxyAbsolute,    // plain proxy: every request names its target (http://host/...)
+  kTransparentHttp,  // port 80 listener: the Host header names the target
+  kIntercepted,      // TLS terminated for a fixed host:port (CONNECT or transparent TLS)
+};
+
+struct Upstream {
+  std::string key;  // "host:port"
+  std::unique_ptr<api::FdStream> fd;
+  std::unique_ptr<TlsStream> tls;
+  std::unique_ptr<AnyStream> stream;
+  beast::flat_buffer buf;
+};
+
+class Connection {
+ public:
+  Connection(Shared& g, std::shared_ptr<Gateway::State> st, UniqueFd fd)
+      : g_(g), st_(std::move(st)), client_fd_(std::move(fd)), client_(&client_fd_) {
+    client_fd_.set_stop_fd(st_->cancel.get());
+    client_fd_.set_read_timeout(g_.options.idle_timeout);
+    client_fd_.set_write_timeout(g_.options.idle_timeout);
+  }
+
+  void serve(ListenerKind kind) {
+    switch (kind) {
+      case ListenerKind::kProxy:
+        serve_proxy();
+        break;
+      case ListenerKind::kTransparentTls:
+        serve_tls(std::nullopt, 443);
+        break;
+      case ListenerKind::kTransparentHttp:
+        http_loop(client_, Mode::kTransparentHttp, nullptr, 80);
+        break;
+      case ListenerKind::kDns:
+        break;
+    }
+  }
+
+ private:
+  const Policy& policy() const { return st_->sb.policy; }
+
+  void deny(const std::string& via, const std::string& host, uint16_t port,
+            const std::string& reason, json extra = json::object()) {
+    ++g_.denied;
+    extra["via"] = via;
+    extra["host"] = host;
+    extra["port"] = port;
+    extra["reason"] = reason;
+    g_.audit(*st_, "egress.denied", std::move(extra));
+  }
+
+  // --- proxy listener -----------------------------------------------------------------------
+  void serve_proxy() {
+    beast::flat_buffer buf;
+    auto first = std::make_unique<http::request_parser<http::empty_body>>();
+    auto& p = *first;
+    p.header_limit(kHeaderLimit);
+    boost::system::error_code ec;
+    http::read_header(client_fd_, buf, p, ec);
+    if (ec) {
+      if (ec != http::error::end_of_stream && ec != boost::asio::error::eof)
+        respond(client_, 400, "Bad Request", "malformed request: " + ec.message());
+      return;
+    }
+    if (p.get().method() == http::verb::connect) {
+      if (buf.size() != 0) {
+        respond(client_, 400, "Bad Request",
+                "bytes sent after CONNECT before the 200 reply; wait for the reply");
+        return;
+      }
+      std::string target(p.get().target());
+      auto a = parse_authority(target, 443);
+      if (!a) {
+        deny("connect", target.substr(0, 256), 0, a.error().message());
+        respond(client_, 400, "Bad Request", "bad CONNECT target: " + a.error().message());
+        return;
+      }
+      Decision d = policy().check_host(a->host, a->port);
+      if (!d.allowed) {
+        deny("connect", a->host.name, a->port, d.reason);
+        respond(client_, 403, "Forbidden", d.reason);
+        return;
+      }
+      if (client_.write_all("HTTP/1.1 200 Connection established\r\n\r\n")) return;
+      serve_tls(a->host, a->port);
+      return;
+    }
+    http_loop(client_, Mode::kProxyAbsolute, std::move(first), 80, &buf);
+  }
+
+  // Peeks at the ClientHello without consuming it (so a tunnel passes it on untouched and an
+  // interception hands it to OpenSSL).
+  ClientHelloInfo peek_hello() {
+    std::string bytes(kMaxClientHello, '\0');
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    size_t last = 0;
+    for (;;) {
+      ssize_t n = ::recv(client_fd_.fd(), bytes.data(), bytes.size(), MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0) return {ClientHelloInfo::Status::kNotTls};
+      if (n > 0) {
+        auto info = parse_client_hello(std::string_view(bytes.data(), static_cast<size_t>(n)));
+        if (info.status != ClientHelloInfo::Status::kNeedMore) return info;
+        if (static_cast<size_t>(n) >= bytes.size()) return {ClientHelloInfo::Status::kMalformed};
+      } else if (errno != EAGAIN && errno != EINTR) {
+        return {ClientHelloInfo::Status::kNotTls};
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return {ClientHelloInfo::Status::kNeedMore};
+      // More bytes are on the way: wait for them (poll() reports readable at once while the
+      // peeked bytes sit unread, so sleep briefly when nothing new arrived).
+      pollfd p[2] = {{client_fd_.fd(), POLLIN, 0}, {st_->cancel.get(), POLLIN, 0}};
+      int wait_ms = n > 0 && static_cast<size_t>(n) == last ? 5 : static_cast<int>(left.count());
+      if (n > 0) last = static_cast<size_t>(n);
+      ::poll(p, 2, std::min<int>(wait_ms, static_cast<int>(left.count())));
+      if (p[1].revents) return {ClientHelloInfo::Status::kNeedMore};
+    }
+  }
+
+  bool bound_secret(const Host& host) const {
+    for (auto& gr : st_->sb.grants)
+      if (const SecretDef* def = g_.secrets->find(gr.name); def && def->bound_to(host)) return true;
+    return false;
+  }
+
+  // TLS towards host:port (CONNECT), or towards whatever the SNI names (transparent, nullopt).
+  void serve_tls(std::optional<Host> target, uint16_t port) {
+    const std::string via = target ? "connect" : "transparent-tls";
+    ClientHelloInfo hello = peek_hello();
+    using S = ClientHelloInfo::Status;
+    std::string who = target ? target->name : std::string("?");
+    if (hello.status != S::kOk) {
+      deny(via, who, port,
+           hello.status == S::kNeedMore ? "no complete TLS ClientHello within 10 s"
+                                        : "not a TLS ClientHello (tunnels carry TLS only; "
+                                          "send plain HTTP as http:// requests to the proxy)");
+      return;
+    }
+    if (hello.ech) {
+      deny(via, who, port, "encrypted ClientHello (ECH) hides the real target; refused");
+      return;
+    }
+    std::optional<Host> sni;
+    if (hello.has_sni) {
+      auto h = normalize_host(hello.sni);
+      if (!h) {
+        deny(via, who, port, "bad SNI: " + h.error().message());
+        return;
+      }
+      sni = *h;
+    }
+    if (!target) {
+      if (!sni) {
+        deny(via, "?", port, "TLS without SNI on the transparent listener: no target");
+        return;
+      }
+      Decision d = policy().check_host(*sni, port);
+      if (!d.allowed) {
+        deny(via, sni->name, port, d.reason);
+        return;
+      }
+      target = sni;
+    } else if (sni ? !(*sni == *target) : !target->is_ip()) {
+      deny(via, target->name, port,
+           "SNI " + (sni ? "\"" + sni->name + "\"" : std::string("(none)")) +
+               " does not match the CONNECT target " + target->name);
+      return;
+    }
+    if (policy().needs_inspection(*target, port) || bound_secret(*target)) {
+      intercept(*target, port);
+    } else {
+      pass_through(*target, port, via);
+    }
+  }
+
+  void pass_through(const Host& host, uint16_t port, const std::string& via) {
+    auto up = dial(g_, *st_, host, port);
+    if (!up) {
+      if (up.error().code() == Code::kPermissionDenied)
+        deny(via, host.name, port, up.error().message());
+      else
+        g_.audit(*st_, "egress.error",
+                 {{"host", host.name}, {"port", port}, {"error", up.error().message()}});
+      return;
+    }
+    auto start = std::chrono::steady_clock::now();
+    TunnelBytes b = tunnel(g_, *st_, client_fd_.fd(), up->fd.get());
+    g_.audit(*st_, "egress.tunnel",
+             {{"via", via},
+              {"host", host.name},
+              {"port", port},
+              {"address", up->address},
+              {"bytes_up", b.up},
+              {"bytes_down", b.down},
+              {"duration_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::steady_clock::now() - start)
+                                  .count()}});
+  }
+
+  Result<std::shared_ptr<SSL_CTX>> server_ctx(const Host& host) {
+    std::lock_guard lock(st_->ctx_mu);
+    auto it = st_->server_ctx.find(host.name);
+    if (it != st_->server_ctx.end()) return it->second;
+    KeyCert kc = TRY(st_->sb.ca->leaf(host.name));
+    auto ctx = TRY(server_context(kc));
+    st_->server_ctx[host.name] = ctx;
+    return ctx;
+  }
+
+  void intercept(const Host& host, uint16_t port) {
+    auto ctx = server_ctx(host);
+    if (!ctx) {
+      spdlog::warn("egress {}: no certificate for {}: {}", st_->sb.id, host.name,
+                   ctx.error().message());
+      return;
+    }
+    TlsStream tls(client_fd_.fd(), *ctx, st_->cancel.get());
+    tls.set_timeout(g_.options.idle_timeout);
+    std::string sni;
+    if (auto r = tls.accept(&sni); !r) {
+      // Typically the client does not trust the sandbox CA (a tool with its own trust store).
+      deny("intercept", host.name, port, r.error().message());
+      return;
+    }
+    AnyStream s(&tls);
+    http_loop(s, Mode::kIntercepted, nullptr, port, nullptr, &host);
+    tls.shutdown();
+  }
+
+  // --- HTTP ---------------------------------------------------------------------------------
+  Result<AnyStream*> upstream_for(const Host& host, uint16_t port, bool tls) {
+    std::string key = host.name + ":" + std::to_string(port);
+    if (up_ && up_->key == key) return up_->stream.get();
+    up_.reset();
+    auto d = TRY(dial(g_, *st_, host, port));
+    auto u = std::make_unique<Upstream>();
+    u->key = key;
+    u->fd = std::make_unique<api::FdStream>(std::move(d.fd));
+    u->fd->set_stop_fd(st_->cancel.get());
+    u->fd->set_read_timeout(g_.options.idle_timeout);
+    u->fd->set_write_timeout(g_.options.idle_timeout);
+    if (tls) {
+      u->tls = std::make_unique<TlsStream>(u->fd->fd(), g_.upstream_ctx, st_->cancel.get());
+      u->tls->set_timeout(g_.options.idle_timeout);
+      TRY_VOID(u->tls->connect(host.name, host.is_ip()));
+      u->stream = std::make_unique<AnyStream>(u->tls.get());
+    } else {
+      u->stream = std::make_unique<AnyStream>(u->fd.get());
+    }
+    up_ = std::move(u);
+    return up_->stream.get();
+  }
+
+  // Moves one message body from `in` to `out`; `redact` (optional) masks secret values.
+  template <bool isRequest>
+  bool relay_body(AnyStream& in, beast::flat_buffer& buf,
+                  http::parser<isRequest, http::buffer_body>& p, AnyStream& out, Redactor* redact,
+                  RateLimiter& limit, uint64_t& count) {
+    http::serializer<isRequest, http::buffer_body> sr{p.get()};
+    boost::system::error_code ec;
+    http::write_header(out, sr, ec);
+    if (ec) return false;
+    std::string chunk(limit.chunk(64 * 1024), '\0');
+    std::string red;
+    for (;;) {
+      if (!p.is_done()) {
+        p.get().body().data = chunk.data();
+        p.get().body().size = chunk.size();
+        http::read(in, buf, p, ec);
+        if (ec == http::error::need_buffer) ec = {};
+        if (ec) return false;
+        size_t n = chunk.size() - p.get().body().size;
+        std::string_view got(chunk.data(), n);
+        count += n;
+        limit.take(n, st_->cancel.get());
+        if (redact) {
+          red = redact->feed(got);
+          if (p.is_done()) red += redact->finish();
+          p.get().body().data = red.data();
+          p.get().body().size = red.size();
+        } else {
+          p.get().body().data = chunk.data();
+          p.get().body().size = n;
+        }
+        p.get().body().more = !p.is_done();
+      } else {
+        p.get().body().data = nullptr;
+        p.get().body().size = 0;
+        p.get().body().more = false;
+      }
+      if (p.get().body().size == 0 && p.get().body().more) continue;
+      http::write(out, sr, ec);
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) return false;
+      if (p.is_done() && sr.is_done()) return true;
+      if (p.is_done() && !p.get().body().more && sr.is_done()) return true;
+    }
+  }
+
+  void http_loop(AnyStream& client, Mode mode,
+                 std::unique_ptr<http::request_parser<http::empty_body>> first,
+                 uint16_t default_port, beast::flat_buffer* first_buf = nullptr,
+                 const Host* fixed_host = nullptr) {
+    beast::flat_buffer own_buf;
+    beast::flat_buffer& buf = first_buf ? *first_buf : own_buf;
+    const std::string via = mode == Mode::kProxyAbsolute     ? "proxy"
+                            : mode == Mode::kTransparentHttp ? "transparent-http"
+                                                             : "intercept";
+    for (;;) {
+      std::unique_ptr<http::request_parser<http::empty_body>> hp;
+      if (first) {
+        hp = std::move(first);
+      } else {
+        hp = std::make_unique<http::request_parser<http::empty_body>>();
+        hp->header_limit(kHeaderLimit);
+        boost::system::error_code ec;
+        http::read_header(client, buf, *hp, ec);
+        if (ec) {
+          if (ec != http::error::end_of_stream && ec != boost::asio::error::eof &&
+              ec != boost::asio::error::operation_aborted && ec != boost::asio::error::timed_out)
+            respond(client, 400, "Bad Request", "malformed request: " + ec.message());
+          return;
+        }
+      }
+      auto& req = hp->get();
+      std::string method(req.method_string());
+      std::string target(req.target());
+      if (auto problem = framing_problem(req)) {
+        deny(via, fixed_host ? fixed_host->name : "?", default_port,
+             "ambiguous request framing: " + *problem, {{"method", method}});
+        respond(client, 400, "Bad Request", "ambiguous request framing: " + *problem);
+        return;
+      }
+      // Which host this request goes to.
+      Host host;
+      uint16_t port = default_port;
+      std::string path = target;
+      std::string host_header(req[http::field::host]);
+      if (mode == Mode::kProxyAbsolute) {
+        if (req.method() == http::verb::connect) {
+          respond(client, 400, "Bad Request", "CONNECT must be the first request on a connection");
+          return;
+        }
+        std::string_view t = target;
+        if (t.size() < 7 || !iequals(t.substr(0, 7), "http://")) {
+          std::string msg = t.size() >= 8 && iequals(t.substr(0, 8), "https://")
+                                ? "https:// URLs go through CONNECT (set HTTPS_PROXY)"
+                                : "the proxy takes absolute http:// URLs only";
+          deny(via, "?", 0, msg, {{"method", method}});
+          respond(client, 400, "Bad Request", msg);
+          return;
+        }
+        t.remove_prefix(7);
+        size_t end = t.find_first_of("/?#");
+        std::string_view auth = t.substr(0, end);
+        path = end == std::string_view::npos ? "/" : std::string(t.substr(end));
+        if (!path.empty() && path[0] == '?') path = "/" + path;
+        auto a = parse_authority(auth, 80);
+        if (!a) {
+          deny(via, std::string(auth.substr(0, 256)), 0, a.error().message(), {{"method", method}});
+          respond(client, 400, "Bad Request", "bad URL host: " + a.error().message());
+          return;
+        }
+        host = a->host;
+        port = a->port;
+        req.set(http::field::host, std::string(auth));
+        req.target(path);
+      } else {
+        auto a = parse_authority(host_header, default_port);
+        if (!a) {
+          deny(via, fixed_host ? fixed_host->name : "?", default_port,
+               "bad Host header: " + a.error().message(), {{"method", method}});
+          respond(client, 400, "Bad Request", "bad Host header: " + a.error().message());
+          return;
+        }
+        if (mode == Mode::kIntercepted && (!(a->host == *fixed_host) || a->port != default_port)) {
+          std::string msg = "Host \"" + host_header.substr(0, 256) +
+                            "\" does not match the TLS connection's host " + fixed_host->name;
+          deny(via, fixed_host->name, default_port, msg, {{"method", method}});
+          respond(client, 421, "Misdirected Request", msg);
+          return;
+        }
+        if (mode == Mode::kTransparentHttp && a->port != 80) {
+          respond(client, 400, "Bad Request", "the transparent listener serves port 80 only");
+          return;
+        }
+        host = a->host;
+        port = a->port;
+      }
+      Decision d = policy().check_host(host, port);
+      if (d.allowed) d = policy().check_request(host, port, method, path);
+      if (!d.allowed) {
+        deny(via, host.name, port, d.reason, {{"method", method}, {"path", path_only(path)}});
+        respond(client, 403, "Forbidden", d.reason);
+        return;
+      }
+      bool client_keep_alive = req.keep_alive();
+      strip_hop_by_hop(req);
+
+      // Credentials: only inside TLS the gateway terminated, only for requests the secret is
+      // bound to. Elsewhere a placeholder travels as the meaningless string it is.
+      std::vector<std::string> used;
+      std::vector<std::string> values;
+      if (mode == Mode::kIntercepted) {
+        for (auto& gr : st_->sb.grants) {
+          const SecretDef* def = g_.secrets->find(gr.name);
+          if (!def || !def->applies(host, method, path)) continue;
+          auto value = g_.secrets->value(gr.name);
+          if (!value) {
+            g_.audit(
+                *st_, "credential.error",
+                {{"secret", gr.name}, {"host", host.name}, {"error", value.error().message()}});
+            respond(client, 502, "Bad Gateway",
+                    "credential " + gr.name + " is unavailable: " + value.error().message());
+            return;
+          }
+          std::string t(req.target());
+          size_t n = replace_all(t, gr.placeholder, *value);
+          if (n) req.target(t);
+          std::vector<std::pair<std::string, std::string>> changed;
+          for (auto& f : req) {
+            std::string v(f.value());
+            if (replace_all(v, gr.placeholder, *value))
+              changed.emplace_back(std::string(f.name_string()), std::move(v));
+          }
+          for (auto& [k, v] : changed) req.set(k, v);
+          if (!def->header.empty()) {
+            std::string v = def->format;
+            replace_all(v, "{}", *value);
+            req.set(def->header, v);
+          }
+          used.push_back(gr.name);
+          values.push_back(std::move(*value));
+          ++g_.credential_uses;
+          g_.audit(*st_, "credential.use",
+                   {{"secret", gr.name},
+                    {"host", host.name},
+                    {"method", method},
+                    {"path", path_only(path)}});
+        }
+        if (!values.empty()) req.set(http::field::accept_encoding, "identity");
+      }
+
+      auto up = upstream_for(host, port, mode == Mode::kIntercepted);
+      if (!up) {
+        if (up.error().code() == Code::kPermissionDenied) {
+          deny(via, host.name, port, up.error().message(), {{"method", method}});
+          respond(client, 403, "Forbidden", up.error().message());
+        } else {
+          g_.audit(*st_, "egress.error",
+                   {{"host", host.name}, {"port", port}, {"error", up.error().message()}});
+          respond(client, 502, "Bad Gateway", up.error().message());
+        }
+        return;
+      }
+      ++g_.requests;
+      uint64_t bytes_up = 0, bytes_down = 0;
+      http::request_parser<http::buffer_body> rp{std::move(*hp)};
+      rp.body_limit(std::numeric_limits<uint64_t>::max());
+      if (!relay_body<true>(client, buf, rp, **up, nullptr, st_->up, bytes_up)) {
+        up_.reset();
+        respond(client, 502, "Bad Gateway", "sending the request upstream failed");
+        return;
+      }
+      // The response, after any 1xx interim responses.
+      Redactor redactor(values);
+      std::optional<http::response_parser<http::buffer_body>> resp;
+      boost::system::error_code ec;
+      for (;;) {
+        resp.emplace();
+        resp->header_limit(64 * 1024);
+        resp->body_limit(std::numeric_limits<uint64_t>::max());
+        if (method == "HEAD") resp->skip(true);
+        http::read_header(**up, up_->buf, *resp, ec);
+        if (ec) break;
+        int status = resp->get().result_int();
+        if (status < 100 || status >= 200 || status == 101) break;
+        http::response<http::empty_body> interim{resp->get().result(), 11};
+        http::write(client, interim, ec);
+        if (ec) return;
+      }
+      if (ec || resp->get().result_int() == 101) {
+        up_.reset();
+        respond(client, 502, "Bad Gateway",
+                ec ? "reading the upstream response: " + ec.message()
+                   : "protocol upgrades are not supported through the gateway");
+        return;
+      }
+      auto& res = resp->get();
+      if (auto problem = framing_problem(res)) {
+        up_.reset();
+        respond(client, 502, "Bad Gateway", "the upstream's response framing is ambiguous");
+        return;
+      }
+      bool upstream_keep_alive = res.keep_alive();
+      strip_hop_by_hop(res);
+      if (!values.empty()) {
+        std::vector<std::pair<std::string, std::string>> changed;
+        for (auto& f : res) {
+          Redactor r(values);
+          std::string_view fv(f.value().data(), f.value().size());
+          std::string v = r.feed(fv);
+          v += r.finish();
+          if (v != fv) changed.emplace_back(std::string(f.name_string()), v);
+        }
+        for (auto& [k, v] : changed) res.set(k, v);
+      }
+      bool keep = client_keep_alive && upstream_keep_alive;
+      res.keep_alive(keep);
+      int status = res.result_int();
+      bool ok = relay_body<false>(**up, up_->buf, *resp, client,
+                                  values.empty() ? nullptr : &redactor, st_->down, bytes_down);
+      g_.bytes_up += bytes_up;
+      g_.bytes_down += bytes_down;
+      json ev = {{"via", via},           {"host", host.name},       {"port", port},
+                 {"method", method},     {"path", path_only(path)}, {"status", status},
+                 {"bytes_up", bytes_up}, {"bytes_down", bytes_down}};
+      if (!used.empty()) ev["secrets"] = used;
+      if (redactor.redactions()) ev["redactions"] = redactor.redactions();
+      g_.audit(*st_, "egress.request", std::move(ev));
+      if (!ok || !keep) return;
+      if (!upstream_keep_alive) up_.reset();
+    }
+  }
+
+  Shared& g_;
+  std::shared_ptr<Gateway::State> st_;
+  api::FdStream client_fd_;
+  AnyStream client_;
+  std::unique_ptr<Upstream> up_;
+};
+
+}  // namespace
+
+void serve_connection(Shared& g, std::shared_ptr<Gateway::State> st, UniqueFd fd,
+                      ListenerKind kind) {
+  try {
+    Connection c(g, std::move(st), std::move(fd));
+    c.serve(kind);
+  } catch (const std::exception& e) {
+    // Beast reports some failures by exception; untrusted traffic must never take the daemon
+    // down, so the connection just ends.
+    spdlog::debug("egress: connection ended: {}", e.what());
+  }
+}
+
+}  // namespace space::egress

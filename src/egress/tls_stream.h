@@ -1,0 +1,103 @@
+// A TLS connection over a raw non-blocking socket, as a Beast SyncReadStream/SyncWriteStream
+// with the same timeouts and cancellation as api::FdStream (every wait is a poll() on the
+// socket plus a cancel eventfd). The gateway uses it on both sides of an intercepted
+// connection: as a server towards the sandbox (presenting a leaf of the sandbox's CA) and as a
+// client towards the upstream (verifying it normally). OpenSSL is driven directly (SSL_set_fd)
+// rather than through Asio's ssl::stream, whose synchronous operations cannot time out.
+#pragma once
+
+#include <openssl/ssl.h>
+
+#include <array>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/system/error_code.hpp>
+#include <boost/system/system_error.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "common/error.h"
+
+namespace space::egress {
+
+class TlsStream {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using error_code = boost::system::error_code;
+
+  // `fd` is borrowed (owned by the caller's FdStream) and must be non-blocking.
+  TlsStream(int fd, std::shared_ptr<SSL_CTX> ctx, int cancel_fd);
+  ~TlsStream();
+  TlsStream(const TlsStream&) = delete;
+  TlsStream& operator=(const TlsStream&) = delete;
+
+  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+
+  // Server side: completes the handshake; `sni` receives the name the client asked for.
+  Result<void> accept(std::string* sni);
+  // Client side: SNI `host`, verify the chain against the context's trust and the name
+  // (DNS name, or IP address when `host` is one).
+  Result<void> connect(const std::string& host, bool host_is_ip);
+  // Sends close_notify (best effort, bounded by the timeout).
+  void shutdown();
+
+  template <class MutableBufferSequence>
+  size_t read_some(const MutableBufferSequence& buffers, error_code& ec) {
+    for (auto it = boost::asio::buffer_sequence_begin(buffers);
+         it != boost::asio::buffer_sequence_end(buffers); ++it) {
+      boost::asio::mutable_buffer b(*it);
+      if (b.size() == 0) continue;
+      return read_raw(b.data(), b.size(), ec);
+    }
+    ec = {};
+    return 0;
+  }
+  template <class MutableBufferSequence>
+  size_t read_some(const MutableBufferSequence& buffers) {
+    error_code ec;
+    size_t n = read_some(buffers, ec);
+    if (ec) throw boost::system::system_error(ec);
+    return n;
+  }
+  template <class ConstBufferSequence>
+  size_t write_some(const ConstBufferSequence& buffers, error_code& ec) {
+    for (auto it = boost::asio::buffer_sequence_begin(buffers);
+         it != boost::asio::buffer_sequence_end(buffers); ++it) {
+      boost::asio::const_buffer b(*it);
+      if (b.size() == 0) continue;
+      return write_raw(b.data(), b.size(), ec);
+    }
+    ec = {};
+    return 0;
+  }
+  template <class ConstBufferSequence>
+  size_t write_some(const ConstBufferSequence& buffers) {
+    error_code ec;
+    size_t n = write_some(buffers, ec);
+    if (ec) throw boost::system::system_error(ec);
+    return n;
+  }
+
+ private:
+  size_t read_raw(void* data, size_t size, error_code& ec);
+  size_t write_raw(const void* data, size_t size, error_code& ec);
+  // Waits for what SSL_get_error asked for; returns an error on timeout/cancel/failure.
+  error_code wait_for(int ssl_error, Clock::time_point deadline);
+  Result<void> handshake(bool server, std::string_view what);
+
+  int fd_;
+  int cancel_fd_;
+  std::shared_ptr<SSL_CTX> ctx_;
+  SSL* ssl_ = nullptr;
+  std::chrono::milliseconds timeout_{60'000};
+};
+
+// A client context for upstream connections: TLS 1.2+, the system trust store plus
+// `extra_ca_files`, peer verification on, ALPN http/1.1.
+Result<std::shared_ptr<SSL_CTX>> upstream_context(const std::vector<std::string>& extra_ca_files);
+
+// The OpenSSL error queue as text (and cleared), for error messages.
+std::string tls_error_text();
+
+}  // namespace space::egress
