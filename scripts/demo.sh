@@ -14,6 +14,7 @@ echo "uname:     $(uname -srm)"
 python3 -c "import sys; print(\"python:    hello from Python\", sys.version.split()[0])"
 if touch /usr/space-demo 2>/dev/null; then echo "/usr:      WRITABLE (unexpected)"; exit 1;
 else echo "/usr:      read-only"; fi
+echo "egress:    $(curl -sS -o /dev/null https://example.com 2>&1 | sed "s/^curl: ([0-9]*) //") (only the gateway leads out; this profile allows nothing)"
 '
 
 echo "+ $BUILD_DIR/space run -- sh -c '...'"
