@@ -24,6 +24,11 @@ namespace http = boost::beast::http;
 using nlohmann::json;
 
 constexpr size_t kHeaderLimit = 16 * 1024;
+constexpr size_t kResponseHeaderLimit = 64 * 1024;
+// What the gateway buffers per direction beyond the body chunk being moved: a header section,
+// a chunk-size line, trailers. Anything longer ends the connection (Beast's buffer_overflow),
+// so a client cannot make spaced hold an unbounded chunk line in memory.
+constexpr size_t kBufferLimit = 2 * kResponseHeaderLimit;
 constexpr size_t kAuditPathMax = 256;
 
 std::string path_only(std::string_view target) {
@@ -102,7 +107,7 @@ struct Upstream {
   std::unique_ptr<api::FdStream> fd;
   std::unique_ptr<TlsStream> tls;
   std::unique_ptr<AnyStream> stream;
-  beast::flat_buffer buf;
+  beast::flat_buffer buf{kBufferLimit};
 };
 
 class Connection {
@@ -145,12 +150,18 @@ class Connection {
 
   // --- proxy listener -----------------------------------------------------------------------
   void serve_proxy() {
-    beast::flat_buffer buf;
+    beast::flat_buffer buf(kBufferLimit);
     auto first = std::make_unique<http::request_parser<http::empty_body>>();
     auto& p = *first;
     p.header_limit(kHeaderLimit);
     boost::system::error_code ec;
-    http::read_header(client_fd_, buf, p, ec);
+    size_t head = http::read_header(client_fd_, buf, p, ec);
+    if (!ec && head > kHeaderLimit) {
+      // Beast bounds each parse window, not the whole section: check the total too.
+      respond(client_, 431, "Request Header Fields Too Large",
+              "the request header section is over " + std::to_string(kHeaderLimit) + " bytes");
+      return;
+    }
     if (ec) {
       if (ec != http::error::end_of_stream && ec != boost::asio::error::eof)
         respond(client_, 400, "Bad Request", "malformed request: " + ec.message());
@@ -395,7 +406,7 @@ class Connection {
                  std::unique_ptr<http::request_parser<http::empty_body>> first,
                  uint16_t default_port, beast::flat_buffer* first_buf = nullptr,
                  const Host* fixed_host = nullptr) {
-    beast::flat_buffer own_buf;
+    beast::flat_buffer own_buf(kBufferLimit);
     beast::flat_buffer& buf = first_buf ? *first_buf : own_buf;
     const std::string via = mode == Mode::kProxyAbsolute     ? "proxy"
                             : mode == Mode::kTransparentHttp ? "transparent-http"
@@ -408,7 +419,13 @@ class Connection {
         hp = std::make_unique<http::request_parser<http::empty_body>>();
         hp->header_limit(kHeaderLimit);
         boost::system::error_code ec;
-        http::read_header(client, buf, *hp, ec);
+        size_t head = http::read_header(client, buf, *hp, ec);
+        if (!ec && head > kHeaderLimit) {
+          respond(client, 431, "Request Header Fields Too Large",
+                  "the request header section is over " + std::to_string(kHeaderLimit) +
+                      " bytes");
+          return;
+        }
         if (ec) {
           if (ec != http::error::end_of_stream && ec != boost::asio::error::eof &&
               ec != boost::asio::error::operation_aborted && ec != boost::asio::error::timed_out)
@@ -423,6 +440,14 @@ class Connection {
         deny(via, fixed_host ? fixed_host->name : "?", default_port,
              "ambiguous request framing: " + *problem, {{"method", method}});
         respond(client, 400, "Bad Request", "ambiguous request framing: " + *problem);
+        return;
+      }
+      // One Host field at most (RFC 9112 §3.2): with two, the gateway and the upstream could
+      // each route by a different one.
+      if (req.count(http::field::host) > 1) {
+        deny(via, fixed_host ? fixed_host->name : "?", default_port,
+             "more than one Host header", {{"method", method}});
+        respond(client, 400, "Bad Request", "more than one Host header");
         return;
       }
       // Which host this request goes to.
@@ -562,10 +587,11 @@ class Connection {
       boost::system::error_code ec;
       for (;;) {
         resp.emplace();
-        resp->header_limit(64 * 1024);
+        resp->header_limit(kResponseHeaderLimit);
         resp->body_limit(std::numeric_limits<uint64_t>::max());
         if (method == "HEAD") resp->skip(true);
-        http::read_header(**up, up_->buf, *resp, ec);
+        size_t head = http::read_header(**up, up_->buf, *resp, ec);
+        if (!ec && head > kResponseHeaderLimit) ec = http::error::header_limit;
         if (ec) break;
         int status = resp->get().result_int();
         if (status < 100 || status >= 200 || status == 101) break;

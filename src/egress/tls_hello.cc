@@ -25,6 +25,11 @@ constexpr size_t kMaxRecordPayload = 1 << 14;  // TLSPlaintext.length limit
 constexpr size_t kHandshakeHeader = 4;
 constexpr uint16_t kExtServerName = 0;
 constexpr uint16_t kExtEncryptedClientHello = 0xfe0d;
+// Earlier codepoints that also hide the real server name: ESNI, and the ECH drafts' 0xfe08..
+// 0xfe0c. A server that still speaks one would receive a name the gateway never saw.
+constexpr uint16_t kExtEncryptedServerName = 0xffce;
+constexpr uint16_t kExtEchDraftFirst = 0xfe08;
+constexpr uint16_t kExtEchDraftLast = 0xfe0c;
 constexpr uint8_t kNameTypeHostName = 0;
 constexpr size_t kMaxHostName = 255;
 
@@ -115,7 +120,8 @@ ClientHelloInfo parse_body(std::string_view body) {
     seen[*type] = true;
     if (*type == kExtServerName) {
       if (!parse_server_name(*data, &info)) return malformed;
-    } else if (*type == kExtEncryptedClientHello) {
+    } else if (*type == kExtEncryptedClientHello || *type == kExtEncryptedServerName ||
+               (*type >= kExtEchDraftFirst && *type <= kExtEchDraftLast)) {
       info.ech = true;
     }
   }

@@ -23,29 +23,37 @@ Prints a table with a count per class; the last line is `N passed, M failed`.
 
 import argparse
 import fnmatch
+import json
 import os
 import re
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CLASSES = ["fs", "priv", "proc", "res", "net", "secrets", "cross", "api"]
+CLASSES = ["fs", "priv", "proc", "res", "net", "secrets", "cross", "api", "egress"]
 CLASS_TITLES = {
     "fs": "filesystem escapes", "priv": "privilege", "proc": "processes", "res": "resources",
     "net": "network", "secrets": "secrets", "cross": "cross-sandbox", "api": "API abuse",
+    "egress": "egress gateway",
     "posture": "posture check", "probe": "syscall probe",
 }
 # Attempts that escape today, with the report. They still fail the suite (status KNOWN-ESCAPE);
 # the entry only makes the table say that the finding is known. Never weaken an attempt instead.
-# (Empty: the three findings of the first run — HTTP framing, abandoned downloads, `space cp`
-# through a planted symlink — were fixed in the server, the daemon and the CLI.)
+# (The three findings of the first run — HTTP framing, abandoned downloads, `space cp` through a
+# planted symlink — were fixed in the server, the daemon and the CLI.)
 KNOWN_ESCAPES: dict = {}
+# (Empty: the egress class's four findings — duplicate Host headers, an unbounded chunk line,
+# the header-section limit, and pre-final ECH/ESNI codepoints — were fixed in src/egress.)
 # The daemon's environment canary: its prefix must never appear inside a sandbox.
 SECRET_PREFIX = "SPCANARY"
+# The egress secret's value starts with this; inside a sandbox only its placeholder may appear.
+EGRESS_SECRET_PREFIX = "SPEGRESS"
 
 
 def parse_args():
@@ -69,7 +77,111 @@ sys.path.insert(0, HERE)
 
 import harness  # noqa: E402
 import posture  # noqa: E402
+from egress_upstream import Upstream  # noqa: E402
 from watch import HostWatch, Victim  # noqa: E402
+
+
+class SuiteUpstream(Upstream):
+    """The egress integration suite's local "internet" (127.0.0.2, its own CA) plus what the
+    egress attempts check through: /split-echo reflects the request's Authorization in a chunked
+    body split mid-value, in headers and in a trailer; /seen?n=NONCE answers how many requests
+    carrying NONCE in their request line or headers reached it (so an attempt learns whether a
+    smuggled or refused request got through) and how many connections reached `trap`, a listener
+    on the host's 127.0.0.1 that names resolving to loopback point at."""
+
+    def start(self):
+        self.lines = []
+        self.trap = socket.socket()
+        self.trap.bind(("127.0.0.1", 0))
+        self.trap.listen(64)
+        self.trap_hits = 0
+        threading.Thread(target=self._trap_loop, daemon=True).start()
+        return super().start()
+
+    def _trap_loop(self):
+        while True:
+            try:
+                c, _ = self.trap.accept()
+            except OSError:
+                return
+            self.trap_hits += 1
+            c.close()
+
+    def stop(self):
+        self.trap.close()
+        super().stop()
+
+    def _handler(self):
+        up, base = self, super()._handler()
+
+        class Handler(base):
+            def parse_request(self):
+                ok = super().parse_request()
+                if ok and not self.path.startswith("/seen"):
+                    with up.lock:
+                        up.lines.append(self.requestline + "\n" + str(self.headers))
+                return ok
+
+            def do_GET(self):
+                if self.path.startswith("/seen?n="):
+                    nonce = self.path[len("/seen?n="):]
+                    with up.lock:
+                        n = sum(nonce in line for line in up.lines)
+                    return self._send(200, {}, [json.dumps({"count": n,
+                                                            "trap": up.trap_hits}).encode()])
+                if self.path.startswith("/split-echo"):
+                    auth = self.headers.get("Authorization", "").encode()
+                    body = b"auth=" + auth + b"\n" + auth * 3
+                    # Chunks of 1, 2, 3 ... bytes: every occurrence straddles chunk boundaries.
+                    chunks, i, k = [], 0, 1
+                    while i < len(body):
+                        chunks.append(body[i:i + k])
+                        i, k = i + k, k % 7 + 1
+                    return self._send(200, {"X-Echo-A": auth, "Set-Cookie": b"t=" + auth,
+                                            "Trailer": b"X-Trailer-Echo"}, chunks,
+                                      trailer=b"X-Trailer-Echo: " + auth)
+                return super().do_GET()
+
+            def _send(self, status, headers, chunks, trailer=None):
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v.decode() if isinstance(v, bytes) else v)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for c in chunks:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(c), c))
+                self.wfile.write(b"0\r\n" + (trailer + b"\r\n" if trailer else b"") + b"\r\n")
+
+        return Handler
+
+
+def egress_config(up, secret):
+    """spaced's config for the suite: the test profile may reach a few names of the local
+    upstream (each has a resolver override, so nothing is ever looked up in real DNS), two names
+    resolve to internal addresses (loopback, private), the loopback address of the upstream's trap
+    is listed as an IP literal (so only the address check stands between it and a dial), and
+    API_TOKEN is bound to api.example.test."""
+    https, http = "127.0.0.2:%d" % up.https_port, "127.0.0.2:%d" % up.http_port
+    resolve = {}
+    for name in ("api", "git", "plain", "paths"):
+        resolve["%s.example.test:443" % name] = https
+        resolve["%s.example.test:80" % name] = http
+    trap = up.trap.getsockname()[1]
+    resolve["rebind.example.test"] = "127.0.0.1:%d" % trap
+    resolve["private.example.test"] = "10.0.0.1"
+    return {
+        "profiles": {"test": {"egress": {
+            "allow": ["api.example.test", "git.example.test", "plain.example.test:80",
+                      "rebind.example.test", "private.example.test", "127.0.0.1:%d" % trap,
+                      {"host": "paths.example.test", "methods": ["GET"], "paths": ["/public/"]}],
+            "allow_networks": ["127.0.0.2/32"],
+            "max_connections": 32}},
+            "live": {}},
+        "secrets": {"API_TOKEN": {"value": secret, "hosts": ["api.example.test"],
+                                  "profiles": ["test"]}},
+        "gateway": {"resolve": resolve, "upstream_ca_files": [up.certs["ca"]],
+                    "sandbox_ca_files": [up.certs["ca"]]},
+    }
 
 
 class Attack:
@@ -220,6 +332,8 @@ class Suite:
         self.secret = SECRET_PREFIX + "_" + secrets.token_hex(12)
         self.secret_salt = secrets.token_hex(16)
         self.secret_hashes = host_secret_hashes(self.secret_salt)
+        self.egress_secret = EGRESS_SECRET_PREFIX + "_" + secrets.token_hex(12)
+        self.upstream = None
 
     # -- CLI --------------------------------------------------------------------------------------
 
@@ -255,6 +369,10 @@ class Suite:
         for b in (harness.SPACED, harness.SPACE):
             if not os.access(b, os.X_OK):
                 raise RuntimeError("%s is not built" % b)
+        up_dir = os.path.join(self.tmp, "upstream")
+        os.makedirs(up_dir)
+        self.upstream = SuiteUpstream(up_dir).start()
+        self.daemon.config = egress_config(self.upstream, self.egress_secret)
         # The daemon's environment holds a canary secret; no sandbox may ever see it.
         os.environ["SPACE_TEST_SECRET"] = self.secret
         try:
@@ -280,6 +398,8 @@ class Suite:
                         self.api("DELETE", "/v1/sandboxes/%s?force=true" % sb["id"], timeout=60)
                 self.daemon.stop()
         finally:
+            if self.upstream:
+                self.upstream.stop()
             if self.watch:
                 self.watch.close()
             self._save_log()
@@ -316,6 +436,12 @@ class Suite:
         env["SPACE_SANDBOX"] = sid
         env["SPACE_HOST_SECRET_HASHES"] = self.secret_hashes
         env["SPACE_HOST_SECRET_SALT"] = self.secret_salt
+        if self.upstream:
+            env["SPACE_EGRESS_SECRET_PREFIX"] = EGRESS_SECRET_PREFIX
+            env["SPACE_EGRESS_SECRET_LEN"] = str(len(self.egress_secret))
+            env["SPACE_EGRESS_HTTPS_PORT"] = str(self.upstream.https_port)
+            env["SPACE_EGRESS_HTTP_PORT"] = str(self.upstream.http_port)
+            env["SPACE_EGRESS_TRAP_PORT"] = str(self.upstream.trap.getsockname()[1])
         return env
 
     def run_inside(self, a, sid, work):
@@ -353,6 +479,7 @@ class Suite:
         env.update({"SPACE_SOCKET": self.daemon.socket, "SPACE_CLI": harness.SPACE,
                     "SPACE_VICTIM": self.victim.sid, "SPACE_WORK": work,
                     "SPACE_BUILD_DIR": self.build, "PYTHONUNBUFFERED": "1",
+                    "SPACE_DAEMON_CONFIG": self.daemon.config_path,
                     "PYTHONPATH": os.path.join(HERE, "lib")})
         env.pop("SPACE_TEST_SECRET", None)
         try:
