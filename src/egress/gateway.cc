@@ -27,7 +27,7 @@ std::vector<std::string> sandbox_env(const std::vector<Grant>& grants, const Sec
   for (const char* k : {"NO_PROXY", "no_proxy"})
     env.push_back(std::string(k) + "=localhost,127.0.0.1,::1");
   for (const char* k : {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
-                        "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "PIP_CERT"})
+                        "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "PIP_CERT", "NPM_CONFIG_CAFILE"})
     env.push_back(std::string(k) + "=" + kCaBundlePath);
   for (auto& g : grants) {
     const SecretDef* def = secrets.find(g.name);

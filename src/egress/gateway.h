@@ -56,7 +56,8 @@ inline constexpr const char* kProxyUrl = "http://127.0.0.1:3128";
 inline constexpr const char* kCaCertPath = "/etc/space/ca.crt";           // the sandbox CA
 inline constexpr const char* kCaBundlePath = "/etc/space/ca-bundle.crt";  // system + CA
 // HTTP(S)_PROXY, ALL_PROXY, NO_PROXY (both cases), SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
-// CURL_CA_BUNDLE, NODE_EXTRA_CA_CERTS, GIT_SSL_CAINFO, PIP_CERT, and one variable per grant.
+// CURL_CA_BUNDLE, NODE_EXTRA_CA_CERTS, GIT_SSL_CAINFO, PIP_CERT, NPM_CONFIG_CAFILE, and one
+// variable per grant.
 std::vector<std::string> sandbox_env(const std::vector<Grant>& grants, const SecretStore& secrets);
 
 class Gateway {

@@ -65,6 +65,35 @@ def make_wheel(dest_dir, name="spacedemo", version="1.0"):
     return whl
 
 
+def make_npm_package(root, name="npmdemo", version="1.0.0"):
+    """A one-package npm registry as static files: the packument at /<name> and the tarball."""
+    import tarfile
+    pkg_dir = os.path.join(root, name, "-")
+    os.makedirs(pkg_dir)
+    tgz = os.path.join(pkg_dir, "%s-%s.tgz" % (name, version))
+    files = {"package/package.json": json.dumps({"name": name, "version": version,
+                                                 "main": "index.js"}).encode(),
+             "package/index.js": b"module.exports = 42;\n"}
+    with tarfile.open(tgz, "w:gz") as t:
+        for path, data in files.items():
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            info.mode = 0o644
+            t.addfile(info, io.BytesIO(data))
+    data = open(tgz, "rb").read()
+    integrity = "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+    url = "https://npm.example.test/%s/-/%s-%s.tgz" % (name, name, version)
+    packument = {"name": name, "dist-tags": {"latest": version},
+                 "versions": {version: {"name": name, "version": version,
+                                        "dist": {"tarball": url,
+                                                 "shasum": hashlib.sha1(data).hexdigest(),
+                                                 "integrity": integrity}}}}
+    # Served at /npmdemo (a file next to the directory of the same name would clash, so the
+    # handler maps /npmdemo to npmdemo.json).
+    with open(os.path.join(root, name + ".json"), "w") as f:
+        json.dump(packument, f)
+
+
 def make_site(root):
     """Static content: hello.txt, a git repo (dumb HTTP), a simple index, a 1 MiB file."""
     os.makedirs(root, exist_ok=True)
@@ -84,6 +113,7 @@ def make_site(root):
     bare = os.path.join(root, "repo.git")
     subprocess.run(["git", "clone", "-q", "--bare", src, bare], check=True, env=env)
     subprocess.run(["git", "-C", bare, "update-server-info"], check=True, env=env)
+    make_npm_package(root)
     os.makedirs(os.path.join(root, "packages"))
     whl = make_wheel(os.path.join(root, "packages"))
     with open(os.path.join(root, "packages", whl), "rb") as f:
@@ -138,6 +168,8 @@ class Upstream:
                 self.wfile.write(out)
 
             def do_GET(self):
+                if self.path.split("?")[0] in ("/npmdemo", "/npmdemo/"):
+                    self.path = "/npmdemo.json"
                 if self.path.startswith("/echo") or self.path.startswith("/public/") or \
                         self.path.startswith("/private"):
                     return self._echo()

@@ -8,6 +8,7 @@ found inside the sandbox; and every way around the policy is tried and refused.
 import json
 import os
 import re
+import shutil
 import socket
 import time
 import unittest
@@ -17,7 +18,7 @@ from egress_upstream import Upstream
 
 SECRET = "s3cr3t-API-value-7f2c9e4b1d"
 HDR_SECRET = "ghp_header_secret_5a8e3c"
-NAMES = ["api", "git", "pypi", "paths", "other", "rebind", "hdr"]
+NAMES = ["api", "git", "pypi", "npm", "paths", "other", "rebind", "hdr"]
 
 
 class EgressBase(harness.SpaceTestCase):
@@ -34,6 +35,7 @@ class EgressBase(harness.SpaceTestCase):
             "profiles": {
                 "test": {"egress": {
                     "allow": ["api.example.test", "git.example.test", "pypi.example.test",
+                              "npm.example.test",
                               "rebind.example.test", "plain.example.test:80",
                               "hdr.example.test",
                               {"host": "paths.example.test", "methods": ["GET"],
@@ -141,6 +143,14 @@ class EgressTest(EgressBase):
                          "--index-url https://pypi.example.test/simple/ spacedemo && "
                          "PYTHONPATH=/tmp/pkgs /usr/bin/python3 -c "
                          "'import spacedemo; print(spacedemo.VALUE)'", timeout=180)
+        self.assertEqual(out.strip().splitlines()[-1], "42")
+
+    @unittest.skipUnless(shutil.which("npm"), "npm is not installed (Debian: apt install npm)")
+    def test_npm_install_from_local_registry(self):
+        out = self.sh_ok("mkdir -p /tmp/napp && cd /tmp/napp && "
+                         "npm install --no-audit --no-fund --loglevel=error "
+                         "--registry https://npm.example.test/ npmdemo >/dev/null && "
+                         "node -e 'console.log(require(\"npmdemo\"))'", timeout=180)
         self.assertEqual(out.strip().splitlines()[-1], "42")
 
     def test_node_fetch_transparent(self):

@@ -13,7 +13,7 @@ passed = set(os.environ.get("SPACE_ATTACK_ENV_NAMES", "").split(","))
 # sandbox's own CA. Granted secrets would add placeholders; this sandbox has none.
 gateway = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE",
            "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO",
-           "PIP_CERT"}
+           "PIP_CERT", "NPM_CONFIG_CAFILE"}
 allowed = {"PATH", "HOME", "HOSTNAME", "LANG", "PWD", "TERM", "SHLVL", "_", "OLDPWD",
            "SPACE_SANDBOX_ID", "LC_CTYPE"} | gateway | {v.lower() for v in gateway
                                                         if v.endswith("PROXY")} | passed
