@@ -4,59 +4,10 @@
 
 #include <string>
 
+#include "daemon/sqlite_stmt.h"
+
 namespace space::daemon {
 namespace {
-
-// One statement; finalized on scope exit.
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) {
-    rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr);
-  }
-  ~Stmt() { sqlite3_finalize(s_); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-
-  bool ok() const { return rc_ == SQLITE_OK; }
-  Error error(std::string_view what) const {
-    return Error(Code::kInternal, std::string(what) + ": " + sqlite3_errmsg(db_));
-  }
-  Stmt& bind(int i, const std::string& v) {
-    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Stmt& bind(int i, double v) {
-    sqlite3_bind_double(s_, i, v);
-    return *this;
-  }
-  Stmt& bind(int i, int64_t v) {
-    sqlite3_bind_int64(s_, i, v);
-    return *this;
-  }
-  Stmt& bind_opt(int i, const std::optional<double>& v) {
-    if (v) sqlite3_bind_double(s_, i, *v);
-    else sqlite3_bind_null(s_, i);
-    return *this;
-  }
-  int step() { return sqlite3_step(s_); }
-  std::string text(int c) const {
-    auto* p = sqlite3_column_text(s_, c);
-    return p ? std::string(reinterpret_cast<const char*>(p),
-                           static_cast<size_t>(sqlite3_column_bytes(s_, c)))
-             : std::string();
-  }
-  double real(int c) const { return sqlite3_column_double(s_, c); }
-  int64_t integer(int c) const { return sqlite3_column_int64(s_, c); }
-  std::optional<double> opt_real(int c) const {
-    if (sqlite3_column_type(s_, c) == SQLITE_NULL) return std::nullopt;
-    return sqlite3_column_double(s_, c);
-  }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* s_ = nullptr;
-  int rc_;
-};
 
 nlohmann::json parse_or_null(const std::string& s) {
   if (s.empty()) return nullptr;
@@ -99,9 +50,9 @@ ImageRecord read_image(const Stmt& s) {
 
 Result<std::unique_ptr<Store>> Store::open(const std::filesystem::path& file) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(file.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                           nullptr);
+  int rc =
+      sqlite3_open_v2(file.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
@@ -180,10 +131,10 @@ Result<void> Store::migrate() {
   int64_t version = q.integer(0);
   const int64_t target = static_cast<int64_t>(std::size(kMigrations));
   if (version > target)
-    return fail(Code::kUnavailable,
-                "database schema version " + std::to_string(version) +
-                    " is newer than this spaced understands (" + std::to_string(target) +
-                    "); run a newer spaced or use another --state-dir");
+    return fail(Code::kUnavailable, "database schema version " + std::to_string(version) +
+                                        " is newer than this spaced understands (" +
+                                        std::to_string(target) +
+                                        "); run a newer spaced or use another --state-dir");
   for (int64_t v = version; v < target; ++v) {
     TRY_VOID(exec("BEGIN IMMEDIATE"));
     auto r = exec(kMigrations[v]);
@@ -200,9 +151,10 @@ Result<void> Store::migrate() {
 
 Result<void> Store::put_sandbox(const SandboxRecord& r) {
   std::lock_guard lock(mu_);
-  Stmt s(db_, "INSERT OR REPLACE INTO sandboxes (id, profile, runtime, image, state, spec, "
-              "runtime_state, uid_base, created_at, expires_at, destroyed_at, reason) "
-              "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
+  Stmt s(db_,
+         "INSERT OR REPLACE INTO sandboxes (id, profile, runtime, image, state, spec, "
+         "runtime_state, uid_base, created_at, expires_at, destroyed_at, reason) "
+         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!s.ok()) return fail(s.error("saving sandbox"));
   s.bind(1, r.id).bind(2, r.profile).bind(3, r.runtime).bind(4, r.image).bind(5, r.state);
   s.bind(6, r.spec.dump()).bind(7, r.runtime_state.is_null() ? "" : r.runtime_state.dump());
@@ -259,8 +211,9 @@ Result<int> Store::prune_destroyed(double before) {
 
 Result<void> Store::put_image(const ImageRecord& r) {
   std::lock_guard lock(mu_);
-  Stmt s(db_, "INSERT OR REPLACE INTO images (name, kind, path, created_at, size_bytes, files) "
-              "VALUES (?,?,?,?,?,?)");
+  Stmt s(db_,
+         "INSERT OR REPLACE INTO images (name, kind, path, created_at, size_bytes, files) "
+         "VALUES (?,?,?,?,?,?)");
   if (!s.ok()) return fail(s.error("saving image"));
   s.bind(1, r.name).bind(2, r.kind).bind(3, r.path).bind(4, r.created_at);
   s.bind(5, static_cast<int64_t>(r.size_bytes)).bind(6, static_cast<int64_t>(r.files));

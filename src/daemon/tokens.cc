@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/daemon.h"  // rfc3339
+#include "daemon/sqlite_stmt.h"
 
 namespace space::daemon {
 namespace {
@@ -38,47 +39,6 @@ Result<std::string> random_hex(size_t bytes) {
   OPENSSL_cleanse(b.data(), b.size());
   return out;
 }
-
-// One statement; finalized on scope exit (the same shape as the store's).
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) {
-    rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr);
-  }
-  ~Stmt() { sqlite3_finalize(s_); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-
-  bool ok() const { return rc_ == SQLITE_OK; }
-  Error error(std::string_view what) const {
-    return Error(Code::kInternal, std::string(what) + ": " + sqlite3_errmsg(db_));
-  }
-  Stmt& bind(int i, const std::string& v) {
-    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Stmt& bind(int i, double v) {
-    sqlite3_bind_double(s_, i, v);
-    return *this;
-  }
-  int step() { return sqlite3_step(s_); }
-  std::string text(int c) const {
-    auto* p = sqlite3_column_text(s_, c);
-    return p ? std::string(reinterpret_cast<const char*>(p),
-                           static_cast<size_t>(sqlite3_column_bytes(s_, c)))
-             : std::string();
-  }
-  double real(int c) const { return sqlite3_column_double(s_, c); }
-  std::optional<double> opt_real(int c) const {
-    if (sqlite3_column_type(s_, c) == SQLITE_NULL) return std::nullopt;
-    return sqlite3_column_double(s_, c);
-  }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* s_ = nullptr;
-  int rc_;
-};
 
 constexpr const char* kCols =
     "id, name, profiles, ops, created_at, expires_at, revoked_at, last_used_at, secret_hash";
