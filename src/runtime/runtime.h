@@ -49,6 +49,27 @@ struct SandboxSpec {
   // a "proc.exec" audit event, docs/audit.md) before it runs; the call may block, and the exec
   // waits. Called on a runtime thread. Runtimes that cannot observe execs ignore it.
   std::function<void(nlohmann::json)> exec_events;
+  // Fills the writable layer before the sandbox starts (snapshot rollback and restore). If set,
+  // the runtime calls it once, in the daemon's process (never in a sandbox process), after the
+  // layer exists with an empty `upper` directory and before the overlay is mounted or any
+  // process of the sandbox runs. `upper_dir_fd` is `upper` opened O_RDONLY|O_DIRECTORY; the
+  // runtime closes it when the call returns.
+  //
+  // The callback runs as host root and writes what overlayfs will find in its upper layer:
+  //  * owners are host ids: sandbox id N is uid_base + N (chown every entry: what it creates
+  //    belongs to host root, which the sandbox sees as nobody and cannot change);
+  //  * whiteouts are character devices 0:0; opaque directories carry the xattr
+  //    user.overlay.opaque = "y" (the overlay is mounted with userxattr, so overlay metadata is
+  //    in user.overlay.*, never trusted.*);
+  //  * the layer is a detached mount that the host's paths do not reach: resolve everything
+  //    relative to `upper_dir_fd` and never through a symlink it holds (openat2 with
+  //    RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, or O_NOFOLLOW on each component), since an absolute
+  //    symlink written there resolves on the host.
+  // Its writes count against limits.disk_bytes and disk_inodes (ENOSPC when full); their pages
+  // are charged to the daemon's memory cgroup (the writer's), not the sandbox's. An error it
+  // returns fails create() with that error as the cause, and nothing is left behind. Runtimes
+  // without a writable layer fail create() with kUnimplemented when it is set.
+  std::function<Result<void>(int upper_dir_fd)> populate_upper;
 };
 
 // Resource usage as the cgroup reports it.

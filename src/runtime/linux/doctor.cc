@@ -19,6 +19,7 @@
 #include "runtime/linux/namespaces.h"
 #include "runtime/linux/seccomp_policy.h"
 #include "runtime/linux/syscalls.h"
+#include "runtime/linux/writable_layer.h"
 
 namespace space::runtime::linux {
 
@@ -27,27 +28,33 @@ namespace fs = std::filesystem;
 namespace {
 
 // Child of the overlay probe: root of a new user namespace (mapped to host root, as the probe
-// touches nothing but its own mount namespace), mounts a tmpfs and an overlay with userxattr.
+// touches nothing but its own mount namespace), attaches a writable layer the parent made the
+// way sandboxes get theirs (writable_layer.h) and mounts an overlay with userxattr over it.
 // Exits with 0 or the errno of the step that failed. Raw syscalls only (see launcher.cc).
-[[noreturn]] void overlay_probe_child(int release_fd, const char* dir) {
+[[noreturn]] void overlay_probe_child(int release_fd, int layer_fd, const char* dir) {
   char go;
   if (::read(release_fd, &go, 1) != 1) ::_exit(ECANCELED);
   if (::syscall(SYS_setresgid, 0, 0, 0) != 0 || ::syscall(SYS_setresuid, 0, 0, 0) != 0) {
     ::_exit(errno);
   }
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) ::_exit(errno);
-  if (::mount("tmpfs", dir, "tmpfs", 0, "size=1m") != 0) ::_exit(errno);
+  if (::syscall(SYS_move_mount, layer_fd, "", AT_FDCWD, dir, MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+    ::_exit(errno);
+  }
   if (::chdir(dir) != 0) ::_exit(errno);
-  for (const char* d : {"l", "u", "w", "m"}) {
+  for (const char* d : {"l", "m"}) {
     if (::mkdir(d, 0755) != 0) ::_exit(errno);
   }
-  if (::mount("overlay", "m", "overlay", 0, "lowerdir=l,upperdir=u,workdir=w,userxattr") != 0) {
+  if (::mount("overlay", "m", "overlay", 0, "lowerdir=l,upperdir=upper,workdir=work,userxattr") !=
+      0) {
     ::_exit(errno);
   }
   ::_exit(0);
 }
 
 nlohmann::json probe_overlay_in_userns() {
+  auto layer = make_writable_layer(Limits{.disk_bytes = 1ull << 20}, 0);
+  if (!layer) return {{"ok", false}, {"error", layer.error().message()}};
   char dir[] = "/tmp/space-doctor-XXXXXX";
   if (::mkdtemp(dir) == nullptr) return {{"ok", false}, {"error", "mkdtemp failed"}};
   int pipefd[2];
@@ -65,7 +72,7 @@ nlohmann::json probe_overlay_in_userns() {
     args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
     args.exit_signal = SIGCHLD;
     pid = sys_clone3(&args);
-    if (pid == 0) overlay_probe_child(release_r.get(), dir);
+    if (pid == 0) overlay_probe_child(release_r.get(), layer->get(), dir);
     err = errno;
   });
   nlohmann::json out;

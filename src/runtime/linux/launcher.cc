@@ -25,11 +25,13 @@ namespace space::runtime::linux {
 
 namespace {
 
-// Fds the child holds until exec, besides kChannelFd..kSpareDaemonFd and kLowerFdSlot.
+// Fds the child holds until exec, besides kChannelFd..kSpareDaemonFd, kLowerFdSlot and
+// kLayerMountSlot.
 constexpr int kAgentImageSlot = 7;
 constexpr int kReportSlot = 8;
 constexpr int kReleaseSlot = 9;
-constexpr int kFirstFreeSlot = 12;
+constexpr int kFirstFreeSlot = 13;
+constexpr size_t kPlacedFds = 7;
 
 enum Step : int32_t {
   kArrangeFds,
@@ -38,6 +40,7 @@ enum Step : int32_t {
   kEnterStage,
   kAttachLower,
   kOpenLower,
+  kAttachLayer,
   kSetGid,
   kDropGroups,
   kSetUid,
@@ -74,6 +77,7 @@ constexpr const char* kStepNames[kStepCount] = {
     "enter staging directory",
     "attach id-mapped image rootfs",
     "open image rootfs",
+    "attach writable layer",
     "setresgid 0",
     "setgroups",
     "setresuid 0",
@@ -111,7 +115,7 @@ struct StepReport {
 // Everything the child needs, prepared by the parent. The child sees a copy-on-write copy.
 struct ChildPlan {
   // Fd to place -> slot.
-  std::array<std::pair<int, int>, 6> fds;
+  std::array<std::pair<int, int>, kPlacedFds> fds;
   int report_fd;  // before the fds are arranged
   const char* stage_dir;
   const char* lower_dir;
@@ -168,7 +172,7 @@ int send_byte_with_fd(int sock, char byte, int fd) {
 
   // Fds: copy every fd we keep above the slots first (F_DUPFD never clobbers), then place
   // them, then close everything else the daemon had open.
-  int tmp[6];
+  int tmp[kPlacedFds];
   for (size_t i = 0; i < p.fds.size(); ++i) {
     tmp[i] = ::fcntl(p.fds[i].first, F_DUPFD_CLOEXEC, kFirstFreeSlot);
     if (tmp[i] < 0) child_fail(report, kArrangeFds, i, errno);
@@ -242,6 +246,11 @@ int send_byte_with_fd(int sock, char byte, int fd) {
     check(kOpenLower, ::dup3(lower, kLowerFdSlot, O_CLOEXEC));
     ::close(lower);
   }
+  // The writable layer the daemon made (and maybe filled) as a detached tmpfs: attached here,
+  // in our own mount namespace, it is where the overlay finds upper/ and work/.
+  check(kAttachLayer,
+        ::syscall(SYS_move_mount, kLayerMountSlot, "", AT_FDCWD, "layer", MOVE_MOUNT_F_EMPTY_PATH));
+  ::close(kLayerMountSlot);
 
   // Become root of the new user namespace (host uid_base) and drop the daemon's supplementary
   // groups, which would otherwise still grant host group access.
@@ -462,6 +471,7 @@ Result<void> send_release(int sock, int fd) {
 }  // namespace
 
 Result<Launched> launch(const LaunchRequest& req) {
+  if (req.layer_fd < 0) return fail(Code::kInvalidArgument, "no writable layer to attach");
   // Socketpairs: the channel, and the spare pair a restarted daemon will use.
   auto [channel_daemon, channel_agent] = TRY_CTX(make_socketpair(), "creating the channel");
   auto [spare_agent, spare_daemon] = TRY_CTX(make_socketpair(), "creating the spare channel");
@@ -493,7 +503,8 @@ Result<Launched> launch(const LaunchRequest& req) {
                {spare_daemon.get(), kSpareDaemonFd},
                {req.agent_fd, kAgentImageSlot},
                {report.write.get(), kReportSlot},
-               {release_child.get(), kReleaseSlot}}},
+               {release_child.get(), kReleaseSlot},
+               {req.layer_fd, kLayerMountSlot}}},
       .report_fd = report.write.get(),
       .stage_dir = req.stage_dir.c_str(),
       .lower_dir = req.lower_dir.c_str(),

@@ -32,6 +32,7 @@ inline constexpr int kLayerFd = 6;        // the writable layer's tmpfs root, O_
 inline constexpr int kExecListenerFd = 10;
 // Fds the child holds only until exec (all close-on-exec).
 inline constexpr int kLowerFdSlot = 11;  // the image rootfs, for the overlay's lowerdir
+inline constexpr int kLayerMountSlot = 12;  // the writable layer, a detached mount until attached
 
 struct LaunchRequest {
   std::string id;         // hostname
@@ -44,8 +45,11 @@ struct LaunchRequest {
   std::function<Result<void>(UniqueFd listener)> on_exec_listener;
   CapPlan caps;
   Cgroup* cgroup = nullptr;
-  std::filesystem::path stage_dir;  // holds the empty mount points `layer` and `root`
+  std::filesystem::path stage_dir;  // holds the empty mount points `layer`, `root`, `lower`
   std::filesystem::path lower_dir;  // the image rootfs
+  // The writable layer as a detached mount (make_writable_layer), already populated: the child
+  // attaches it at `layer` in its own mount namespace. Not owned; the caller closes it.
+  int layer_fd = -1;
   const FsPlan* fs = nullptr;
   uint64_t nofile = 4096;  // RLIMIT_NOFILE inside (only ever lowered)
   std::chrono::milliseconds timeout{10000};

@@ -18,6 +18,7 @@
 #include "runtime/linux/mounts.h"
 #include "runtime/linux/namespaces.h"
 #include "runtime/linux/syscalls.h"
+#include "runtime/linux/writable_layer.h"
 
 namespace space::runtime::linux {
 
@@ -42,8 +43,9 @@ class Guard {
 };
 
 // The staging directory <spec.dir>/mnt holds the empty mount points the child mounts on in its
-// own mount namespace (mounts.h): layer, root, and lower (the id-mapped image rootfs). Mode 0711: the sandbox's uid (not host root) must be
-// able to enter it.
+// own mount namespace (mounts.h): layer (the writable tmpfs), root (the overlay), and lower
+// (the id-mapped image rootfs). Mode 0711: the sandbox's uid (not host root) must be able to
+// enter it.
 Result<fs::path> make_stage(const fs::path& dir) {
   fs::path stage = dir / "mnt";
   for (const fs::path& d : {stage, stage / "layer", stage / "root", stage / "lower"}) {
@@ -255,12 +257,20 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::start(const SandboxSpec& spec) {
   // 2. network namespace with only lo.
   UniqueFd netns = TRY(create_netns());
 
-  // Staging directory and the mount plan.
+  // 3. staging directory and the mount plan.
   fs::path stage = TRY_CTX(make_stage(spec.dir), "creating the staging directory");
   Guard stage_guard([&] { remove_stage(stage); });
   FsPlan plan = TRY_CTX(make_fs_plan(spec, kLowerFdSlot), "planning mounts");
 
-  // 3-6. socketpairs, clone3, id maps, cgroups, release, wait for the agent's exec.
+  // 4. the writable layer, a detached tmpfs (unmounted and freed when `layer` closes), filled
+  // by the daemon's callback, if any, before any process of the sandbox exists.
+  UniqueFd layer =
+      TRY_CTX(make_writable_layer(spec.limits, spec.uid_base), "creating the writable layer");
+  if (spec.populate_upper) TRY_VOID(populate_writable_layer(layer.get(), spec.populate_upper));
+  struct stat layer_st;
+  if (::fstat(layer.get(), &layer_st) != 0) return fail_sys("fstat", "writable layer");
+
+  // 5-8. socketpairs, clone3, id maps, cgroups, release, wait for the agent's exec.
   LaunchRequest req{.id = spec.id,
                     .uid_base = spec.uid_base,
                     .netns_fd = netns.get(),
@@ -270,6 +280,7 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::start(const SandboxSpec& spec) {
                     .cgroup = cgroup.get(),
                     .stage_dir = stage,
                     .lower_dir = spec.image.rootfs,
+                    .layer_fd = layer.get(),
                     .fs = &plan,
                     .nofile = config_.nofile,
                     .timeout = config_.start_timeout};
@@ -284,12 +295,12 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::start(const SandboxSpec& spec) {
   }
   Launched child = TRY(launch(req));
   Guard child_guard([&] { (void)kill_and_reap(child.pidfd.get(), true, stop); });
+  layer.reset();  // attached in the sandbox's mount namespace now
 
-  // Identify the agent for reattach, and its writable layer for later checks.
+  // Identify the agent for reattach; its fd 6 must be the very layer made above.
   uint64_t start_time = TRY_CTX(process_start_time(child.pid), "identifying the agent");
-  UniqueFd layer = TRY_CTX(fetch_layer(child.pidfd.get(), 0, 0), "checking the writable layer");
-  struct stat st;
-  if (::fstat(layer.get(), &st) != 0) return fail_sys("fstat", "writable layer");
+  (void)TRY_CTX(fetch_layer(child.pidfd.get(), layer_st.st_dev, layer_st.st_ino),
+                "checking the writable layer");
 
   auto parts = std::make_unique<LinuxInstance::Parts>();
   parts->id = spec.id;
@@ -302,8 +313,8 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::start(const SandboxSpec& spec) {
   parts->netns = std::move(netns);
   parts->cgroup = std::move(cgroup);
   parts->stage = stage;
-  parts->layer_dev = st.st_dev;
-  parts->layer_ino = st.st_ino;
+  parts->layer_dev = layer_st.st_dev;
+  parts->layer_ino = layer_st.st_ino;
   parts->stop_timeout = stop;
   parts->exec_supervisor = std::move(supervisor);
   child_guard.dismiss();

@@ -2,9 +2,10 @@
 // cgroup namespaces; overlay root over a read-only image; pivot_root; a reduced capability
 // set, no_new_privs and a seccomp policy; cgroup limits) whose PID 1 is space-agent.
 //
-// create() is the recipe: cgroups -> network namespace -> staging directory -> launch (see
-// launcher.h). Every step leaves a guard; a failure unwinds them in reverse, so a failed
-// create leaves no cgroup, process, mount or fd behind.
+// create() is the recipe: cgroups -> network namespace -> staging directory -> writable layer,
+// filled by spec.populate_upper if set (writable_layer.h) -> launch (see launcher.h). Every
+// step leaves a guard; a failure unwinds them in reverse, so a failed create leaves no cgroup,
+// process, mount or fd behind.
 #pragma once
 
 #include <chrono>

@@ -75,19 +75,10 @@ std::string host(const std::string& path) { return std::string(kOldRoot) + path;
 Result<FsPlan> make_fs_plan(const SandboxSpec& spec, int lower_fd) {
   FsPlan plan;
   const Limits& lim = spec.limits;
-  if (lim.disk_bytes < (1u << 20)) return fail(Code::kInvalidArgument, "disk limit below 1 MiB");
-  const uint64_t inodes =
-      lim.disk_inodes ? lim.disk_inodes : std::max<uint64_t>(4096, lim.disk_bytes / 8192);
 
   Builder b{plan, &plan.before_pivot};
-  // The writable layer: a size-capped tmpfs, so a full disk is ENOSPC inside the sandbox and
-  // its pages are charged to the sandbox's memory cgroup.
-  b.mount("tmpfs", "layer", MS_NOSUID | MS_NODEV,
-          "size=" + std::to_string(lim.disk_bytes) + ",nr_inodes=" + std::to_string(inodes) +
-              ",mode=0755",
-          "mount writable layer");
-  b.mkdirs("layer/upper", 0755);
-  b.mkdirs("layer/work", 0700);
+  // `layer` already holds the writable layer (writable_layer.h), attached by the launcher: a
+  // size-capped tmpfs, so a full disk is ENOSPC inside the sandbox.
   // userxattr: overlay in a user namespace keeps its metadata in user.overlay.* xattrs.
   b.mount("overlay", "root", MS_NOSUID | MS_NODEV,
           "lowerdir=/proc/self/fd/" + std::to_string(lower_fd) +

@@ -1,9 +1,10 @@
 // The sandbox's file-system view as a list of mount operations, built in the parent (all
 // strings prepared up front) and executed by the child between clone and exec without
 // allocating. Two phases:
-//  * before pivot_root, relative to the staging directory (the child's cwd), which holds two
-//    empty mount points: `layer` gets the writable tmpfs (upper/ and work/ inside) and `root`
-//    the overlay of the image over it;
+//  * before pivot_root, relative to the staging directory (the child's cwd), where `layer`
+//    holds the writable tmpfs (upper/ and work/ inside; made by the daemon and attached there
+//    by the launcher, see writable_layer.h) and the empty mount point `root` gets the overlay
+//    of the image over it;
 //  * after pivot_root into `root`, with absolute paths inside the new root, where symlinks in
 //    the image can only resolve inside the new root; host sources are reached through the old
 //    root, still mounted at kOldRoot until the launcher detaches it.

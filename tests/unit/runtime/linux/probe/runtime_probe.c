@@ -8,6 +8,14 @@
  *   fill <MiB>      writes /tmp/fill until <MiB> or an error
  *   x32             a child makes an x32 syscall; reports how it died
  *   personality <x> tries personality(x)
+ *   stat <path>     lstat: errno, type, mode, uid, gid, size, nlink, ino
+ *   cat <path>      errno, data (the first 4 KiB, newlines as '|')
+ *   ls <path>       errno, entries (comma-separated, sorted)
+ *   readlink <path> errno, target
+ *   getxattr <path> <name>          errno, value
+ *   append <path> <text>            open O_WRONLY|O_APPEND and write text: errno
+ *   chown <path> <uid> <gid>        lchown: errno
+ *   unlink <path>   errno
  *   exit            exits
  */
 #define _GNU_SOURCE
@@ -32,6 +40,7 @@
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #ifndef AF_VSOCK
@@ -319,6 +328,114 @@ static void fill(long mib) {
   put("errno", "%d", err);
 }
 
+static int compare_names(const void* a, const void* b) {
+  return strcmp(*(const char* const*)a, *(const char* const*)b);
+}
+
+/* File commands: arguments are separated by single spaces; paths hold none. */
+static void file_command(const char* cmd, char* args) {
+  char* argv[3] = {args, NULL, NULL};
+  for (int i = 1; i < 3 && argv[i - 1]; ++i) {
+    char* sp = strchr(argv[i - 1], ' ');
+    if (sp) {
+      *sp = 0;
+      argv[i] = sp + 1;
+    }
+  }
+  const char* path = argv[0];
+  if (!strcmp(cmd, "stat")) {
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+      put("errno", "%d", errno);
+      return;
+    }
+    const char* type = S_ISREG(st.st_mode)   ? "reg"
+                       : S_ISDIR(st.st_mode) ? "dir"
+                       : S_ISLNK(st.st_mode) ? "lnk"
+                       : S_ISCHR(st.st_mode) ? "chr"
+                                             : "other";
+    put("errno", "0");
+    put("type", "%s", type);
+    put("mode", "%o", (unsigned)(st.st_mode & 07777));
+    put("uid", "%u", (unsigned)st.st_uid);
+    put("gid", "%u", (unsigned)st.st_gid);
+    put("size", "%lld", (long long)st.st_size);
+    put("nlink", "%lu", (unsigned long)st.st_nlink);
+    put("ino", "%llu", (unsigned long long)st.st_ino);
+  } else if (!strcmp(cmd, "cat")) {
+    char buf[4096];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      put("errno", "%d", errno);
+      return;
+    }
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    put("errno", "%d", n < 0 ? errno : 0);
+    close(fd);
+    if (n < 0) n = 0;
+    buf[n] = 0;
+    for (char* c = buf; *c; ++c) {
+      if (*c == '\n') *c = '|';
+    }
+    put("data", "%s", buf);
+  } else if (!strcmp(cmd, "ls")) {
+    static char names[256][256];
+    static char* sorted[256];
+    size_t count = 0;
+    DIR* d = opendir(path);
+    if (!d) {
+      put("errno", "%d", errno);
+      return;
+    }
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL && count < 256) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      snprintf(names[count], sizeof names[count], "%s", e->d_name);
+      sorted[count] = names[count];
+      ++count;
+    }
+    closedir(d);
+    qsort(sorted, count, sizeof sorted[0], compare_names);
+    char buf[8192];
+    size_t len = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < count; ++i) {
+      int n = snprintf(buf + len, sizeof buf - len, "%s%s", i ? "," : "", sorted[i]);
+      if (n < 0 || (size_t)n >= sizeof buf - len) break;
+      len += (size_t)n;
+    }
+    put("errno", "0");
+    put("entries", "%s", buf);
+  } else if (!strcmp(cmd, "readlink")) {
+    char buf[4096];
+    ssize_t n = readlink(path, buf, sizeof buf - 1);
+    put("errno", "%d", n < 0 ? errno : 0);
+    buf[n < 0 ? 0 : n] = 0;
+    put("target", "%s", buf);
+  } else if (!strcmp(cmd, "getxattr") && argv[1]) {
+    char buf[4096];
+    ssize_t n = lgetxattr(path, argv[1], buf, sizeof buf - 1);
+    put("errno", "%d", n < 0 ? errno : 0);
+    buf[n < 0 ? 0 : n] = 0;
+    put("value", "%s", buf);
+  } else if (!strcmp(cmd, "append") && argv[1]) {
+    int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    int err = fd < 0 ? errno : 0;
+    if (fd >= 0) {
+      size_t len = strlen(argv[1]);
+      if (write(fd, argv[1], len) != (ssize_t)len) err = errno ? errno : EIO;
+      close(fd);
+    }
+    put("errno", "%d", err);
+  } else if (!strcmp(cmd, "chown") && argv[1] && argv[2]) {
+    put("errno", "%d", ERR(lchown(path, (uid_t)atol(argv[1]), (gid_t)atol(argv[2]))));
+  } else if (!strcmp(cmd, "unlink")) {
+    put("errno", "%d", ERR(unlink(path)));
+  } else {
+    put("error", "bad arguments");
+  }
+}
+
 static void x32(void) {
   pid_t pid = fork();
   if (pid == 0) {
@@ -343,6 +460,13 @@ static void handle(int fd, char* line) {
     unsigned long v = strtoul(line + 12, NULL, 0);
     int r = personality(v);
     put("errno", "%d", r < 0 ? errno : 0);
+  } else if (!strncmp(line, "stat ", 5) || !strncmp(line, "cat ", 4) || !strncmp(line, "ls ", 3) ||
+             !strncmp(line, "readlink ", 9) || !strncmp(line, "getxattr ", 9) ||
+             !strncmp(line, "append ", 7) || !strncmp(line, "chown ", 6) ||
+             !strncmp(line, "unlink ", 7)) {
+    char* sp = strchr(line, ' ');
+    *sp = 0;
+    file_command(line, sp + 1);
   } else if (!strcmp(line, "exit")) {
     _exit(0);
   } else {
