@@ -270,8 +270,11 @@ std::string answer_dns(Shared& g, Gateway::State& st, std::string_view datagram)
   }
   if (!allowed) {
     ++g.denied;
-    g.audit(st, "egress.denied",
-            {{"via", "dns"}, {"host", q->name.substr(0, 256)}, {"reason", reason}});
+    if (uint64_t suppressed = 0; st.listener_audit_allowed(&suppressed)) {
+      nlohmann::json ev = {{"via", "dns"}, {"host", q->name.substr(0, 256)}, {"reason", reason}};
+      if (suppressed) ev["suppressed"] = suppressed;
+      g.audit(st, "egress.denied", std::move(ev));
+    }
     return dns::build_response(*q, dns::Rcode::kNxDomain);
   }
   if (q->qtype == uint16_t(dns::Type::kA))
@@ -316,10 +319,13 @@ void Gateway::on_readable(int fd) {
   ::setsockopt(conn.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (st->active.load() >= st->sb.policy.max_connections()) {
     ++impl_->shared.denied;
-    impl_->shared.audit(*st, "egress.denied",
-                        {{"via", "accept"},
-                         {"reason", "connection limit reached (" +
-                                        std::to_string(st->sb.policy.max_connections()) + ")"}});
+    if (uint64_t suppressed = 0; st->listener_audit_allowed(&suppressed)) {
+      nlohmann::json ev = {{"via", "accept"},
+                           {"reason", "connection limit reached (" +
+                                          std::to_string(st->sb.policy.max_connections()) + ")"}};
+      if (suppressed) ev["suppressed"] = suppressed;
+      impl_->shared.audit(*st, "egress.denied", std::move(ev));
+    }
     if (kind != ListenerKind::kTransparentTls) {
       static const char kBusy[] =
           "HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";

@@ -47,6 +47,34 @@ struct Gateway::State {
   std::atomic<bool> detached{false};
   std::atomic<size_t> active{0};  // open connections
   RateLimiter up, down;
+  // Refusals seen by the listener thread (DNS, the connection limit) are audited at most
+  // kListenerAuditBurst at once and kListenerAuditRate per second per sandbox, so a flood of
+  // queries cannot back up the audit log and stall the thread every sandbox shares. The
+  // number left out goes into the next event that is recorded ("suppressed").
+  static constexpr double kListenerAuditRate = 20, kListenerAuditBurst = 100;
+  // True if an event may be recorded now; sets `suppressed` to the count left out before it.
+  bool listener_audit_allowed(uint64_t* suppressed) {
+    std::lock_guard lock(audit_mu);
+    auto now = std::chrono::steady_clock::now();
+    if (audit_last == std::chrono::steady_clock::time_point{}) {
+      audit_tokens = kListenerAuditBurst;
+    } else {
+      double refill = std::chrono::duration<double>(now - audit_last).count() * kListenerAuditRate;
+      audit_tokens = std::min(kListenerAuditBurst, audit_tokens + refill);
+    }
+    audit_last = now;
+    if (audit_tokens < 1) {
+      ++audit_suppressed;
+      return false;
+    }
+    audit_tokens -= 1;
+    *suppressed = std::exchange(audit_suppressed, 0);
+    return true;
+  }
+  std::mutex audit_mu;  // guards the three fields below
+  double audit_tokens = 0;
+  std::chrono::steady_clock::time_point audit_last{};
+  uint64_t audit_suppressed = 0;
   std::mutex ctx_mu;                                           // guards server_ctx
   std::map<std::string, std::shared_ptr<SSL_CTX>> server_ctx;  // per intercepted host
 };

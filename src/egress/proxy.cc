@@ -335,7 +335,12 @@ class Connection {
   // --- HTTP ---------------------------------------------------------------------------------
   Result<AnyStream*> upstream_for(const Host& host, uint16_t port, bool tls) {
     std::string key = host.name + ":" + std::to_string(port);
-    if (up_ && up_->key == key) return up_->stream.get();
+    if (up_ && up_->key == key && up_->buf.size() == 0) {
+      // Reuse a kept-alive upstream only if it is still quiet: an idle connection the server
+      // has closed (or that has bytes nobody asked for) would fail the next request.
+      pollfd p{up_->fd->fd(), POLLIN | POLLRDHUP, 0};
+      if (::poll(&p, 1, 0) == 0) return up_->stream.get();
+    }
     up_.reset();
     auto d = TRY(dial(g_, *st_, host, port));
     auto u = std::make_unique<Upstream>();
@@ -422,8 +427,7 @@ class Connection {
         size_t head = http::read_header(client, buf, *hp, ec);
         if (!ec && head > kHeaderLimit) {
           respond(client, 431, "Request Header Fields Too Large",
-                  "the request header section is over " + std::to_string(kHeaderLimit) +
-                      " bytes");
+                  "the request header section is over " + std::to_string(kHeaderLimit) + " bytes");
           return;
         }
         if (ec) {
@@ -445,8 +449,8 @@ class Connection {
       // One Host field at most (RFC 9112 §3.2): with two, the gateway and the upstream could
       // each route by a different one.
       if (req.count(http::field::host) > 1) {
-        deny(via, fixed_host ? fixed_host->name : "?", default_port,
-             "more than one Host header", {{"method", method}});
+        deny(via, fixed_host ? fixed_host->name : "?", default_port, "more than one Host header",
+             {{"method", method}});
         respond(client, 400, "Bad Request", "more than one Host header");
         return;
       }

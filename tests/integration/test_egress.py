@@ -453,6 +453,32 @@ print(extra.recv(100).split(b"\\r\\n")[0].decode())
         self.assertTrue(denied)
 
 
+    def test_dns_flood_audit_is_bounded(self):
+        script = r'''
+import socket, time
+for i in range(400):
+    try:
+        socket.getaddrinfo("n%d.denied.example.org" % i, 443)
+    except socket.gaierror:
+        pass
+time.sleep(1.5)
+try:
+    socket.getaddrinfo("last.denied.example.org", 443)
+except socket.gaierror:
+    print("last refused")
+'''
+        out = self.sh_ok("/usr/bin/python3 - <<'EOF'\n%s\nEOF" % script)
+        self.assertIn("last refused", out)
+        dns = [e for e in self.audit_events() if e["kind"] == "egress.denied"
+               and e["data"].get("via") == "dns"]
+        # 400+ refusals (each name may be asked twice: A and AAAA), at most a burst plus the
+        # refill recorded, and the last one says how many were left out.
+        self.assertLess(len(dns), 250, len(dns))
+        self.assertTrue(any(e["data"].get("host") == "last.denied.example.org" and
+                            e["data"].get("suppressed", 0) > 0 for e in dns), dns[-3:])
+        self.daemon.wait_healthy(5)
+
+
 def up_host():
     return "127.0.0.2"
 
