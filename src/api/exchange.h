@@ -5,9 +5,9 @@
 // stdin needs; each side touches only its own state.
 #pragma once
 
+#include <atomic>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
-#include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "api/fd_stream.h"
 #include "api/request.h"
 #include "common/error.h"
+#include "common/fd_stream.h"
 #include "daemon/service.h"
 
 namespace space::api {

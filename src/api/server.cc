@@ -17,8 +17,8 @@
 #include <thread>
 
 #include "api/exchange.h"
-#include "api/fd_stream.h"
 #include "api/router.h"
+#include "common/fd_stream.h"
 
 namespace space::api {
 namespace {
@@ -160,8 +160,9 @@ Result<ListenAddress> parse_listen_address(std::string_view text) {
   const std::string quoted = "api_listen \"" + std::string(text.substr(0, 100)) + "\"";
   auto malformed = [&] {
     return fail(Code::kInvalidArgument,
-                quoted + ": expected HOST:PORT with a loopback HOST, e.g. 127.0.0.1:7070 or "
-                         "[::1]:7070");
+                quoted +
+                    ": expected HOST:PORT with a loopback HOST, e.g. 127.0.0.1:7070 or "
+                    "[::1]:7070");
   };
   size_t colon = text.rfind(':');
   if (colon == std::string_view::npos || colon == 0) return malformed();
@@ -191,10 +192,11 @@ Result<ListenAddress> parse_listen_address(std::string_view text) {
   }
   if (!loopback)
     return fail(Code::kInvalidArgument,
-                quoted + " is not a loopback address: spaced serves plain HTTP and only on "
-                         "127.0.0.0/8 or [::1], so that API tokens never cross a network "
-                         "unencrypted. To reach the API from other hosts, listen on loopback "
-                         "and put a TLS-terminating proxy (nginx, Caddy, Envoy) in front of it");
+                quoted +
+                    " is not a loopback address: spaced serves plain HTTP and only on "
+                    "127.0.0.0/8 or [::1], so that API tokens never cross a network "
+                    "unencrypted. To reach the API from other hosts, listen on loopback "
+                    "and put a TLS-terminating proxy (nginx, Caddy, Envoy) in front of it");
   return a;
 }
 

@@ -92,19 +92,21 @@ Error api_error(int status, std::string_view body) {
 
 Connection::Connection(UniqueFd fd, std::string socket_path)
     : socket_path_(std::move(socket_path)),
-      stream_(std::make_unique<api::FdStream>(std::move(fd))),
+      stream_(std::make_unique<FdStream>(std::move(fd))),
       buffer_(std::make_unique<boost::beast::flat_buffer>()) {}
 
 namespace {
 
 // "http://HOST:PORT" (HOST a name, an IPv4 address or [IPv6]) -> a connected TCP socket.
 Result<UniqueFd> connect_tcp(const std::string& url) {
-  const std::string hint = "; set SPACE_API to the daemon's api_listen address, e.g. "
-                           "http://127.0.0.1:7070";
+  const std::string hint =
+      "; set SPACE_API to the daemon's api_listen address, e.g. "
+      "http://127.0.0.1:7070";
   if (url.starts_with("https://"))
     return fail(Code::kInvalidArgument,
-                "SPACE_API=" + url + ": the CLI speaks plain HTTP to spaced's loopback "
-                                     "listener only (a TLS proxy in front is for other clients)");
+                "SPACE_API=" + url +
+                    ": the CLI speaks plain HTTP to spaced's loopback "
+                    "listener only (a TLS proxy in front is for other clients)");
   std::string_view rest = std::string_view(url).substr(7);
   while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
   size_t colon = rest.rfind(':');
@@ -140,8 +142,9 @@ Result<UniqueFd> connect_tcp(const std::string& url) {
   ::freeaddrinfo(res);
   if (err == ECONNREFUSED)
     return fail(Code::kUnavailable,
-                "no daemon answers at " + url + " (SPACE_API); is spaced running with api_listen "
-                                              "set to that address?",
+                "no daemon answers at " + url +
+                    " (SPACE_API); is spaced running with api_listen "
+                    "set to that address?",
                 err);
   return fail(Error::sys("connect", "\"" + url + "\"", err));
 }
@@ -221,9 +224,9 @@ Result<void> Connection::send(std::string_view method, const std::string& target
 
 Result<void> Connection::start_chunked(std::string_view method, const std::string& target,
                                        std::string_view content_type) {
-  std::string head = std::string(method) + " " + target + " HTTP/1.1\r\nHost: spaced\r\n" +
-                     auth_header() + "Transfer-Encoding: chunked\r\nContent-Type: " +
-                     std::string(content_type) + "\r\n\r\n";
+  std::string head =
+      std::string(method) + " " + target + " HTTP/1.1\r\nHost: spaced\r\n" + auth_header() +
+      "Transfer-Encoding: chunked\r\nContent-Type: " + std::string(content_type) + "\r\n\r\n";
   return write(head, "sending the request");
 }
 

@@ -1,5 +1,5 @@
 // The CLI's HTTP/1.1 client for the daemon's REST API over its Unix socket, or over its loopback
-// TCP listener when $SPACE_API names one (Beast on a raw fd, see api/fd_stream.h). With
+// TCP listener when $SPACE_API names one (Beast on a raw fd, see common/fd_stream.h). With
 // $SPACE_TOKEN set every request carries "Authorization: Bearer $SPACE_TOKEN"
 // (docs/api-auth.md). Two levels: Connection sends one request and reads its response
 // incrementally (streams: exec events, file bodies, chunked uploads, and full duplex for exec
@@ -15,8 +15,8 @@
 #include <string>
 #include <string_view>
 
-#include "api/fd_stream.h"
 #include "common/error.h"
+#include "common/fd_stream.h"
 
 namespace space::cli {
 
@@ -64,7 +64,7 @@ class Connection {
   Result<size_t> read_some(char* out, size_t n);
   Result<std::string> read_body(size_t limit = 64u << 20);
 
-  api::FdStream& stream() { return *stream_; }
+  FdStream& stream() { return *stream_; }
 
  private:
   explicit Connection(UniqueFd fd, std::string socket_path);
@@ -74,7 +74,7 @@ class Connection {
 
   std::string socket_path_;
   std::string token_;
-  std::unique_ptr<api::FdStream> stream_;
+  std::unique_ptr<FdStream> stream_;
   std::unique_ptr<boost::beast::flat_buffer> buffer_;
   std::unique_ptr<boost::beast::http::response_parser<boost::beast::http::buffer_body>> parser_;
 };

@@ -13,8 +13,8 @@
 #include <mutex>
 #include <string>
 
-#include "api/fd_stream.h"
 #include "common/fd.h"
+#include "common/fd_stream.h"
 #include "egress/gateway.h"
 #include "egress/tls_stream.h"
 
@@ -100,7 +100,7 @@ struct Shared {
 class AnyStream {
  public:
   using error_code = boost::system::error_code;
-  explicit AnyStream(api::FdStream* fd) : fd_(fd) {}
+  explicit AnyStream(FdStream* fd) : fd_(fd) {}
   explicit AnyStream(TlsStream* tls) : tls_(tls) {}
 
   template <class B>
@@ -135,7 +135,7 @@ class AnyStream {
   }
 
  private:
-  api::FdStream* fd_ = nullptr;
+  FdStream* fd_ = nullptr;
   TlsStream* tls_ = nullptr;
 };
 

@@ -104,7 +104,7 @@ enum class Mode {
 
 struct Upstream {
   std::string key;  // "host:port"
-  std::unique_ptr<api::FdStream> fd;
+  std::unique_ptr<FdStream> fd;
   std::unique_ptr<TlsStream> tls;
   std::unique_ptr<AnyStream> stream;
   beast::flat_buffer buf{kBufferLimit};
@@ -345,7 +345,7 @@ class Connection {
     auto d = TRY(dial(g_, *st_, host, port));
     auto u = std::make_unique<Upstream>();
     u->key = key;
-    u->fd = std::make_unique<api::FdStream>(std::move(d.fd));
+    u->fd = std::make_unique<FdStream>(std::move(d.fd));
     u->fd->set_stop_fd(st_->cancel.get());
     u->fd->set_read_timeout(g_.options.idle_timeout);
     u->fd->set_write_timeout(g_.options.idle_timeout);
@@ -649,7 +649,7 @@ class Connection {
 
   Shared& g_;
   std::shared_ptr<Gateway::State> st_;
-  api::FdStream client_fd_;
+  FdStream client_fd_;
   AnyStream client_;
   std::unique_ptr<Upstream> up_;
 };

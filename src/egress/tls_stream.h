@@ -1,5 +1,5 @@
 // A TLS connection over a raw non-blocking socket, as a Beast SyncReadStream/SyncWriteStream
-// with the same timeouts and cancellation as api::FdStream (every wait is a poll() on the
+// with the same timeouts and cancellation as FdStream (every wait is a poll() on the
 // socket plus a cancel eventfd). The gateway uses it on both sides of an intercepted
 // connection: as a server towards the sandbox (presenting a leaf of the sandbox's CA) and as a
 // client towards the upstream (verifying it normally). OpenSSL is driven directly (SSL_set_fd)

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "api/base64.h"
-#include "api/fd_stream.h"
+#include "common/fd_stream.h"
 
 namespace space::api::testing {
 

@@ -3,8 +3,9 @@
 // on the socket plus up to two "cancel" eventfds: `stop` (server shutdown, CLI signal) aborts
 // reads and writes, `read_interrupt` aborts reads only (so one thread can stop another that is
 // blocked reading while it keeps writing). Reads and writes may run concurrently on two threads
-// (full duplex); each direction keeps its own timeout state. Header-only: the daemon's server
-// (src/api) and the CLI's client (src/cli) both use it.
+// (full duplex); each direction keeps its own timeout state. Header-only: the daemon's API
+// server (src/api), the egress gateway (src/egress) and the CLI's client (src/cli) use it;
+// only targets that link Boost include it.
 #pragma once
 
 #include <fcntl.h>
@@ -24,7 +25,7 @@
 #include "common/error.h"
 #include "common/fd.h"
 
-namespace space::api {
+namespace space {
 
 class FdStream {
  public:
@@ -183,4 +184,4 @@ inline Error stream_error(const boost::system::error_code& ec, std::string_view 
   return Error(code, std::string(what) + ": " + ec.message());
 }
 
-}  // namespace space::api
+}  // namespace space
