@@ -97,6 +97,7 @@ class Daemon : public SandboxService {
   // against the profile and records grants and placeholders in rec.spec; start_egress gives
   // the sandbox its CA and attaches it to the gateway (fresh: a new CA; otherwise the saved one,
   // after a restart); stop_egress detaches it.
+  const egress::EgressProfile& egress_profile(const std::string& profile) const;
   Result<egress::SandboxEgress> plan_egress(SandboxRecord& rec, const CreateRequest& req);
   Result<egress::SandboxEgress> egress_of(const SandboxRecord& rec);
   Result<void> start_egress(Sandbox& sb, egress::SandboxEgress eg, bool fresh);

@@ -2,9 +2,8 @@
 // (`--secret`, `--allow`) against its profile, giving the sandbox placeholders instead of
 // secrets, its own CA for the gateway's TLS interception, the proxy environment, and attaching
 // it to the egress gateway (src/egress) — at creation, and again after a daemon restart.
-#include <spdlog/spdlog.h>
-
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <fstream>
@@ -29,6 +28,12 @@ std::string read_text(const fs::path& p) {
 
 }  // namespace
 
+const egress::EgressProfile& Daemon::egress_profile(const std::string& profile) const {
+  static const egress::EgressProfile kNothing;  // a profile without "egress" reaches nothing
+  auto it = cfg_.egress.find(profile);
+  return it == cfg_.egress.end() ? kNothing : it->second;
+}
+
 json Daemon::installed_stats(Sandbox& sb, const std::vector<std::string>& rel_paths) {
   json out = json::object();
   auto layer = sb.inst->writable_layer();
@@ -48,10 +53,7 @@ json Daemon::installed_stats(Sandbox& sb, const std::vector<std::string>& rel_pa
 Result<egress::SandboxEgress> Daemon::plan_egress(SandboxRecord& rec, const CreateRequest& req) {
   egress::SandboxEgress eg;
   eg.id = rec.id;
-  static const egress::EgressProfile kNothing;
-  auto pit = cfg_.egress.find(req.profile);
-  const egress::EgressProfile& profile = pit == cfg_.egress.end() ? kNothing : pit->second;
-  eg.policy = TRY(egress::Policy::make(req.profile, profile, req.allow));
+  eg.policy = TRY(egress::Policy::make(req.profile, egress_profile(req.profile), req.allow));
   json grants = json::array();
   for (auto& name : req.secrets) {
     const egress::SecretDef* def = secrets_->find(name);
@@ -80,11 +82,8 @@ Result<egress::SandboxEgress> Daemon::plan_egress(SandboxRecord& rec, const Crea
 Result<egress::SandboxEgress> Daemon::egress_of(const SandboxRecord& rec) {
   egress::SandboxEgress eg;
   eg.id = rec.id;
-  static const egress::EgressProfile kNothing;
-  auto pit = cfg_.egress.find(rec.profile);
-  const egress::EgressProfile& profile = pit == cfg_.egress.end() ? kNothing : pit->second;
   auto allow = rec.spec.value("allow", std::vector<std::string>{});
-  auto policy = egress::Policy::make(rec.profile, profile, allow);
+  auto policy = egress::Policy::make(rec.profile, egress_profile(rec.profile), allow);
   if (!policy) {
     // The config changed under a running sandbox: fail closed.
     spdlog::warn("sandbox {}: its --allow no longer fits profile {} ({}); egress refused", rec.id,
@@ -125,8 +124,8 @@ Result<void> Daemon::start_egress(Sandbox& sb, egress::SandboxEgress eg, bool fr
     TRY_VOID_CTX(put_file(*sb.conn, egress::kCaBundlePath, 0644, bundle),
                  "installing the trust store");
     // `space diff` shows what changed since creation; these files are part of creation.
-    sb.rec.spec["installed"] = installed_stats(sb, {"etc/space", "etc/space/ca.crt",
-                                                    "etc/space/ca-bundle.crt"});
+    sb.rec.spec["installed"] =
+        installed_stats(sb, {"etc/space", "etc/space/ca.crt", "etc/space/ca-bundle.crt"});
   } else {
     eg.ca = TRY(egress::SandboxCa::load(dir));
   }

@@ -237,6 +237,15 @@ void Gateway::poll_loop() {
 
 namespace {
 
+// An egress.denied event from the listener thread, within the sandbox's audit rate (see
+// State::listener_audit_allowed); the count left out since the last one rides along.
+void audit_listener_refusal(Shared& g, Gateway::State& st, nlohmann::json ev) {
+  uint64_t suppressed = 0;
+  if (!st.listener_audit_allowed(&suppressed)) return;
+  if (suppressed) ev["suppressed"] = suppressed;
+  g.audit(st, "egress.denied", std::move(ev));
+}
+
 // The DNS stub: allowed names resolve to the transparent listeners, the rest to NXDOMAIN.
 std::string answer_dns(Shared& g, Gateway::State& st, std::string_view datagram) {
   uint16_t id = 0;
@@ -270,11 +279,8 @@ std::string answer_dns(Shared& g, Gateway::State& st, std::string_view datagram)
   }
   if (!allowed) {
     ++g.denied;
-    if (uint64_t suppressed = 0; st.listener_audit_allowed(&suppressed)) {
-      nlohmann::json ev = {{"via", "dns"}, {"host", q->name.substr(0, 256)}, {"reason", reason}};
-      if (suppressed) ev["suppressed"] = suppressed;
-      g.audit(st, "egress.denied", std::move(ev));
-    }
+    audit_listener_refusal(g, st,
+                           {{"via", "dns"}, {"host", q->name.substr(0, 256)}, {"reason", reason}});
     return dns::build_response(*q, dns::Rcode::kNxDomain);
   }
   if (q->qtype == uint16_t(dns::Type::kA))
@@ -319,13 +325,10 @@ void Gateway::on_readable(int fd) {
   ::setsockopt(conn.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (st->active.load() >= st->sb.policy.max_connections()) {
     ++impl_->shared.denied;
-    if (uint64_t suppressed = 0; st->listener_audit_allowed(&suppressed)) {
-      nlohmann::json ev = {{"via", "accept"},
-                           {"reason", "connection limit reached (" +
-                                          std::to_string(st->sb.policy.max_connections()) + ")"}};
-      if (suppressed) ev["suppressed"] = suppressed;
-      impl_->shared.audit(*st, "egress.denied", std::move(ev));
-    }
+    audit_listener_refusal(impl_->shared, *st,
+                           {{"via", "accept"},
+                            {"reason", "connection limit reached (" +
+                                           std::to_string(st->sb.policy.max_connections()) + ")"}});
     if (kind != ListenerKind::kTransparentTls) {
       static const char kBusy[] =
           "HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
