@@ -29,6 +29,9 @@ struct CreateRequest {
   std::vector<std::string> secrets;   // credential names granted (egress issue)
   std::vector<std::string> allow;     // HOST[:PORT] narrowing the profile's egress allowlist
   std::string workdir = "/root";      // default cwd of execs
+  // Rolling snapshots: take one this often (seconds) while the sandbox lives. Unset = the
+  // profile's default ("snapshot_every" in the config); 0 = never.
+  std::optional<double> snapshot_every_s;
 };
 
 // A sandbox as the API shows it (GET /v1/sandboxes/{id}). JSON shape documented in
@@ -42,6 +45,7 @@ struct ExecRequest {
   std::optional<double> timeout_s;    // kill the exec's process tree after this long
   bool detach = false;                // start and return at once; output discarded
   bool stdin = false;                 // the client will stream stdin
+  bool snapshot = false;              // take a snapshot (kind "exec") before it starts
 };
 
 struct ExitStatus {
@@ -67,6 +71,7 @@ class ExecSession {
     std::string data;                 // stdout/stderr bytes
     int pid = 0;                      // kStarted: pid inside the sandbox
     ExitStatus exit;                  // kExit
+    std::string snapshot;             // kStarted: the snapshot taken before the exec, if asked
   };
   // Blocks for the next event. After kExit it returns kExit again. An error means the sandbox
   // went away (destroyed, agent lost).
@@ -91,6 +96,20 @@ struct FileStat {
   uint64_t size = 0;
   std::string target;                 // symlink target
 };
+
+// POST /v1/sandboxes/{id}/snapshots. Names are unique within a profile: 1-64 characters of
+// [A-Za-z0-9._-], starting with a letter or digit, and never "snap_..." (that is an id).
+struct SnapshotRequest {
+  std::string name;                   // "" = unnamed
+};
+
+// A snapshot as the API shows it (schema Snapshot in api/openapi.yaml):
+//   {"id": "snap_<hex>", "sandbox", "profile", "name" (null if unnamed),
+//    "kind": "manual" | "scheduled" | "exec" | "rollback" (taken just before a rollback),
+//    "created_at", "expires_at" (when retention will drop it; null = never),
+//    "parent" (id or null), "runtime", "image", "files", "logical_bytes", "new_bytes",
+//    "reused_files", "contents": "filesystem", "processes": "restarted", "skipped": [...]}
+using SnapshotInfo = nlohmann::json;
 
 class SandboxService {
  public:
@@ -130,6 +149,45 @@ class SandboxService {
 
   virtual Result<void> pause(const std::string& id) = 0;
   virtual Result<void> resume(const std::string& id) = 0;
+
+  // Snapshots (docs/snapshots.md). `snap` is a snapshot id or name. Services without a
+  // snapshot store answer kUnimplemented.
+  //
+  // Takes a snapshot of a live sandbox (its processes are frozen meanwhile).
+  virtual Result<SnapshotInfo> snapshot(const std::string& id, const SnapshotRequest& req) {
+    return fail(Code::kUnimplemented, "this service keeps no snapshots");
+  }
+  // The snapshots of a sandbox, live or destroyed, newest first (JSON array of Snapshot).
+  virtual Result<nlohmann::json> list_snapshots(const std::string& id) {
+    return fail(Code::kUnimplemented, "this service keeps no snapshots");
+  }
+  // Every snapshot the service keeps, newest first (JSON array of Snapshot).
+  virtual Result<nlohmann::json> all_snapshots() {
+    return fail(Code::kUnimplemented, "this service keeps no snapshots");
+  }
+  virtual Result<SnapshotInfo> get_snapshot(const std::string& snap) {
+    return fail(Code::kUnimplemented, "this service keeps no snapshots");
+  }
+  virtual Result<void> delete_snapshot(const std::string& snap) {
+    return fail(Code::kUnimplemented, "this service keeps no snapshots");
+  }
+  // Puts a live sandbox back to a snapshot of the same profile and image, in place under the
+  // same id: its processes are stopped, its writable layer replaced, its agent restarted.
+  // Returns the sandbox (SandboxInfo) with "rollback": {"snapshot", "saved_as"}, where
+  // saved_as is the snapshot of the state just before the rollback (null if none was taken).
+  virtual Result<SandboxInfo> rollback(const std::string& id, const std::string& snap) {
+    return fail(Code::kUnimplemented, "this service keeps no snapshots");
+  }
+  // A new sandbox of the snapshot's profile, image and settings, holding its files. `profile`,
+  // if set, must be the snapshot's own (a snapshot never restores into another profile).
+  virtual Result<SandboxInfo> restore(const std::string& snap,
+                                      const std::optional<std::string>& profile) {
+    return fail(Code::kUnimplemented, "this service keeps no snapshots");
+  }
+  // Like diff(), but against a snapshot of the sandbox's profile instead of its creation.
+  virtual Result<nlohmann::json> diff_since(const std::string& id, const std::string& snap) {
+    return fail(Code::kUnimplemented, "this service keeps no snapshots");
+  }
 
   // Images. import_image reads a tar archive (plain, gzip, xz or zstd) of a root filesystem.
   virtual Result<nlohmann::json> import_image(const std::string& name, const ChunkSource& source) = 0;
