@@ -89,31 +89,6 @@ Result<sqlite3*> open_db(const fs::path& file) {
   return db;
 }
 
-Result<std::string> load_or_create_key(const fs::path& file) {
-  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0 && errno == ENOENT) {
-    unsigned char k[kKeyBytes];
-    if (RAND_bytes(k, sizeof k) != 1) return fail(Code::kInternal, "RAND_bytes failed");
-    fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) return fail_sys("open", file.string());
-    bool ok = ::write(fd, k, sizeof k) == static_cast<ssize_t>(sizeof k) && ::fsync(fd) == 0;
-    ::close(fd);
-    if (!ok) {
-      ::unlink(file.c_str());
-      return fail(Code::kUnavailable, "writing audit key " + file.string());
-    }
-    return std::string(reinterpret_cast<char*>(k), sizeof k);
-  }
-  if (fd < 0) return fail_sys("open", file.string());
-  char buf[kKeyBytes + 1];
-  ssize_t n = ::read(fd, buf, sizeof buf);
-  ::close(fd);
-  if (n != static_cast<ssize_t>(kKeyBytes))
-    return fail(Code::kUnavailable, "audit key " + file.string() + " is not " +
-                                        std::to_string(kKeyBytes) + " bytes");
-  return std::string(buf, kKeyBytes);
-}
-
 std::string ts_text(double ts) { return fmt::format("{:.6f}", ts); }
 
 }  // namespace
@@ -415,6 +390,32 @@ json OutputDigest::finish() {
   if (bytes_ > limit_) j["tail_b64"] = api::base64_encode(tail_);
   j["truncated"] = bytes_ > 2 * limit_;
   return j;
+}
+
+// A 32-byte random key in `file` (0600), made on first use.
+Result<std::string> load_or_create_key(const fs::path& file) {
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0 && errno == ENOENT) {
+    unsigned char k[kKeyBytes];
+    if (RAND_bytes(k, sizeof k) != 1) return fail(Code::kInternal, "RAND_bytes failed");
+    fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return fail_sys("open", file.string());
+    bool ok = ::write(fd, k, sizeof k) == static_cast<ssize_t>(sizeof k) && ::fsync(fd) == 0;
+    ::close(fd);
+    if (!ok) {
+      ::unlink(file.c_str());
+      return fail(Code::kUnavailable, "writing key " + file.string());
+    }
+    return std::string(reinterpret_cast<char*>(k), sizeof k);
+  }
+  if (fd < 0) return fail_sys("open", file.string());
+  char buf[kKeyBytes + 1];
+  ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  if (n != static_cast<ssize_t>(kKeyBytes))
+    return fail(Code::kUnavailable, "key " + file.string() + " is not " +
+                                        std::to_string(kKeyBytes) + " bytes");
+  return std::string(buf, kKeyBytes);
 }
 
 }  // namespace space::audit

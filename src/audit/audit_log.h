@@ -148,4 +148,8 @@ class OutputDigest {
   Sha256 sha_;
 };
 
+// The 32-byte random key kept in `file` (mode 0600), created on first use: the audit log's MAC
+// key, and the snapshot store's master key.
+Result<std::string> load_or_create_key(const std::filesystem::path& file);
+
 }  // namespace space::audit

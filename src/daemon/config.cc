@@ -2,6 +2,7 @@
 // to a default).
 #include "daemon/config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -53,6 +54,8 @@ Result<void> Config::load(const std::filesystem::path& file) {
       secrets.clear();
       for (auto& [name, def] : v.items())
         secrets.emplace(name, TRY_CTX(egress::SecretDef::from_json(name, def), file.string()));
+    } else if (k == "snapshots" && v.is_object()) {
+      TRY_VOID_CTX(load_snapshots(v), file.string() + ": snapshots");
     } else if (k == "gateway" && v.is_object()) {
       TRY_VOID_CTX(load_gateway(v), file.string() + ": gateway");
     } else if (k == "defaults" && v.is_object()) {
@@ -89,6 +92,7 @@ Result<void> Config::load(const std::filesystem::path& file) {
 Result<void> Config::load_profiles(const nlohmann::json& v) {
   profiles.clear();
   egress.clear();
+  profile_snapshots.clear();
   for (auto& [name, p] : v.items()) {
     if (name.empty() || name.size() > 64 ||
         name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_") != std::string::npos)
@@ -98,11 +102,60 @@ Result<void> Config::load_profiles(const nlohmann::json& v) {
     for (auto& [k, pv] : p.items()) {
       if (k == "egress")
         egress[name] = TRY_CTX(egress::EgressProfile::from_json(pv), name + ".egress");
+      else if (k == "snapshot_every" && pv.is_string())
+        profile_snapshots[name].every_s =
+            TRY_CTX(parse_duration(pv.get<std::string>()), name + ".snapshot_every");
+      else if (k == "snapshot_quota" && pv.is_string())
+        profile_snapshots[name].quota_bytes =
+            TRY_CTX(parse_size(pv.get<std::string>()), name + ".snapshot_quota");
       else
         return fail(Code::kInvalidArgument, name + ": unknown key \"" + k + "\"");
     }
     profiles.insert(name);
   }
+  return {};
+}
+
+// "snapshots": {"retention": [{"for": "1h", "every": "0s"}, ...], "keep_manual": "7d",
+// "gc_interval": "60s"}.
+Result<void> Config::load_snapshots(const nlohmann::json& v) {
+  auto duration = [](const nlohmann::json& d, const std::string& what) -> Result<double> {
+    if (!d.is_string()) return fail(Code::kInvalidArgument, what + ": expected a duration such as \"1h\"");
+    return TRY_CTX(parse_duration(d.get<std::string>()), what);
+  };
+  for (auto& [k, sv] : v.items()) {
+    if (k == "retention" && sv.is_array()) {
+      std::vector<RetentionTier> tiers;
+      for (auto& t : sv) {
+        if (!t.is_object() || !t.contains("for"))
+          return fail(Code::kInvalidArgument,
+                      "retention: each tier is {\"for\": \"1d\", \"every\": \"1h\"}");
+        RetentionTier tier;
+        for (auto& [tk, tv] : t.items()) {
+          if (tk == "for") tier.for_s = TRY(duration(tv, "retention.for"));
+          else if (tk == "every") tier.every_s = TRY(duration(tv, "retention.every"));
+          else return fail(Code::kInvalidArgument, "retention: unknown key \"" + tk + "\"");
+        }
+        if (!tiers.empty() && tier.for_s <= tiers.back().for_s)
+          return fail(Code::kInvalidArgument,
+                      "retention: tiers must be in increasing order of \"for\"");
+        tiers.push_back(tier);
+      }
+      snapshots.retention = std::move(tiers);
+    } else if (k == "keep_manual") {
+      snapshots.keep_manual_s = TRY(duration(sv, "keep_manual"));
+    } else if (k == "gc_interval") {
+      snapshots.gc_interval_s = TRY(duration(sv, "gc_interval"));
+      if (snapshots.gc_interval_s < 1) return fail(Code::kInvalidArgument, "gc_interval: at least 1s");
+    } else {
+      return fail(Code::kInvalidArgument, "unknown or mistyped key \"" + k + "\"");
+    }
+  }
+  double longest = snapshots.keep_manual_s;
+  for (auto& t : snapshots.retention) longest = std::max(longest, t.for_s);
+  if (longest > SnapshotConfig::kMaxAge)
+    return fail(Code::kInvalidArgument,
+                "snapshots are kept at most 7 days; shorten \"retention\" or \"keep_manual\"");
   return {};
 }
 

@@ -15,6 +15,28 @@
 
 namespace space::daemon {
 
+// Rolling snapshots and how long snapshots are kept (docs/snapshots.md). Automatic snapshots
+// (scheduled, before an `exec --snapshot`, before a rollback) follow the tiers: a snapshot of
+// age A falls in the first tier with A <= for_s, which keeps the newest snapshot of each
+// sandbox per `every_s` window (0 = all of them); past the last tier it is dropped. Manual
+// snapshots are kept keep_manual_s. Nothing is kept longer than 7 days.
+struct RetentionTier {
+  double for_s = 0;
+  double every_s = 0;
+};
+struct SnapshotConfig {
+  std::vector<RetentionTier> retention = {{3600, 0}, {86400, 3600}, {7 * 86400, 86400}};
+  double keep_manual_s = 7 * 86400;
+  double gc_interval_s = 60;  // how often retention and garbage collection run
+  static constexpr double kMaxAge = 7 * 86400;
+};
+
+// Per-profile snapshot settings.
+struct ProfileSnapshots {
+  double every_s = 0;        // default rolling-snapshot interval of its sandboxes; 0 = none
+  uint64_t quota_bytes = 0;  // stored (compressed, deduplicated) bytes; 0 = unlimited
+};
+
 struct Config {
   std::filesystem::path state_dir = "/var/lib/space";
   std::filesystem::path socket = "/run/space/space.sock";
@@ -39,6 +61,8 @@ struct Config {
   // Also serve the API on this loopback TCP address ("127.0.0.1:7070"); every request there
   // needs an API token (docs/api-auth.md). "" = the Unix socket only.
   std::string api_listen;
+  SnapshotConfig snapshots;
+  std::map<std::string, ProfileSnapshots> profile_snapshots;
 
   // Reads a JSON config file over the current values.
   Result<void> load(const std::filesystem::path& file);
@@ -46,6 +70,7 @@ struct Config {
  private:
   Result<void> load_profiles(const nlohmann::json& v);
   Result<void> load_gateway(const nlohmann::json& v);
+  Result<void> load_snapshots(const nlohmann::json& v);
 };
 
 }  // namespace space::daemon

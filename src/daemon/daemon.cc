@@ -94,7 +94,11 @@ Result<std::unique_ptr<Daemon>> Daemon::start(Config cfg, Runtimes runtimes) {
   (void)d->store_->prune_destroyed(now_s() - d->cfg_.destroyed_retention_s);
   if (auto r = d->audit_->prune_destroyed(now_s() - d->cfg_.audit_retention_s); r && *r > 0)
     spdlog::info("audit log: removed {} events of sandboxes destroyed over the retention", *r);
+  d->snap_key_ = TRY_CTX(audit::load_or_create_key(d->cfg_.state_dir / "snapshot.key"),
+                        "opening the snapshot key");
+  d->reconcile_snapshots();
   d->reaper_ = std::thread([p = d.get()] { p->reaper(); });
+  d->snapshotter_ = std::thread([p = d.get()] { p->snapshot_loop(); });
   return d;
 }
 
@@ -108,6 +112,7 @@ void Daemon::shutdown() {
   }
   reaper_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
+  if (snapshotter_.joinable()) snapshotter_.join();
   std::map<std::string, std::shared_ptr<Sandbox>> all;
   {
     std::lock_guard lock(mu_);
@@ -200,6 +205,12 @@ void Daemon::watch(const std::shared_ptr<Sandbox>& sb) {
 }
 
 Result<SandboxInfo> Daemon::create(const CreateRequest& req) {
+  return create_sandbox(req, {}, json::object());
+}
+
+Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req,
+                                           std::function<Result<void>(int, uint32_t)> populate,
+                                           json audit_extra) {
   auto t0 = std::chrono::steady_clock::now();
   auto rt_it = runtimes_.find(req.runtime);
   if (rt_it == runtimes_.end())
@@ -245,6 +256,17 @@ Result<SandboxInfo> Daemon::create(const CreateRequest& req) {
   rec.spec["workdir"] = workdir;
   rec.spec["allow"] = req.allow;
   rec.spec["secrets"] = req.secrets;
+  rec.spec["user_env"] = req.env;  // env as asked; "env" gains the gateway's variables
+  {
+    double every = req.snapshot_every_s.value_or(-1);
+    if (every < 0) {
+      auto it = cfg_.profile_snapshots.find(req.profile);
+      every = it == cfg_.profile_snapshots.end() ? 0 : it->second.every_s;
+    }
+    if (every > 0 && every < 1)
+      return fail(Code::kInvalidArgument, "snapshot_every: at least 1s (or 0 for none)");
+    rec.spec["snapshot_every"] = every;
+  }
   auto egress_plan = TRY(plan_egress(rec, req));
 
   runtime::SandboxSpec spec;
@@ -254,6 +276,10 @@ Result<SandboxInfo> Daemon::create(const CreateRequest& req) {
   spec.dir = cfg_.state_dir / "sandboxes" / rec.id;
   spec.uid_base = rec.uid_base;
   if (cfg_.audit_execs) spec.exec_events = exec_sink(rec.id);
+  if (populate)
+    spec.populate_upper = [populate = std::move(populate), base = rec.uid_base](int fd) {
+      return populate(fd, base);
+    };
 
   std::error_code ec;
   fs::create_directory(spec.dir, ec);
@@ -283,6 +309,7 @@ Result<SandboxInfo> Daemon::create(const CreateRequest& req) {
   };
 
   auto inst = rt_it->second->create(spec);
+  spec.populate_upper = nullptr;  // used once; it may hold the snapshot's manifest
   if (!inst) return failed(std::move(inst.error()));
   sb->inst = std::move(*inst);
   auto conn = AgentConn::open(sb->inst->channel_fd(), rec.id, false, std::chrono::seconds(10));
@@ -296,21 +323,23 @@ Result<SandboxInfo> Daemon::create(const CreateRequest& req) {
     if (!r && r.error().code() != Code::kAlreadyExists)
       return failed(std::move(r.error()).wrap("creating workdir " + workdir));
   }
-  if (auto r = start_egress(*sb, std::move(egress_plan), true); !r)
+  if (auto r = start_egress(*sb, std::move(egress_plan), CaMode::kNew); !r)
     return failed(std::move(r.error()).wrap("setting up egress"));
   rec.runtime_state = sb->inst->persist();
   rec.state = "running";
   if (auto r = store_->put_sandbox(rec); !r) return failed(std::move(r.error()));
-  audit(rec.id, "sandbox.create",
-        {{"runtime", rec.runtime}, {"image", rec.image}, {"profile", rec.profile},
-         {"limits", limits_json(req.limits)}, {"workdir", workdir},
-         {"env_names", [&] {
-            json names = json::array();
-            for (auto& kv : req.env) names.push_back(kv.substr(0, kv.find('=')));
-            return names;
-          }()},
-         {"allow", req.allow}, {"secrets", req.secrets},
-         {"agent_pid", sb->inst->agent_pid()}});
+  json create_event = {{"runtime", rec.runtime}, {"image", rec.image}, {"profile", rec.profile},
+                       {"limits", limits_json(req.limits)}, {"workdir", workdir},
+                       {"env_names", [&] {
+                          json names = json::array();
+                          for (auto& kv : req.env) names.push_back(kv.substr(0, kv.find('=')));
+                          return names;
+                        }()},
+                       {"allow", req.allow}, {"secrets", req.secrets},
+                       {"agent_pid", sb->inst->agent_pid()}};
+  create_event.update(audit_extra);
+  audit(rec.id, "sandbox.create", std::move(create_event));
+  schedule_snapshots(*sb);
   {
     std::lock_guard lock(mu_);
     sandboxes_[rec.id] = sb;
@@ -330,6 +359,9 @@ Result<std::shared_ptr<Daemon::Sandbox>> Daemon::live(const std::string& id) {
     std::lock_guard lock(mu_);
     auto it = sandboxes_.find(id);
     if (it != sandboxes_.end() && !it->second->destroyed) return it->second;
+    if (it != sandboxes_.end() && it->second->replacing)
+      return fail(Code::kUnavailable,
+                  "sandbox " + id + " is being rolled back to a snapshot; try again in a moment");
   }
   auto rec = TRY(store_->get_sandbox(id));
   if (rec && rec->state == "destroyed")
@@ -448,8 +480,13 @@ Result<void> Daemon::destroy_sandbox(const std::shared_ptr<Sandbox>& sb,
 }
 
 Result<void> Daemon::destroy(const std::string& id, bool force) {
-  auto sb = TRY(live(id));
-  return destroy_sandbox(sb, "removed by the API");
+  // A rollback may replace the sandbox object while we wait for its lock: then destroy the
+  // new one.
+  for (int attempt = 0;; ++attempt) {
+    auto sb = TRY(live(id));
+    TRY_VOID(destroy_sandbox(sb, "removed by the API"));
+    if (!sb->replaced || attempt >= 3) return {};
+  }
 }
 
 Result<void> Daemon::pause(const std::string& id) {
@@ -541,7 +578,9 @@ Result<void> Daemon::reconcile() {
     }
     sb->inst = std::move(*inst);
     bool was_paused = rec.state == "paused";
-    if (was_paused) (void)sb->inst->resume();  // a frozen agent cannot answer the handshake
+    // A frozen agent cannot answer the handshake; and a spaced that died while taking a
+    // snapshot left the sandbox frozen: thaw it in every case.
+    (void)sb->inst->resume();
     auto conn = AgentConn::open(sb->inst->channel_fd(), rec.id, true, std::chrono::seconds(5));
     if (!conn) {
       (void)sb->inst->destroy();
@@ -551,7 +590,7 @@ Result<void> Daemon::reconcile() {
     sb->conn = std::move(*conn);
     if (auto eg = egress_of(rec); !eg) {
       spdlog::warn("sandbox {}: egress not restored: {}", rec.id, eg.error().message());
-    } else if (auto r = start_egress(*sb, std::move(*eg), false); !r) {
+    } else if (auto r = start_egress(*sb, std::move(*eg), CaMode::kSaved); !r) {
       // Its listeners could not be bound again (a process inside may hold the proxy port):
       // the sandbox keeps running without a way out.
       spdlog::warn("sandbox {}: egress not restored: {}", rec.id, r.error().message());
@@ -560,6 +599,7 @@ Result<void> Daemon::reconcile() {
     sb->rec.state = sb->paused ? "paused" : "running";
     sb->rec.runtime_state = sb->inst->persist();
     (void)store_->put_sandbox(sb->rec);
+    schedule_snapshots(*sb);
     sandboxes_[rec.id] = sb;
     watch(sb);
     keep.insert(rec.id);
@@ -648,6 +688,15 @@ std::string Daemon::metrics() {
           metrics_.reattached);
   counter("space_sandboxes_cleaned_up_total", "Sandboxes cleaned up after a restart.",
           metrics_.cleaned_up);
+  counter("space_snapshots_total", "Snapshots taken.", metrics_.snapshots);
+  counter("space_snapshot_failures_total", "Snapshots that could not be taken.",
+          metrics_.snapshot_failures);
+  counter("space_snapshots_dropped_total", "Snapshots removed (API or retention).",
+          metrics_.snapshots_dropped);
+  counter("space_rollbacks_total", "Sandboxes rolled back to a snapshot.", metrics_.rollbacks);
+  counter("space_restores_total", "Sandboxes made from a snapshot.", metrics_.restores);
+  counter("space_snapshot_gc_bytes_freed_total", "Snapshot store bytes garbage-collected.",
+          metrics_.gc_bytes_freed);
   counter("space_execs_total", "Execs started.", metrics_.execs);
   counter("space_exec_failures_total", "Execs that could not be started.", metrics_.exec_failures);
   o << "# HELP space_sandbox_create_seconds_sum Total time spent creating sandboxes.\n"
@@ -697,11 +746,27 @@ json Daemon::doctor() {
   for (const char* n : {"qemu", "firecracker"})
     if (!rts.contains(n))
       rts[n] = {{"available", false}, {"reason", "not built into this spaced yet"}};
+  json host = host_facts();
+  // What a snapshot holds (docs/snapshots.md). Process memory is not captured by any runtime
+  // yet: say so, and why, rather than let a user expect a process to survive a rollback.
+  std::string criu = host["criu"].value("found", false)
+                         ? "CRIU " + host["criu"].value("version", std::string()) + " is installed"
+                         : "CRIU is not installed (Debian 12's criu 3.17 fails `criu check` on "
+                           "recent kernels; 4.1 or later is needed)";
+  json snapshots = {
+      {"contents", "filesystem"},
+      {"processes", "restarted"},
+      {"memory", false},
+      {"reason", "snapshots hold the sandbox's writable layer only: spaced does not drive CRIU "
+                 "(linux runtime) or VMM memory snapshots yet, so processes start afresh after "
+                 "a rollback or restore. " + criu + "."},
+      {"store", (cfg_.state_dir / "snapshots").string()}};
   return {{"version", SPACE_VERSION},
           {"state_dir", cfg_.state_dir.string()},
           {"socket", cfg_.socket.string()},
-          {"host", host_facts()},
-          {"runtimes", rts}};
+          {"host", host},
+          {"runtimes", rts},
+          {"snapshots", snapshots}};
 }
 
 }  // namespace space::daemon

@@ -19,6 +19,7 @@
 #include "daemon/store.h"
 #include "egress/gateway.h"
 #include "runtime/runtime.h"
+#include "snapshot/cas.h"
 
 namespace space::daemon {
 
@@ -55,6 +56,15 @@ class Daemon : public SandboxService {
   Result<nlohmann::json> diff(const std::string& id) override;
   Result<void> pause(const std::string& id) override;
   Result<void> resume(const std::string& id) override;
+  Result<SnapshotInfo> snapshot(const std::string& id, const SnapshotRequest& req) override;
+  Result<nlohmann::json> list_snapshots(const std::string& id) override;
+  Result<nlohmann::json> all_snapshots() override;
+  Result<SnapshotInfo> get_snapshot(const std::string& snap) override;
+  Result<void> delete_snapshot(const std::string& snap) override;
+  Result<SandboxInfo> rollback(const std::string& id, const std::string& snap) override;
+  Result<SandboxInfo> restore(const std::string& snap,
+                              const std::optional<std::string>& profile) override;
+  Result<nlohmann::json> diff_since(const std::string& id, const std::string& snap) override;
   Result<nlohmann::json> import_image(const std::string& name,
                                       const ChunkSource& source) override;
   Result<nlohmann::json> list_images() override;
@@ -81,11 +91,21 @@ class Daemon : public SandboxService {
     std::unique_ptr<AgentConn> conn;
     std::atomic<bool> destroyed{false};
     std::atomic<bool> paused{false};
+    // Rollback replaces the Sandbox object under the same id: `replacing` while it runs (the
+    // id answers "being rolled back"), `replaced` once the new object is registered.
+    std::atomic<bool> replacing{false}, replaced{false};
+    double next_snapshot_at = 0;  // rolling snapshots; 0 = none scheduled
   };
 
  private:
   Daemon(Config cfg, Runtimes runtimes, std::unique_ptr<Store> store);
 
+  // Sandbox creation, also from a snapshot (`populate` fills the writable layer, daemon/
+  // snapshots.cc): everything create() does.
+  // `populate` gets the upper dir and the new sandbox's uid_base.
+  Result<SandboxInfo> create_sandbox(const CreateRequest& req,
+                                     std::function<Result<void>(int, uint32_t)> populate,
+                                     nlohmann::json audit_extra);
   Result<void> reconcile();
   void reaper();
   Result<std::shared_ptr<Sandbox>> live(const std::string& id);
@@ -100,7 +120,10 @@ class Daemon : public SandboxService {
   const egress::EgressProfile& egress_profile(const std::string& profile) const;
   Result<egress::SandboxEgress> plan_egress(SandboxRecord& rec, const CreateRequest& req);
   Result<egress::SandboxEgress> egress_of(const SandboxRecord& rec);
-  Result<void> start_egress(Sandbox& sb, egress::SandboxEgress eg, bool fresh);
+  // How start_egress treats the sandbox's CA: a new one (creation), the saved one (a restart),
+  // or the saved one written into the sandbox again (its writable layer was replaced).
+  enum class CaMode { kNew, kSaved, kReinstall };
+  Result<void> start_egress(Sandbox& sb, egress::SandboxEgress eg, CaMode mode);
   void stop_egress(const std::string& id);
   // Size and mtime of files the daemon itself put in a sandbox's writable layer at creation
   // ({"/etc/space/ca.crt": {"size","mtime_ns","dir"}}), so `space diff` can leave them out
@@ -112,6 +135,30 @@ class Daemon : public SandboxService {
   // The runtime's exec-event callback for a sandbox: appends "proc.exec" audit events.
   std::function<void(nlohmann::json)> exec_sink(const std::string& id);
   SandboxInfo info(const SandboxRecord& rec, const Sandbox* sb);
+  // Snapshots (daemon/snapshots.cc).
+  Result<snapshot::Store*> snapshot_store(const std::string& profile);
+  // Takes a snapshot of a live sandbox, its processes frozen meanwhile. Caller holds sb.mu.
+  // With skip_unchanged, a snapshot identical to the sandbox's previous one is not kept
+  // (nullopt).
+  Result<std::optional<SnapshotRecord>> take_snapshot(Sandbox& sb, const std::string& kind,
+                                                      const std::string& name,
+                                                      bool skip_unchanged = false);
+  // A snapshot by id or name; with a profile, only that profile's ("" = any).
+  Result<SnapshotRecord> find_snapshot(const std::string& ref, const std::string& profile);
+  // Its manifest, loaded and verified, with owners moved to `uid_base`'s range.
+  Result<snapshot::Manifest> manifest_for(const SnapshotRecord& rec, uint32_t uid_base,
+                                          bool verify_chunks);
+  SnapshotInfo snapshot_info(const SnapshotRecord& rec) const;
+  Result<void> drop_snapshot(const SnapshotRecord& rec, const std::string& why);
+  // Rolling snapshots, retention and garbage collection: one background thread.
+  void snapshot_loop();
+  // Drops what retention no longer keeps and collects garbage in the stores it touched (every
+  // store with full_gc).
+  void run_retention(bool full_gc);
+  // At start: removes manifests spaced wrote but never recorded (it died in between) and the
+  // records of snapshots whose data is gone.
+  void reconcile_snapshots();
+  void schedule_snapshots(Sandbox& sb);
   void watch(const std::shared_ptr<Sandbox>& sb);
 
   Config cfg_;
@@ -128,12 +175,18 @@ class Daemon : public SandboxService {
   std::condition_variable reaper_cv_;
   bool stopping_ = false;
   std::thread reaper_;
+  std::mutex snap_mu_;  // guards snap_stores_
+  std::map<std::string, std::unique_ptr<snapshot::Store>> snap_stores_;
+  std::string snap_key_;
+  std::thread snapshotter_;
 
  public:
   // Counters for /metrics.
   struct Metrics {
     std::atomic<uint64_t> creates{0}, create_failures{0}, destroys{0}, execs{0},
-        exec_failures{0}, timeouts{0}, agents_lost{0}, reattached{0}, cleaned_up{0};
+        exec_failures{0}, timeouts{0}, agents_lost{0}, reattached{0}, cleaned_up{0},
+        snapshots{0}, snapshot_failures{0}, snapshots_dropped{0}, rollbacks{0}, restores{0},
+        gc_bytes_freed{0};
     std::atomic<uint64_t> create_ns_sum{0};
   } metrics_;
 };

@@ -97,11 +97,11 @@ Result<egress::SandboxEgress> Daemon::egress_of(const SandboxRecord& rec) {
   return eg;
 }
 
-Result<void> Daemon::start_egress(Sandbox& sb, egress::SandboxEgress eg, bool fresh) {
+Result<void> Daemon::start_egress(Sandbox& sb, egress::SandboxEgress eg, CaMode mode) {
   int netns = sb.inst->netns_fd();
   if (netns < 0) return {};  // a runtime whose agent carries egress itself (VMs, later)
   fs::path dir = sb.spec.dir / "egress";
-  if (fresh) {
+  if (mode == CaMode::kNew) {
     // The CA lives as long as a sandbox may: its lifetime, or a year.
     auto life = std::chrono::seconds(365 * 86400);
     if (sb.rec.expires_at)
@@ -111,6 +111,10 @@ Result<void> Daemon::start_egress(Sandbox& sb, egress::SandboxEgress eg, bool fr
     fs::create_directories(dir, ec);
     if (ec) return fail(Code::kInternal, "creating " + dir.string() + ": " + ec.message());
     TRY_VOID(eg.ca->save(dir));
+  } else {
+    eg.ca = TRY(egress::SandboxCa::load(dir));
+  }
+  if (mode != CaMode::kSaved) {
     // The sandbox's trust store: the host's CAs, the configured extra ones, and its own CA.
     std::string bundle = read_text(kSystemBundle);
     for (auto& f : cfg_.sandbox_ca_files) {
@@ -126,8 +130,6 @@ Result<void> Daemon::start_egress(Sandbox& sb, egress::SandboxEgress eg, bool fr
     // `space diff` shows what changed since creation; these files are part of creation.
     sb.rec.spec["installed"] =
         installed_stats(sb, {"etc/space", "etc/space/ca.crt", "etc/space/ca-bundle.crt"});
-  } else {
-    eg.ca = TRY(egress::SandboxCa::load(dir));
   }
   TRY_VOID(gateway_->attach(std::move(eg), netns));
   return {};

@@ -31,6 +31,9 @@ class ExecSessionImpl : public ExecSession {
                                std::chrono::duration<double>(*timeout_s));
   }
 
+  // The snapshot taken before this exec (`exec --snapshot`), reported with kStarted.
+  void set_snapshot(std::string id) { snapshot_ = std::move(id); }
+
   ~ExecSessionImpl() override {
     if (!done_) {
       // The client went away before the exec ended: kill its tree, leave nothing running.
@@ -63,7 +66,9 @@ class ExecSessionImpl : public ExecSession {
                         ? j["pid"].get<int>()
                         : 0;
           pid_ = pid;
-          return Event{Event::Kind::kStarted, {}, pid, {}};
+          Event started{Event::Kind::kStarted, {}, pid, {}};
+          started.snapshot = snapshot_;
+          return started;
         }
         case FrameType::kStdout:
           stdout_.add(f->payload);
@@ -163,6 +168,7 @@ class ExecSessionImpl : public ExecSession {
   bool timed_out_ = false;
   bool done_ = false;
   ExitStatus exit_;
+  std::string snapshot_;
 };
 
 }  // namespace
@@ -177,6 +183,14 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
     return fail(Code::kInvalidArgument, "the command line and environment are too large (max " +
                                             std::to_string(kMaxArgBytes) + " bytes)");
   auto sb = TRY(running(id));
+  std::string snapshot_id;
+  if (req.snapshot) {
+    std::lock_guard lock(sb->mu);
+    if (sb->destroyed)
+      return fail(Code::kConflict, "sandbox " + id + " changed meanwhile (destroyed or rolled back); try again");
+    auto snap = TRY_CTX(take_snapshot(*sb, "exec", ""), "taking the snapshot before the exec");
+    snapshot_id = snap->id;
+  }
   // Environment: defaults, then the sandbox's, then the exec's; later entries win.
   std::vector<std::string> env = {
       "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -218,6 +232,7 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
     return fail(std::move(r.error()).wrap("starting exec in sandbox " + id));
   }
   auto session = std::make_unique<ExecSessionImpl>(this, sb, stream, req.timeout_s, oom_base);
+  session->set_snapshot(snapshot_id);
   if (req.detach) {
     // Wait for started (or an exit with an error) and hand back an already-finished session
     // whose first event is that; the process runs on and its output is discarded.

@@ -45,6 +45,10 @@ class Stmt {
       sqlite3_bind_null(s_, i);
     return *this;
   }
+  Stmt& bind_null(int i) {
+    sqlite3_bind_null(s_, i);
+    return *this;
+  }
   int step() { return sqlite3_step(s_); }
   std::string text(int c) const {
     auto* p = sqlite3_column_text(s_, c);

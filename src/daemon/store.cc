@@ -46,6 +46,33 @@ ImageRecord read_image(const Stmt& s) {
   return r;
 }
 
+constexpr const char* kSnapshotCols =
+    "id, sandbox_id, profile, name, kind, parent, runtime, image, spec, uid_base, created_at, "
+    "files, logical_bytes, new_bytes, reused_files, skipped";
+
+SnapshotRecord read_snapshot(const Stmt& s) {
+  SnapshotRecord r;
+  r.id = s.text(0);
+  r.sandbox_id = s.text(1);
+  r.profile = s.text(2);
+  r.name = s.text(3);
+  r.kind = s.text(4);
+  r.parent = s.text(5);
+  r.runtime = s.text(6);
+  r.image = s.text(7);
+  r.spec = parse_or_null(s.text(8));
+  if (!r.spec.is_object()) r.spec = nlohmann::json::object();
+  r.uid_base = static_cast<uint32_t>(s.integer(9));
+  r.created_at = s.real(10);
+  r.files = static_cast<uint64_t>(s.integer(11));
+  r.logical_bytes = static_cast<uint64_t>(s.integer(12));
+  r.new_bytes = static_cast<uint64_t>(s.integer(13));
+  r.reused_files = static_cast<uint64_t>(s.integer(14));
+  r.skipped = parse_or_null(s.text(15));
+  if (!r.skipped.is_array()) r.skipped = nlohmann::json::array();
+  return r;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Store>> Store::open(const std::filesystem::path& file) {
@@ -124,6 +151,27 @@ Result<void> Store::migrate() {
            expires_at REAL NOT NULL,
            revoked_at REAL,
            last_used_at REAL);)",
+      // 3 -> 4: snapshot metadata (docs/snapshots.md); the data is in <state>/snapshots.
+      // Names are unique within a profile.
+      R"(CREATE TABLE snapshots (
+           id TEXT PRIMARY KEY,
+           sandbox_id TEXT NOT NULL,
+           profile TEXT NOT NULL,
+           name TEXT,
+           kind TEXT NOT NULL,
+           parent TEXT,
+           runtime TEXT NOT NULL,
+           image TEXT NOT NULL,
+           spec TEXT NOT NULL,
+           uid_base INTEGER NOT NULL,
+           created_at REAL NOT NULL,
+           files INTEGER NOT NULL DEFAULT 0,
+           logical_bytes INTEGER NOT NULL DEFAULT 0,
+           new_bytes INTEGER NOT NULL DEFAULT 0,
+           reused_files INTEGER NOT NULL DEFAULT 0,
+           skipped TEXT NOT NULL DEFAULT '[]');
+         CREATE INDEX snapshots_sandbox ON snapshots(sandbox_id, created_at);
+         CREATE UNIQUE INDEX snapshots_name ON snapshots(profile, name) WHERE name IS NOT NULL;)",
   };
   std::lock_guard lock(mu_);
   Stmt q(db_, "PRAGMA user_version");
@@ -249,6 +297,80 @@ Result<void> Store::delete_image(const std::string& name) {
   if (!s.ok()) return fail(s.error("deleting image"));
   s.bind(1, name);
   if (s.step() != SQLITE_DONE) return fail(s.error("deleting image " + name));
+  return {};
+}
+
+Result<void> Store::put_snapshot(const SnapshotRecord& r) {
+  std::lock_guard lock(mu_);
+  std::string sql = std::string("INSERT INTO snapshots (") + kSnapshotCols +
+                    ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+  Stmt s(db_, sql.c_str());
+  if (!s.ok()) return fail(s.error("saving snapshot"));
+  s.bind(1, r.id).bind(2, r.sandbox_id).bind(3, r.profile);
+  if (r.name.empty()) s.bind_null(4); else s.bind(4, r.name);
+  s.bind(5, r.kind);
+  if (r.parent.empty()) s.bind_null(6); else s.bind(6, r.parent);
+  s.bind(7, r.runtime).bind(8, r.image).bind(9, r.spec.dump());
+  s.bind(10, static_cast<int64_t>(r.uid_base)).bind(11, r.created_at);
+  s.bind(12, static_cast<int64_t>(r.files)).bind(13, static_cast<int64_t>(r.logical_bytes));
+  s.bind(14, static_cast<int64_t>(r.new_bytes)).bind(15, static_cast<int64_t>(r.reused_files));
+  s.bind(16, r.skipped.dump());
+  int rc = s.step();
+  if (rc == SQLITE_CONSTRAINT)
+    return fail(Code::kAlreadyExists, "profile " + r.profile + " already has a snapshot named \"" +
+                                          r.name + "\"; pick another --name");
+  if (rc != SQLITE_DONE) return fail(s.error("saving snapshot " + r.id));
+  return {};
+}
+
+Result<std::optional<SnapshotRecord>> Store::get_snapshot(const std::string& id) {
+  std::lock_guard lock(mu_);
+  std::string sql = std::string("SELECT ") + kSnapshotCols + " FROM snapshots WHERE id = ?";
+  Stmt s(db_, sql.c_str());
+  if (!s.ok()) return fail(s.error("reading snapshot"));
+  s.bind(1, id);
+  int rc = s.step();
+  if (rc == SQLITE_DONE) return std::optional<SnapshotRecord>{};
+  if (rc != SQLITE_ROW) return fail(s.error("reading snapshot " + id));
+  return std::optional<SnapshotRecord>(read_snapshot(s));
+}
+
+Result<std::optional<SnapshotRecord>> Store::snapshot_by_name(const std::string& profile,
+                                                              const std::string& name) {
+  std::lock_guard lock(mu_);
+  std::string sql =
+      std::string("SELECT ") + kSnapshotCols + " FROM snapshots WHERE profile = ? AND name = ?";
+  Stmt s(db_, sql.c_str());
+  if (!s.ok()) return fail(s.error("reading snapshot"));
+  s.bind(1, profile).bind(2, name);
+  int rc = s.step();
+  if (rc == SQLITE_DONE) return std::optional<SnapshotRecord>{};
+  if (rc != SQLITE_ROW) return fail(s.error("reading snapshot " + name));
+  return std::optional<SnapshotRecord>(read_snapshot(s));
+}
+
+Result<std::vector<SnapshotRecord>> Store::snapshots(const std::string& sandbox_id,
+                                                     const std::string& profile) {
+  std::lock_guard lock(mu_);
+  std::string sql = std::string("SELECT ") + kSnapshotCols +
+                    " FROM snapshots WHERE (?1 = '' OR sandbox_id = ?1) AND (?2 = '' OR profile "
+                    "= ?2) ORDER BY created_at DESC, id DESC";
+  Stmt s(db_, sql.c_str());
+  if (!s.ok()) return fail(s.error("listing snapshots"));
+  s.bind(1, sandbox_id).bind(2, profile);
+  std::vector<SnapshotRecord> out;
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW) out.push_back(read_snapshot(s));
+  if (rc != SQLITE_DONE) return fail(s.error("listing snapshots"));
+  return out;
+}
+
+Result<void> Store::delete_snapshot(const std::string& id) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "DELETE FROM snapshots WHERE id = ?");
+  if (!s.ok()) return fail(s.error("deleting snapshot"));
+  s.bind(1, id);
+  if (s.step() != SQLITE_DONE) return fail(s.error("deleting snapshot " + id));
   return {};
 }
 

@@ -42,6 +42,24 @@ struct ImageRecord {
   uint64_t files = 0;
 };
 
+// A snapshot's metadata (its data is in the snapshot store, src/snapshot). Everything needed
+// to restore it into a new sandbox is here: the sandbox's settings when it was taken.
+struct SnapshotRecord {
+  std::string id;               // snap_<hex>, also the manifest's id
+  std::string sandbox_id;
+  std::string profile;
+  std::string name;             // "" = unnamed
+  std::string kind;             // manual | scheduled | exec | rollback
+  std::string parent;           // the snapshot it was taken incrementally from, or ""
+  std::string runtime;
+  std::string image;
+  nlohmann::json spec;          // limits, user env, workdir, allow, secrets, snapshot_every
+  uint32_t uid_base = 0;        // the sandbox's host uid range when taken
+  double created_at = 0;
+  uint64_t files = 0, logical_bytes = 0, new_bytes = 0, reused_files = 0;
+  nlohmann::json skipped = nlohmann::json::array();
+};
+
 class Store {
  public:
   static Result<std::unique_ptr<Store>> open(const std::filesystem::path& file);
@@ -59,6 +77,16 @@ class Store {
   Result<std::optional<ImageRecord>> get_image(const std::string& name);
   Result<std::vector<ImageRecord>> images();
   Result<void> delete_image(const std::string& name);
+
+  // kAlreadyExists if the name is taken in its profile.
+  Result<void> put_snapshot(const SnapshotRecord& r);
+  Result<std::optional<SnapshotRecord>> get_snapshot(const std::string& id);
+  Result<std::optional<SnapshotRecord>> snapshot_by_name(const std::string& profile,
+                                                         const std::string& name);
+  // Newest first; filtered by sandbox and/or profile when not empty.
+  Result<std::vector<SnapshotRecord>> snapshots(const std::string& sandbox_id,
+                                                const std::string& profile);
+  Result<void> delete_snapshot(const std::string& id);
 
  private:
   explicit Store(sqlite3* db) : db_(db) {}

@@ -187,6 +187,17 @@ Result<void> Store::restore(const Manifest& m, int dir_fd) const {
   return {};
 }
 
+Result<void> Store::verify(const Manifest& m) const {
+  ChunkReader reader(chunks_.get());
+  std::unordered_set<std::string> seen;
+  std::vector<uint8_t> buf(detail::kMaxChunk);
+  for (const Entry& e : m.entries)
+    for (const std::string& id : e.chunks)
+      if (seen.insert(id).second)
+        TRY_VOID_CTX(reader.get(id, e.path, buf.data(), buf.size()), "snapshot " + m.id);
+  return {};
+}
+
 Result<Store::GcResult> Store::gc() {
   UniqueFd held = TRY_CTX(lock(true), "gc");
   GcResult out;

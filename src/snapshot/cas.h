@@ -101,6 +101,11 @@ class Store {
   // target is kConflict; after a failure the target holds a partial tree for the caller to drop.
   Result<void> restore(const Manifest& m, int dir_fd) const;
 
+  // Reads every chunk the manifest references and checks its hash, without writing anything:
+  // kProtocol naming the first missing, truncated or altered chunk. For callers that must know
+  // a restore will not fail on the data before they destroy what it replaces (rollback).
+  Result<void> verify(const Manifest& m) const;
+
   // Deletes chunks no stored manifest references (and stray temporary files). Returns the
   // number of chunks and bytes freed. If some manifest does not load (tampered, truncated), no
   // chunk is deleted and the result is kProtocol naming it: one bad file never costs data.

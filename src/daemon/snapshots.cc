@@ -1,0 +1,643 @@
+// Snapshots from the daemon's side (docs/snapshots.md): taking them (the sandbox frozen
+// meanwhile) into the content-addressed store of its profile (src/snapshot), their metadata in
+// SQLite, rollback in place, restore into a new sandbox, `diff --since`, rolling snapshots,
+// retention and garbage collection.
+//
+// Each profile has its own store (<state>/snapshots/<profile>) sealed with its own key (derived
+// from <state>/snapshot.key), so chunks are never shared across profiles (the dedup of one
+// profile cannot tell another which bytes it holds) and a manifest copied into another
+// profile's store does not verify. Snapshots hold the writable layer only: on rollback and
+// restore the sandbox's processes start afresh (there is no CRIU support yet).
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/openat2.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "common/units.h"
+#include "daemon/daemon.h"
+#include "daemon/retention.h"
+
+namespace space::daemon {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string new_snapshot_id() {
+  unsigned char b[12];
+  if (getrandom(b, sizeof b, 0) != static_cast<ssize_t>(sizeof b)) abort();  // cannot happen
+  static const char* hex = "0123456789abcdef";
+  std::string id = "snap_";
+  for (unsigned char c : b) {
+    id += hex[c >> 4];
+    id += hex[c & 15];
+  }
+  return id;
+}
+
+Error unknown_snapshot(const std::string& ref) {
+  return Error(Code::kNotFound, "unknown snapshot " + ref.substr(0, 80) +
+                                    "; `space snapshots ID` lists a sandbox's snapshots");
+}
+
+Result<void> check_name(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= 64 && std::isalnum(static_cast<unsigned char>(name[0])) &&
+            name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
+                std::string::npos &&
+            !name.starts_with("snap_");
+  if (!ok)
+    return fail(Code::kInvalidArgument,
+                "snapshot name \"" + name.substr(0, 64) +
+                    "\": use 1-64 letters, digits, '.', '_' or '-', starting with a letter or "
+                    "digit (and not \"snap_\", which starts snapshot ids)");
+  return {};
+}
+
+// The key that seals one profile's manifests: HMAC(master, profile).
+std::string profile_key(const std::string& master, const std::string& profile) {
+  std::string label = "space snapshot store v1: " + profile;
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  HMAC(EVP_sha256(), master.data(), static_cast<int>(master.size()),
+       reinterpret_cast<const unsigned char*>(label.data()), label.size(), out, &n);
+  return std::string(reinterpret_cast<char*>(out), n);
+}
+
+Result<UniqueFd> open_upper(runtime::Instance& inst, const std::string& id) {
+  UniqueFd layer = TRY_CTX(inst.writable_layer(), "opening the writable layer of " + id);
+  int fd = ::openat(layer.get(), "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return fail_sys("openat", "upper of " + id);
+  return UniqueFd(fd);
+}
+
+// Host ids of a sandbox with uid range `from` moved to range `to`; ids outside the range (host
+// root, for files the daemon wrote) stay as they are.
+uint32_t shift_id(uint32_t id, uint32_t from, uint32_t to) {
+  if (id >= from && id - from < runtime::SandboxSpec::kIdRange) return to + (id - from);
+  return id;
+}
+
+// Files the daemon writes into every sandbox (the gateway's trust store): not the user's
+// changes.
+const std::set<std::string> kInstalled = {"/etc/space", "/etc/space/ca.crt",
+                                          "/etc/space/ca-bundle.crt"};
+
+}  // namespace
+
+Result<snapshot::Store*> Daemon::snapshot_store(const std::string& profile) {
+  std::lock_guard lock(snap_mu_);
+  if (auto it = snap_stores_.find(profile); it != snap_stores_.end()) return it->second.get();
+  fs::path dir = cfg_.state_dir / "snapshots";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return fail(Code::kUnavailable, "creating " + dir.string() + ": " + ec.message());
+  ::chmod(dir.c_str(), 0700);
+  fs::path root = dir / profile;
+  if (::mkdir(root.c_str(), 0700) < 0 && errno != EEXIST) return fail_sys("mkdir", root.string());
+  auto store = TRY_CTX(snapshot::Store::open(root, profile_key(snap_key_, profile)),
+                       "opening the snapshot store of profile " + profile);
+  auto* p = store.get();
+  snap_stores_[profile] = std::move(store);
+  return p;
+}
+
+SnapshotInfo Daemon::snapshot_info(const SnapshotRecord& r) const {
+  double deadline = retention_deadline(r.kind == "manual", r.created_at, cfg_.snapshots);
+  return {{"id", r.id},
+          {"sandbox", r.sandbox_id},
+          {"profile", r.profile},
+          {"name", r.name.empty() ? json(nullptr) : json(r.name)},
+          {"kind", r.kind},
+          {"created_at", rfc3339(r.created_at)},
+          {"expires_at", rfc3339(deadline)},
+          {"parent", r.parent.empty() ? json(nullptr) : json(r.parent)},
+          {"runtime", r.runtime},
+          {"image", r.image},
+          {"files", r.files},
+          {"logical_bytes", r.logical_bytes},
+          {"new_bytes", r.new_bytes},
+          {"reused_files", r.reused_files},
+          {"contents", "filesystem"},
+          {"processes", "restarted"},
+          {"skipped", r.skipped}};
+}
+
+Result<std::optional<SnapshotRecord>> Daemon::take_snapshot(Sandbox& sb, const std::string& kind,
+                                                            const std::string& name,
+                                                            bool skip_unchanged) {
+  const std::string& id = sb.rec.id;
+  const std::string& profile = sb.rec.profile;
+  if (sb.destroyed) return fail(Code::kConflict, "sandbox " + id + " was destroyed");
+  if (!name.empty()) {
+    TRY_VOID(check_name(name));
+    if (TRY(store_->snapshot_by_name(profile, name)))
+      return fail(Code::kAlreadyExists, "profile " + profile + " already has a snapshot named \"" +
+                                            name + "\"; pick another --name");
+  }
+  auto* store = TRY(snapshot_store(profile));
+  uint64_t quota = 0;
+  if (auto it = cfg_.profile_snapshots.find(profile); it != cfg_.profile_snapshots.end())
+    quota = it->second.quota_bytes;
+  auto over_quota = [&](uint64_t used) {
+    return fail(Code::kResourceExhausted,
+                "the snapshots of profile " + profile + " use " + format_size(used) + " of its " +
+                    format_size(quota) +
+                    " quota (snapshot_quota); remove some with `space snapshot rm SNAP`");
+  };
+  if (quota) {
+    uint64_t used = store->stats().stored_bytes;
+    if (used >= quota) return over_quota(used);
+  }
+
+  // The previous snapshot of this sandbox: files unchanged since are not read again.
+  std::optional<snapshot::Manifest> parent;
+  auto previous = TRY(store_->snapshots(id, ""));
+  if (!previous.empty()) {
+    if (auto m = store->load(previous.front().id); m)
+      parent = std::move(*m);
+    else
+      spdlog::warn("sandbox {}: previous snapshot {} unusable, taking a full one: {}", id,
+                   previous.front().id, m.error().message());
+  }
+
+  UniqueFd upper = TRY(open_upper(*sb.inst, id));
+  std::string snap_id = new_snapshot_id();
+  std::map<std::string, std::string> labels = {
+      {"sandbox", id}, {"profile", profile}, {"kind", kind}};
+  if (!name.empty()) labels["name"] = name;
+
+  // Consistent: no process of the sandbox runs while its files are read.
+  bool froze = false;
+  if (!sb.paused) {
+    TRY_VOID_CTX(sb.inst->pause(), "freezing sandbox " + id + " for its snapshot");
+    froze = true;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  auto m = store->take(upper.get(), snap_id, parent ? &*parent : nullptr, labels);
+  double frozen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (froze)
+    if (auto r = sb.inst->resume(); !r)
+      spdlog::error("sandbox {}: thawing after its snapshot: {}", id, r.error().message());
+  if (!m) {
+    metrics_.snapshot_failures++;
+    return fail(std::move(m.error()).wrap("taking a snapshot of sandbox " + id));
+  }
+  if (skip_unchanged && parent) {
+    json d = snapshot::Store::diff(&*parent, *m);
+    if (d["added"].empty() && d["changed"].empty() && d["deleted"].empty()) {
+      (void)store->remove(snap_id);
+      return std::optional<SnapshotRecord>{};
+    }
+  }
+  if (quota) {
+    uint64_t used = store->stats().stored_bytes;
+    if (used > quota) {
+      (void)store->remove(snap_id);
+      (void)store->gc();
+      metrics_.snapshot_failures++;
+      return over_quota(used);
+    }
+  }
+
+  SnapshotRecord rec;
+  rec.id = snap_id;
+  rec.sandbox_id = id;
+  rec.profile = profile;
+  rec.name = name;
+  rec.kind = kind;
+  rec.parent = parent ? previous.front().id : "";
+  rec.runtime = sb.rec.runtime;
+  rec.image = sb.rec.image;
+  const json& s = sb.rec.spec;
+  rec.spec = {{"memory", s.value("memory", uint64_t{0})},
+              {"cpus", s.value("cpus", 1.0)},
+              {"pids", s.value("pids", 0)},
+              {"disk", s.value("disk", uint64_t{0})},
+              {"env", s.value("user_env", std::vector<std::string>{})},
+              {"workdir", s.value("workdir", std::string("/root"))},
+              {"allow", s.value("allow", std::vector<std::string>{})},
+              {"secrets", s.value("secrets", std::vector<std::string>{})},
+              {"snapshot_every", s.value("snapshot_every", 0.0)}};
+  rec.uid_base = sb.rec.uid_base;
+  rec.created_at = m->created_at;
+  rec.files = m->entries.empty() ? 0 : m->entries.size() - 1;  // not the root
+  rec.logical_bytes = m->logical_bytes;
+  rec.new_bytes = m->new_bytes;
+  rec.reused_files = m->reused_files;
+  rec.skipped = m->skipped;
+  if (auto r = store_->put_snapshot(rec); !r) {
+    (void)store->remove(snap_id);
+    metrics_.snapshot_failures++;
+    return fail(std::move(r.error()));
+  }
+  metrics_.snapshots++;
+  audit(id, "snapshot.create",
+        {{"snapshot", snap_id}, {"kind", kind}, {"name", name.empty() ? json(nullptr) : json(name)},
+         {"files", rec.files}, {"logical_bytes", rec.logical_bytes},
+         {"new_bytes", rec.new_bytes}, {"reused_files", rec.reused_files},
+         {"frozen_ms", static_cast<int64_t>(frozen_s * 1000)}});
+  spdlog::info("sandbox {}: snapshot {} ({}, {} files, {} new bytes, frozen {:.0f} ms)", id,
+               snap_id, kind, rec.files, rec.new_bytes, frozen_s * 1000);
+  return std::optional<SnapshotRecord>(std::move(rec));
+}
+
+Result<SnapshotRecord> Daemon::find_snapshot(const std::string& ref, const std::string& profile) {
+  if (ref.empty() || ref.size() > 200) return fail(unknown_snapshot(ref));
+  if (ref.starts_with("snap_")) {
+    auto r = TRY(store_->get_snapshot(ref));
+    if (!r || (!profile.empty() && r->profile != profile)) return fail(unknown_snapshot(ref));
+    return std::move(*r);
+  }
+  if (!profile.empty()) {
+    auto r = TRY(store_->snapshot_by_name(profile, ref));
+    if (!r) return fail(unknown_snapshot(ref));
+    return std::move(*r);
+  }
+  std::vector<SnapshotRecord> found;
+  for (auto& p : cfg_.profiles)
+    if (auto r = TRY(store_->snapshot_by_name(p, ref))) found.push_back(std::move(*r));
+  if (found.empty()) return fail(unknown_snapshot(ref));
+  if (found.size() > 1)
+    return fail(Code::kInvalidArgument, "several profiles have a snapshot named \"" + ref +
+                                            "\"; name it by its id (`space snapshots ID`)");
+  return std::move(found.front());
+}
+
+Result<snapshot::Manifest> Daemon::manifest_for(const SnapshotRecord& rec, uint32_t uid_base,
+                                                bool verify_chunks) {
+  auto* store = TRY(snapshot_store(rec.profile));
+  auto m = TRY_CTX(store->load(rec.id), "loading snapshot " + rec.id);
+  // The MAC holds only for this profile's key; the labels must also match what SQLite says.
+  auto label = [&](const char* k) {
+    auto it = m.labels.find(k);
+    return it == m.labels.end() ? std::string() : it->second;
+  };
+  if (label("profile") != rec.profile || label("sandbox") != rec.sandbox_id)
+    return fail(Code::kProtocol, "snapshot " + rec.id + ": its data belongs to another snapshot");
+  if (verify_chunks) TRY_VOID_CTX(store->verify(m), "checking snapshot " + rec.id);
+  if (uid_base != rec.uid_base)
+    for (auto& e : m.entries) {
+      e.uid = shift_id(e.uid, rec.uid_base, uid_base);
+      e.gid = shift_id(e.gid, rec.uid_base, uid_base);
+    }
+  return m;
+}
+
+Result<void> Daemon::drop_snapshot(const SnapshotRecord& rec, const std::string& why) {
+  auto* store = TRY(snapshot_store(rec.profile));
+  if (auto r = store->remove(rec.id); !r && r.error().code() != Code::kNotFound)
+    return fail(std::move(r.error()).wrap("removing snapshot " + rec.id));
+  TRY_VOID(store_->delete_snapshot(rec.id));
+  metrics_.snapshots_dropped++;
+  audit(rec.sandbox_id, "snapshot.delete", {{"snapshot", rec.id}, {"reason", why}});
+  return {};
+}
+
+// --- the service ------------------------------------------------------------------------------
+
+Result<SnapshotInfo> Daemon::snapshot(const std::string& id, const SnapshotRequest& req) {
+  auto sb = TRY(live(id));
+  std::lock_guard lock(sb->mu);
+  if (sb->destroyed)
+    return fail(Code::kConflict, "sandbox " + id + " changed meanwhile (destroyed or rolled back); try again");
+  auto rec = TRY(take_snapshot(*sb, "manual", req.name));
+  return snapshot_info(*rec);
+}
+
+Result<json> Daemon::list_snapshots(const std::string& id) {
+  if (!TRY(store_->get_sandbox(id)) && TRY(store_->snapshots(id, "")).empty())
+    return fail(Code::kNotFound,
+                "unknown sandbox " + id.substr(0, 80) + "; `space ls` lists sandboxes");
+  json out = json::array();
+  for (auto& r : TRY(store_->snapshots(id, ""))) out.push_back(snapshot_info(r));
+  return out;
+}
+
+Result<json> Daemon::all_snapshots() {
+  json out = json::array();
+  for (auto& r : TRY(store_->snapshots("", ""))) out.push_back(snapshot_info(r));
+  return out;
+}
+
+Result<SnapshotInfo> Daemon::get_snapshot(const std::string& snap) {
+  return snapshot_info(TRY(find_snapshot(snap, "")));
+}
+
+Result<void> Daemon::delete_snapshot(const std::string& snap) {
+  auto rec = TRY(find_snapshot(snap, ""));
+  TRY_VOID(drop_snapshot(rec, "removed by the API"));
+  // Free its chunks now rather than at the next retention pass.
+  if (auto* store = snapshot_store(rec.profile).value_or(nullptr)) {
+    if (auto g = store->gc(); g)
+      metrics_.gc_bytes_freed += g->bytes;
+    else
+      spdlog::warn("snapshot store of profile {}: gc: {}", rec.profile, g.error().message());
+  }
+  return {};
+}
+
+Result<json> Daemon::diff_since(const std::string& id, const std::string& snap) {
+  auto sb = TRY(live(id));
+  auto rec = TRY(find_snapshot(snap, ""));
+  if (rec.profile != sb->rec.profile)
+    return fail(unknown_snapshot(snap));  // other profiles' snapshots do not exist for it
+  auto m = TRY(manifest_for(rec, sb->rec.uid_base, false));
+  UniqueFd upper = TRY(open_upper(*sb->inst, id));
+  auto now = TRY_CTX(snapshot::Store::scan(upper.get()), "reading the writable layer of " + id);
+  json d = snapshot::Store::diff(&m, now);
+  // A path the snapshot did not hold is as in the image; if the image has it, it was changed
+  // (copied up), not added.
+  std::set<std::string> in_snapshot;
+  for (auto& e : m.entries) in_snapshot.insert("/" + e.path);
+  UniqueFd lower(::open(sb->spec.image.rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  auto in_lower = [&](const std::string& abs) {
+    if (!lower) return false;
+    open_how how{};
+    how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    int fd = static_cast<int>(
+        ::syscall(SYS_openat2, lower.get(), abs.c_str() + 1, &how, sizeof how));
+    if (fd >= 0) ::close(fd);
+    return fd >= 0;
+  };
+  std::vector<std::string> added, changed = d["changed"].get<std::vector<std::string>>(),
+                                  deleted = d["deleted"].get<std::vector<std::string>>();
+  for (auto& p : d["added"].get<std::vector<std::string>>())
+    (!in_snapshot.count(p) && in_lower(p) ? changed : added).push_back(p);
+  std::erase_if(changed, [](const std::string& p) { return kInstalled.count(p) > 0; });
+  std::sort(changed.begin(), changed.end());
+  return json{{"added", added}, {"changed", changed}, {"deleted", deleted}};
+}
+
+Result<SandboxInfo> Daemon::restore(const std::string& snap,
+                                    const std::optional<std::string>& profile) {
+  auto rec = TRY(find_snapshot(snap, ""));
+  if (profile && *profile != rec.profile)
+    return fail(Code::kPermissionDenied,
+                "snapshot " + rec.id + " belongs to profile " + rec.profile +
+                    "; a snapshot never restores into another profile (drop --profile)");
+  // Load and check the manifest before anything is made; the data is checked as it is restored.
+  auto m = std::make_shared<snapshot::Manifest>(TRY(manifest_for(rec, rec.uid_base, false)));
+  auto* store = TRY(snapshot_store(rec.profile));
+  CreateRequest req;
+  const json& s = rec.spec;
+  req.runtime = rec.runtime;
+  req.image = rec.image;
+  req.profile = rec.profile;
+  req.limits.memory_bytes = s.value("memory", cfg_.default_limits.memory_bytes);
+  req.limits.cpus = s.value("cpus", cfg_.default_limits.cpus);
+  req.limits.pids = s.value("pids", cfg_.default_limits.pids);
+  req.limits.disk_bytes = s.value("disk", cfg_.default_limits.disk_bytes);
+  req.env = s.value("env", std::vector<std::string>{});
+  req.workdir = s.value("workdir", std::string("/root"));
+  req.allow = s.value("allow", std::vector<std::string>{});
+  req.secrets = s.value("secrets", std::vector<std::string>{});
+  req.snapshot_every_s = s.value("snapshot_every", 0.0);
+  uint32_t from = rec.uid_base;
+  auto populate = [m, store, from](int upper_fd, uint32_t uid_base) -> Result<void> {
+    snapshot::Manifest shifted = *m;
+    for (auto& e : shifted.entries) {
+      e.uid = shift_id(e.uid, from, uid_base);
+      e.gid = shift_id(e.gid, from, uid_base);
+    }
+    return store->restore(shifted, upper_fd);
+  };
+  auto info = TRY_CTX(create_sandbox(req, populate, {{"from_snapshot", rec.id}}),
+                      "restoring snapshot " + rec.id);
+  metrics_.restores++;
+  info["restored_from"] = rec.id;
+  return info;
+}
+
+Result<SandboxInfo> Daemon::rollback(const std::string& id, const std::string& snap) {
+  auto old = TRY(live(id));
+  std::unique_lock lock(old->mu);
+  if (old->destroyed)
+    return fail(Code::kConflict, "sandbox " + id + " changed meanwhile (destroyed or rolled back); try again");
+  auto rec = TRY(find_snapshot(snap, ""));
+  if (rec.profile != old->rec.profile)
+    return fail(Code::kPermissionDenied, "snapshot " + rec.id + " belongs to profile " +
+                                             rec.profile + " and sandbox " + id + " to " +
+                                             old->rec.profile +
+                                             ": a snapshot never restores into another profile");
+  if (rec.image != old->rec.image || rec.runtime != old->rec.runtime)
+    return fail(Code::kInvalidArgument,
+                "snapshot " + rec.id + " was taken of a " + rec.runtime + " sandbox of image " +
+                    rec.image + ", and " + id + " is a " + old->rec.runtime +
+                    " sandbox of image " + old->rec.image + "; `space restore " + rec.id +
+                    "` makes a sandbox of its own");
+  auto* store = TRY(snapshot_store(rec.profile));
+  // Everything the rollback needs is checked before the sandbox is touched: the manifest's MAC
+  // and every chunk's hash.
+  auto target = TRY(manifest_for(rec, old->rec.uid_base, true));
+  // The state about to be replaced is kept, so a rollback never loses anything.
+  auto saved = TRY_CTX(take_snapshot(*old, "rollback", ""),
+                       "saving the current state of " + id + " before rolling back");
+  auto before = TRY(manifest_for(*saved, old->rec.uid_base, false));
+
+  old->replacing = true;
+  old->destroyed = true;
+  stop_egress(id);
+  if (old->conn) old->conn->close();
+  if (auto r = old->inst->destroy(); !r) {
+    old->destroyed = false;
+    old->replacing = false;
+    spdlog::error("rollback of {}: stopping it failed: {}", id, r.error().message());
+    reaper_cv_.notify_all();  // its channel is closed: the reaper retires it
+    return fail(std::move(r.error()).wrap("rolling back sandbox " + id));
+  }
+
+  auto fresh = std::make_shared<Sandbox>();
+  fresh->rt = old->rt;
+  fresh->rec = old->rec;
+  fresh->spec = old->spec;
+  auto start = [&](const snapshot::Manifest& man) -> Result<void> {
+    runtime::SandboxSpec spec = old->spec;
+    std::error_code ec;
+    fs::create_directories(spec.dir, ec);
+    spec.populate_upper = [&](int fd) { return store->restore(man, fd); };
+    fresh->inst = TRY(fresh->rt->create(spec));
+    auto fail_started = [&](Error e) -> Result<void> {
+      if (fresh->conn) fresh->conn->close();
+      stop_egress(id);
+      (void)fresh->inst->destroy();
+      fresh->conn.reset();
+      fresh->inst.reset();
+      return fail(std::move(e));
+    };
+    auto conn = AgentConn::open(fresh->inst->channel_fd(), id, false, std::chrono::seconds(10));
+    if (!conn) return fail_started(std::move(conn.error()).wrap("waiting for the sandbox's agent"));
+    fresh->conn = std::move(*conn);
+    std::string workdir = fresh->rec.spec.value("workdir", std::string());
+    if (!workdir.empty()) {
+      auto r = fresh->conn->request(
+          {{"op", "mkdir"}, {"path", workdir}, {"mode", 0755}, {"parents", true}});
+      if (!r && r.error().code() != Code::kAlreadyExists)
+        return fail_started(std::move(r.error()).wrap("creating workdir " + workdir));
+    }
+    auto eg = egress_of(fresh->rec);
+    if (!eg) return fail_started(std::move(eg.error()));
+    if (auto r = start_egress(*fresh, std::move(*eg), CaMode::kReinstall); !r)
+      return fail_started(std::move(r.error()).wrap("setting up egress"));
+    return {};
+  };
+
+  auto finish = [&](const std::string& outcome) {
+    fresh->rec.runtime_state = fresh->inst->persist();
+    fresh->rec.state = "running";
+    (void)store_->put_sandbox(fresh->rec);
+    schedule_snapshots(*fresh);
+    {
+      std::lock_guard l(mu_);
+      sandboxes_[id] = fresh;
+    }
+    old->replaced = true;
+    watch(fresh);
+    audit(id, "sandbox.rollback",
+          {{"snapshot", rec.id}, {"saved_as", saved->id}, {"outcome", outcome},
+           {"agent_pid", fresh->inst->agent_pid()}});
+  };
+
+  auto r = start(target);
+  if (r) {
+    finish("rolled back");
+    metrics_.rollbacks++;
+    spdlog::info("sandbox {}: rolled back to {} (the state before is {})", id, rec.id, saved->id);
+    SandboxInfo out = info(fresh->rec, fresh.get());
+    out["rollback"] = {{"snapshot", rec.id}, {"saved_as", saved->id}};
+    return out;
+  }
+  spdlog::error("rollback of {} to {} failed: {}; going back to {}", id, rec.id,
+                r.error().message(), saved->id);
+  if (auto back = start(before); back) {
+    finish("failed; restored the state before");
+    return fail(std::move(r.error())
+                    .wrap("rolling back sandbox " + id + " to " + rec.id +
+                          " (the sandbox is back to its state before, kept as snapshot " +
+                          saved->id + ")"));
+  }
+  // Neither came up: the sandbox is gone, its state before is kept as a snapshot.
+  old->rec.state = "destroyed";
+  old->rec.destroyed_at = now_s();
+  old->rec.reason = "rollback to " + rec.id + " failed: " + r.error().message() +
+                    "; its state before is snapshot " + saved->id;
+  (void)store_->put_sandbox(old->rec);
+  audit(id, "sandbox.destroy", {{"reason", old->rec.reason}});
+  {
+    std::lock_guard l(mu_);
+    sandboxes_.erase(id);
+  }
+  old->replacing = false;
+  return fail(std::move(r.error())
+                  .wrap("rolling back sandbox " + id + " to " + rec.id +
+                        " (the sandbox could not be restarted and was removed; `space restore " +
+                        saved->id + "` brings back its state before)"));
+}
+
+// --- rolling snapshots, retention, garbage collection ---------------------------------------
+
+void Daemon::schedule_snapshots(Sandbox& sb) {
+  double every = sb.rec.spec.value("snapshot_every", 0.0);
+  sb.next_snapshot_at = every > 0 ? now_s() + every : 0;
+}
+
+void Daemon::run_retention(bool full) {
+  auto all = store_->snapshots("", "");
+  if (!all) {
+    spdlog::warn("snapshot retention: {}", all.error().message());
+    return;
+  }
+  std::vector<SnapshotAge> ages;
+  std::map<std::string, const SnapshotRecord*> by_id;
+  for (auto& r : *all) {
+    ages.push_back({r.id, r.sandbox_id, r.kind == "manual", r.created_at});
+    by_id[r.id] = &r;
+  }
+  std::set<std::string> touched;
+  for (auto& id : retention_drops(ages, cfg_.snapshots, now_s())) {
+    const SnapshotRecord& r = *by_id[id];
+    if (auto d = drop_snapshot(r, "retention"); !d)
+      spdlog::warn("snapshot retention: {}", d.error().message());
+    else
+      touched.insert(r.profile);
+  }
+  for (auto& p : cfg_.profiles) {
+    if (!full && !touched.count(p)) continue;
+    if (!fs::exists(cfg_.state_dir / "snapshots" / p)) continue;
+    auto* store = snapshot_store(p).value_or(nullptr);
+    if (!store) continue;
+    if (auto g = store->gc(); g) {
+      metrics_.gc_bytes_freed += g->bytes;
+      if (g->chunks) spdlog::info("snapshot store of profile {}: gc freed {} chunks ({})", p,
+                                  g->chunks, format_size(g->bytes));
+    } else {
+      spdlog::warn("snapshot store of profile {}: gc: {}", p, g.error().message());
+    }
+  }
+}
+
+void Daemon::reconcile_snapshots() {
+  for (auto& p : cfg_.profiles) {
+    if (!fs::exists(cfg_.state_dir / "snapshots" / p)) continue;
+    auto* store = snapshot_store(p).value_or(nullptr);
+    if (!store) continue;
+    for (auto& id : store->list())
+      if (auto r = store_->get_snapshot(id); r && !*r) {
+        spdlog::warn("snapshot store of profile {}: removing {}, which was never recorded", p, id);
+        (void)store->remove(id);
+      }
+  }
+  if (auto all = store_->snapshots("", ""); all)
+    for (auto& r : *all)
+      if (auto* store = snapshot_store(r.profile).value_or(nullptr))
+        if (auto m = store->load(r.id); !m && m.error().code() == Code::kNotFound)
+          (void)drop_snapshot(r, "its data is missing from the store");
+}
+
+void Daemon::snapshot_loop() {
+  // Collect every store at start and hourly (a crash may have left unreferenced chunks), and
+  // at each retention pass the stores where something was dropped.
+  run_retention(true);
+  double last_full = now_s();
+  double next_retention = now_s() + cfg_.snapshots.gc_interval_s;
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    reaper_cv_.wait_for(lock, std::chrono::milliseconds(500));
+    if (stopping_) break;
+    double now = now_s();
+    std::vector<std::shared_ptr<Sandbox>> due;
+    for (auto& [id, sb] : sandboxes_)
+      if (!sb->destroyed && sb->next_snapshot_at > 0 && sb->next_snapshot_at <= now)
+        due.push_back(sb);
+    lock.unlock();
+    for (auto& sb : due) {
+      std::lock_guard l(sb->mu);
+      if (sb->destroyed) continue;
+      double every = sb->rec.spec.value("snapshot_every", 0.0);
+      sb->next_snapshot_at = every > 0 ? now + every : 0;
+      if (auto r = take_snapshot(*sb, "scheduled", "", true); !r)
+        spdlog::warn("sandbox {}: scheduled snapshot failed: {}", sb->rec.id,
+                     r.error().message());
+    }
+    if (now >= next_retention) {
+      bool full = now - last_full > 3600;
+      if (full) last_full = now;
+      run_retention(full);
+      next_retention = now_s() + cfg_.snapshots.gc_interval_s;
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace space::daemon
