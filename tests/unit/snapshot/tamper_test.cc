@@ -240,8 +240,21 @@ class ChunkTamperTest : public TamperTest {
     EXPECT_EQ(r.error().code(), Code::kProtocol);
     const std::string expected = "snapshot snap_1: chunk " + id + " of data/file is " + why;
     EXPECT_EQ(r.error().message().substr(0, expected.size()), expected) << r.error().message();
+    // verify() (what rollback runs before it stops a sandbox) finds the same damage without
+    // writing anything.
+    auto v = store_->verify(*loaded);
+    ASSERT_FALSE(v) << "verify passed a damaged chunk (expected: " << why << ")";
+    EXPECT_EQ(v.error().code(), Code::kProtocol);
+    EXPECT_EQ(v.error().message().substr(0, expected.size()), expected) << v.error().message();
   }
 };
+
+TEST_F(ChunkTamperTest, VerifyPassesAnIntactSnapshot) {
+  auto loaded = store_->load("snap_1");
+  ASSERT_TRUE(loaded) << loaded.error().message();
+  auto v = store_->verify(*loaded);
+  EXPECT_TRUE(v) << v.error().message();
+}
 
 TEST_F(ChunkTamperTest, AFlippedByteIsAHashMismatch) {
   const std::string id = file_chunk();
