@@ -41,6 +41,17 @@ bool valid_token_name(std::string_view name) {
   });
 }
 
+// What the daemon answers for a sandbox or snapshot it never saw: a hidden one gets exactly
+// this, so a token cannot tell the two apart.
+std::unexpected<Error> unknown_sandbox(const std::string& id) {
+  return fail(Code::kNotFound,
+              "unknown sandbox " + id.substr(0, 80) + "; `space ls` lists sandboxes");
+}
+std::unexpected<Error> unknown_snapshot(const std::string& ref) {
+  return fail(Code::kNotFound, "unknown snapshot " + ref.substr(0, 80) +
+                                   "; `space snapshots ID` lists a sandbox's snapshots");
+}
+
 std::string profile_list(const std::set<std::string>& profiles) {
   std::string out;
   for (const auto& p : profiles) out += (out.empty() ? "" : ", ") + p;
@@ -281,8 +292,34 @@ Result<daemon::SandboxInfo> ScopedService::visible(const std::string& id, Missin
   // Exactly what the daemon answers for an id it never saw.
   if (how == Missing::kAuditLog)
     return fail(Code::kNotFound, "no sandbox " + id + " (and no audit log for it)");
-  return fail(Code::kNotFound,
-              "unknown sandbox " + id.substr(0, 80) + "; `space ls` lists sandboxes");
+  return unknown_sandbox(id);
+}
+
+Result<daemon::SnapshotInfo> ScopedService::visible_snapshot(const std::string& snap) {
+  if (snap.starts_with("snap_")) {
+    auto info = inner_.get_snapshot(snap);
+    if (info) {
+      if (principal_.allows_profile(info->value("profile", ""))) return info;
+    } else if (info.error().code() != Code::kNotFound) {
+      return info;
+    }
+    return unknown_snapshot(snap);
+  }
+  // A name: the same name may exist in another profile, which must neither be found nor
+  // shadow this token's own snapshot.
+  json all = TRY(inner_.all_snapshots());
+  std::optional<json> found;
+  for (auto& s : all) {
+    if (!s.is_object() || s.value("name", json()) != snap) continue;
+    if (!principal_.allows_profile(s.value("profile", ""))) continue;
+    if (found && found->value("profile", "") != s.value("profile", ""))
+      return fail(Code::kInvalidArgument,
+                  "snapshot name " + snap + " is taken in profiles " + found->value("profile", "") +
+                      " and " + s.value("profile", "") + "; give the snapshot's id instead");
+    if (!found) found = std::move(s);
+  }
+  if (!found) return unknown_snapshot(snap);
+  return std::move(*found);
 }
 
 Result<daemon::SandboxInfo> ScopedService::create(const daemon::CreateRequest& req) {
@@ -373,6 +410,80 @@ Result<void> ScopedService::pause(const std::string& id) {
 Result<void> ScopedService::resume(const std::string& id) {
   TRY_VOID(visible(id, Missing::kSandbox));
   return inner_.resume(id);
+}
+
+Result<daemon::SnapshotInfo> ScopedService::snapshot(const std::string& id,
+                                                     const daemon::SnapshotRequest& req) {
+  TRY_VOID(visible(id, Missing::kSandbox));
+  return inner_.snapshot(id, req);
+}
+
+Result<json> ScopedService::list_snapshots(const std::string& id) {
+  auto keep_visible = [this](json list) {
+    json out = json::array();
+    if (!list.is_array()) return out;
+    for (auto& s : list)
+      if (s.is_object() && principal_.allows_profile(s.value("profile", "")))
+        out.push_back(std::move(s));
+    return out;
+  };
+  auto info = inner_.inspect(id);
+  if (info) {
+    if (!principal_.allows_profile(info->value("profile", ""))) return unknown_sandbox(id);
+    json list = TRY(inner_.list_snapshots(id));
+    return keep_visible(std::move(list));
+  }
+  if (info.error().code() != Code::kNotFound) return fail(std::move(info.error()));
+  // A destroyed sandbox whose record was pruned: its snapshots outlive it and name its profile.
+  auto list = inner_.list_snapshots(id);
+  if (list && list->is_array() && !list->empty() && (*list)[0].is_object() &&
+      principal_.allows_profile((*list)[0].value("profile", "")))
+    return keep_visible(std::move(*list));
+  return unknown_sandbox(id);
+}
+
+Result<json> ScopedService::all_snapshots() {
+  json all = TRY(inner_.all_snapshots());
+  json out = json::array();
+  if (!all.is_array()) return out;
+  for (auto& s : all)
+    if (s.is_object() && principal_.allows_profile(s.value("profile", "")))
+      out.push_back(std::move(s));
+  return out;
+}
+
+Result<daemon::SnapshotInfo> ScopedService::get_snapshot(const std::string& snap) {
+  return visible_snapshot(snap);
+}
+
+Result<void> ScopedService::delete_snapshot(const std::string& snap) {
+  json s = TRY(visible_snapshot(snap));
+  return inner_.delete_snapshot(s.value("id", snap));
+}
+
+Result<daemon::SandboxInfo> ScopedService::rollback(const std::string& id,
+                                                    const std::string& snap) {
+  TRY_VOID(visible(id, Missing::kSandbox));
+  json s = TRY(visible_snapshot(snap));
+  return inner_.rollback(id, s.value("id", snap));
+}
+
+Result<daemon::SandboxInfo> ScopedService::restore(const std::string& snap,
+                                                   const std::optional<std::string>& profile) {
+  // A visible snapshot is of a profile this token may use, so it may create there; a profile
+  // named explicitly must be one too (the daemon then refuses any but the snapshot's own).
+  json s = TRY(visible_snapshot(snap));
+  if (profile && !principal_.allows_profile(*profile))
+    return fail(Code::kPermissionDenied, principal_.describe() + " may not use profile " +
+                                             profile->substr(0, 64) + " (it is limited to " +
+                                             join(principal_.token.profiles) + ")");
+  return inner_.restore(s.value("id", snap), profile);
+}
+
+Result<json> ScopedService::diff_since(const std::string& id, const std::string& snap) {
+  TRY_VOID(visible(id, Missing::kSandbox));
+  json s = TRY(visible_snapshot(snap));
+  return inner_.diff_since(id, s.value("id", snap));
 }
 
 Result<json> ScopedService::audit_events(const std::string& id, int64_t after, size_t limit) {

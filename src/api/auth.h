@@ -3,9 +3,9 @@
 // Every route declares the operation it needs (router.cc). For each request dispatch() asks
 // authenticate() who is calling, authorize() whether that caller may do the route's
 // operation, and then, for a token limited to some profiles, runs the handler against a
-// ScopedService: a SandboxService through which sandboxes of other profiles do not exist
-// (404 with the very message an unknown id gets, so their existence does not leak) and cannot
-// be created (403).
+// ScopedService: a SandboxService through which sandboxes and snapshots of other profiles do
+// not exist (404 with the very message an unknown id gets, so their existence does not leak)
+// and cannot be created or restored into (403).
 //
 // Callers (principals):
 //   - the root operator: a request on the Unix socket (mode 0600; the server also checks the
@@ -114,6 +114,16 @@ class ScopedService : public daemon::SandboxService {
   Result<nlohmann::json> diff(const std::string& id) override;
   Result<void> pause(const std::string& id) override;
   Result<void> resume(const std::string& id) override;
+  Result<daemon::SnapshotInfo> snapshot(const std::string& id,
+                                        const daemon::SnapshotRequest& req) override;
+  Result<nlohmann::json> list_snapshots(const std::string& id) override;
+  Result<nlohmann::json> all_snapshots() override;
+  Result<daemon::SnapshotInfo> get_snapshot(const std::string& snap) override;
+  Result<void> delete_snapshot(const std::string& snap) override;
+  Result<daemon::SandboxInfo> rollback(const std::string& id, const std::string& snap) override;
+  Result<daemon::SandboxInfo> restore(const std::string& snap,
+                                      const std::optional<std::string>& profile) override;
+  Result<nlohmann::json> diff_since(const std::string& id, const std::string& snap) override;
   Result<nlohmann::json> import_image(const std::string& name,
                                       const daemon::ChunkSource& source) override;
   Result<nlohmann::json> list_images() override;
@@ -129,6 +139,10 @@ class ScopedService : public daemon::SandboxService {
   // The sandbox's info if the principal may see it; otherwise the service's own "unknown
   // sandbox" error for `id`.
   Result<daemon::SandboxInfo> visible(const std::string& id, Missing how);
+  // The snapshot `snap` (id or name) if it belongs to a profile the principal may use;
+  // otherwise the daemon's own "unknown snapshot" error. A name is looked up among the
+  // principal's profiles only (names are unique per profile, not across profiles).
+  Result<daemon::SnapshotInfo> visible_snapshot(const std::string& snap);
 
   daemon::SandboxService& inner_;
   const Principal& principal_;

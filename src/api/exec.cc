@@ -112,13 +112,22 @@ Result<ExecBody> read_exec_body(Exchange& ex) {
   return body;
 }
 
-// Starts a detached exec and answers 202 {"pid": N}, or {"pid": null, "exit": {...}} if it
-// ended (or could not start) before it was reported running.
+// The "started" event; with "snapshot" when one was taken before the exec (exec --snapshot).
+json started_event(const daemon::ExecSession::Event& ev) {
+  json j = {{"type", "started"}, {"pid", ev.pid}};
+  if (!ev.snapshot.empty()) j["snapshot"] = ev.snapshot;
+  return j;
+}
+
+// Starts a detached exec and answers 202 {"pid": N} (plus "snapshot" if one was taken), or
+// {"pid": null, "exit": {...}} if it ended (or could not start) before it was reported running.
 Result<void> exec_detached(Exchange& ex, daemon::ExecSession& session) {
   for (;;) {
     auto ev = TRY(session.next());
     if (ev.kind == daemon::ExecSession::Event::Kind::kStarted) {
-      return ex.respond_json(http::status::accepted, {{"pid", ev.pid}});
+      json body = started_event(ev);
+      body.erase("type");
+      return ex.respond_json(http::status::accepted, body);
     }
     if (ev.kind == daemon::ExecSession::Event::Kind::kExit) {
       json exit = exit_event(ev.exit);
@@ -183,7 +192,7 @@ Result<void> exec(Exchange& ex, ApiContext& ctx) {
     }
     using Kind = daemon::ExecSession::Event::Kind;
     if (ev->kind == Kind::kStarted) {
-      if (!ex.write_chunk(line({{"type", "started"}, {"pid", ev->pid}}))) break;
+      if (!ex.write_chunk(line(started_event(*ev)))) break;
     } else if (ev->kind == Kind::kStdout || ev->kind == Kind::kStderr) {
       json j = {{"type", ev->kind == Kind::kStdout ? "stdout" : "stderr"},
                 {"data", base64_encode(ev->data)}};

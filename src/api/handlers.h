@@ -1,6 +1,6 @@
 // The REST handlers, one file per resource: sandboxes.cc, exec.cc, processes.cc, files.cc,
-// images.cc, system.cc, audit.cc, tokens.cc. Each validates its request (request.h), calls the
-// SandboxService and writes the response; errors are returned and rendered by the router.
+// snapshots.cc, images.cc, system.cc, audit.cc, tokens.cc. Each validates its request (request.h),
+// calls the SandboxService and writes the response; errors are returned and rendered by the router.
 #pragma once
 
 #include <string>
@@ -29,6 +29,14 @@ Result<void> kill_process(Exchange& ex, ApiContext& ctx);
 Result<void> get_file(Exchange& ex, ApiContext& ctx);
 Result<void> put_file(Exchange& ex, ApiContext& ctx);
 Result<void> delete_file(Exchange& ex, ApiContext& ctx);
+
+Result<void> create_snapshot(Exchange& ex, ApiContext& ctx);
+Result<void> list_sandbox_snapshots(Exchange& ex, ApiContext& ctx);
+Result<void> rollback_sandbox(Exchange& ex, ApiContext& ctx);
+Result<void> list_snapshots(Exchange& ex, ApiContext& ctx);
+Result<void> get_snapshot(Exchange& ex, ApiContext& ctx);
+Result<void> delete_snapshot(Exchange& ex, ApiContext& ctx);
+Result<void> restore_snapshot(Exchange& ex, ApiContext& ctx);
 
 Result<void> import_image(Exchange& ex, ApiContext& ctx);
 Result<void> list_images(Exchange& ex, ApiContext& ctx);

@@ -122,6 +122,31 @@ Result<double> duration_field(const json& v, std::string_view key) {
   return seconds;
 }
 
+// Like duration_field, but 0 is allowed and means "off" (snapshot_every). Anything else must
+// be at least a second: a sandbox snapshotted more often would do little else.
+Result<double> interval_field(const json& v, std::string_view key) {
+  double seconds;
+  if (v.is_number()) {
+    seconds = v.get<double>();
+  } else if (v.is_string()) {
+    auto r = parse_duration(v.get_ref<const std::string&>());
+    if (!r) return fail(std::move(r.error()).wrap("\"" + std::string(key) + "\""));
+    seconds = *r;
+  } else {
+    return invalid("\"" + std::string(key) +
+                   "\" must be a number of seconds or a string such as \"30s\", \"10m\" or "
+                   "\"1h\" (0 = off)");
+  }
+  if (!std::isfinite(seconds) || seconds < 0 || (seconds > 0 && seconds < 1)) {
+    return invalid("\"" + std::string(key) +
+                   "\" must be 0 (off) or at least 1 second, e.g. \"10m\"");
+  }
+  if (seconds > 100.0 * 365 * 86400) {
+    return invalid("\"" + std::string(key) + "\" must be at most 100 years");
+  }
+  return seconds;
+}
+
 // {"K":"V",...} -> {"K=V",...}
 Result<std::vector<std::string>> env_field(const json& v) {
   if (!v.is_object()) return invalid("\"env\" must be an object such as {\"KEY\": \"value\"}");
@@ -290,7 +315,7 @@ Result<daemon::CreateRequest> parse_create_request(const json& body) {
   }
   TRY_VOID(refuse_unknown_keys(body,
                                {"runtime", "image", "profile", "memory", "cpus", "pids", "disk",
-                                "timeout", "env", "secrets", "allow", "workdir"},
+                                "timeout", "env", "secrets", "allow", "workdir", "snapshot_every"},
                                "the sandbox request"));
   daemon::CreateRequest req;
   if (auto it = body.find("runtime"); it != body.end()) {
@@ -376,6 +401,9 @@ Result<daemon::CreateRequest> parse_create_request(const json& body) {
     req.workdir = TRY(string_field(*it, "workdir"));
     TRY_VOID(check_sandbox_path(req.workdir, "workdir"));
   }
+  if (auto it = body.find("snapshot_every"); it != body.end()) {
+    req.snapshot_every_s = TRY(interval_field(*it, "snapshot_every"));
+  }
   return req;
 }
 
@@ -383,8 +411,8 @@ Result<daemon::ExecRequest> parse_exec_request(const json& body) {
   if (!body.is_object()) {
     return invalid("the exec request must be a JSON object, e.g. {\"cmd\": [\"ls\", \"-l\"]}");
   }
-  TRY_VOID(refuse_unknown_keys(body, {"cmd", "env", "cwd", "timeout", "detach", "stdin"},
-                               "the exec request"));
+  TRY_VOID(refuse_unknown_keys(
+      body, {"cmd", "env", "cwd", "timeout", "detach", "stdin", "snapshot"}, "the exec request"));
   daemon::ExecRequest req;
   auto cmd = body.find("cmd");
   if (cmd == body.end()) {
@@ -402,7 +430,8 @@ Result<daemon::ExecRequest> parse_exec_request(const json& body) {
   if (auto it = body.find("timeout"); it != body.end()) {
     req.timeout_s = TRY(duration_field(*it, "timeout"));
   }
-  for (auto [key, field] : {std::pair{"detach", &req.detach}, std::pair{"stdin", &req.stdin}}) {
+  for (auto [key, field] : {std::pair{"detach", &req.detach}, std::pair{"stdin", &req.stdin},
+                            std::pair{"snapshot", &req.snapshot}}) {
     if (auto it = body.find(key); it != body.end()) {
       if (!it->is_boolean()) return invalid("\"" + std::string(key) + "\" must be true or false");
       *field = it->get<bool>();
@@ -413,6 +442,71 @@ Result<daemon::ExecRequest> parse_exec_request(const json& body) {
         "\"detach\" and \"stdin\" cannot both be true: a detached process gets no stdin");
   }
   return req;
+}
+
+Result<daemon::SnapshotRequest> parse_snapshot_request(const json& body) {
+  if (!body.is_object()) {
+    return invalid(
+        "the snapshot request must be a JSON object, e.g. {\"name\": \"before-migrate\"}");
+  }
+  TRY_VOID(refuse_unknown_keys(body, {"name"}, "the snapshot request"));
+  daemon::SnapshotRequest req;
+  if (auto it = body.find("name"); it != body.end() && !it->is_null()) {
+    req.name = TRY(string_field(*it, "name"));
+    TRY_VOID(check_snapshot_name(req.name));
+  }
+  return req;
+}
+
+Result<std::string> parse_rollback_request(const json& body) {
+  if (!body.is_object()) {
+    return invalid("the rollback request must be a JSON object, e.g. {\"snapshot\": \"snap_...\"}");
+  }
+  TRY_VOID(refuse_unknown_keys(body, {"snapshot"}, "the rollback request"));
+  auto it = body.find("snapshot");
+  if (it == body.end()) {
+    return invalid(
+        "the rollback request needs \"snapshot\": the id or name of a snapshot of this sandbox's "
+        "profile; `space snapshots ID` lists them");
+  }
+  std::string snap = TRY(string_field(*it, "snapshot"));
+  TRY_VOID(check_snapshot_ref(snap, "snapshot"));
+  return snap;
+}
+
+Result<std::optional<std::string>> parse_restore_request(const json& body) {
+  if (!body.is_object()) {
+    return invalid("the restore request must be a JSON object, e.g. {} or {\"profile\": \"test\"}");
+  }
+  TRY_VOID(refuse_unknown_keys(body, {"profile"}, "the restore request"));
+  std::optional<std::string> profile;
+  if (auto it = body.find("profile"); it != body.end() && !it->is_null()) {
+    profile = TRY(string_field(*it, "profile"));
+    if (!is_name(*profile, 64)) {
+      return invalid("bad profile name " + shown(*profile) +
+                     "; use letters, digits, '_', '-' and '.' (at most 64)");
+    }
+  }
+  return profile;
+}
+
+Result<void> check_snapshot_name(std::string_view name) {
+  if (!is_name(name, 64) || name.starts_with("snap_")) {
+    return invalid("bad snapshot name " + shown(name) +
+                   "; use 1 to 64 letters, digits, '_', '-' and '.', starting with a letter or "
+                   "digit and not with \"snap_\" (that prefix is for snapshot ids)");
+  }
+  return {};
+}
+
+Result<void> check_snapshot_ref(std::string_view ref, std::string_view what) {
+  // Ids ("snap_" + 24 hex digits) and names share one alphabet and fit in 64 characters.
+  if (!is_name(ref, 64)) {
+    return invalid("bad " + std::string(what) + " " + shown(ref) +
+                   ": give a snapshot id (snap_...) or name; `space snapshots ID` lists a "
+                   "sandbox's snapshots");
+  }
+  return {};
 }
 
 Result<void> check_sandbox_id(std::string_view id) {

@@ -62,6 +62,19 @@ Result<daemon::CreateRequest> parse_create_request(const nlohmann::json& body);
 // JSON part of POST /v1/sandboxes/{id}/exec.
 Result<daemon::ExecRequest> parse_exec_request(const nlohmann::json& body);
 
+// Snapshots (docs/snapshots.md). Body of POST /v1/sandboxes/{id}/snapshots: {"name"?: str}.
+Result<daemon::SnapshotRequest> parse_snapshot_request(const nlohmann::json& body);
+// Body of POST /v1/sandboxes/{id}/rollback: {"snapshot": SNAP}; returns SNAP.
+Result<std::string> parse_rollback_request(const nlohmann::json& body);
+// Body of POST /v1/snapshots/{snap}/restore: {"profile"?: str}.
+Result<std::optional<std::string>> parse_restore_request(const nlohmann::json& body);
+// A snapshot name: 1-64 characters of [A-Za-z0-9._-], starting with a letter or digit, and not
+// starting with "snap_" (that prefix is for ids).
+Result<void> check_snapshot_name(std::string_view name);
+// A SNAP argument (path segment, query value, body field): a snapshot id ("snap_<hex>") or a
+// name. `what` names it in messages.
+Result<void> check_snapshot_ref(std::string_view ref, std::string_view what = "snapshot");
+
 // Identifiers that appear in paths: [A-Za-z0-9][A-Za-z0-9_.-]{0,127}.
 Result<void> check_sandbox_id(std::string_view id);
 Result<void> check_image_name(std::string_view name);

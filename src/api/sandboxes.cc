@@ -1,4 +1,5 @@
-// Handlers for the sandbox resource: create, list, inspect, destroy, pause, resume, diff.
+// Handlers for the sandbox resource: create, list, inspect, destroy, pause, resume, diff
+// (since creation, or since a snapshot).
 #include "api/handlers.h"
 
 namespace space::api::handlers {
@@ -50,9 +51,16 @@ Result<void> resume_sandbox(Exchange& ex, ApiContext& ctx) {
   return ex.respond_json(http::status::ok, info);
 }
 
+// ?since=SNAP: against a snapshot (id or name) instead of the sandbox's creation.
 Result<void> diff_sandbox(Exchange& ex, ApiContext& ctx) {
   std::string id = TRY(sandbox_id(ex));
-  nlohmann::json diff = TRY(ctx.service.diff(id));
+  auto since = ex.target().query.find("since");
+  if (since == ex.target().query.end()) {
+    nlohmann::json diff = TRY(ctx.service.diff(id));
+    return ex.respond_json(http::status::ok, diff);
+  }
+  TRY_VOID(check_snapshot_ref(since->second, "query parameter since"));
+  nlohmann::json diff = TRY(ctx.service.diff_since(id, since->second));
   return ex.respond_json(http::status::ok, diff);
 }
 

@@ -27,24 +27,39 @@ void add_sandbox_flags(CLI::App* sub, SandboxFlags& f) {
   sub->add_option("--allow", f.allow, "HOST[:PORT] the sandbox may reach (repeatable)")
       ->allow_extra_args(false);
   sub->add_option("--workdir", f.workdir, "default working directory (default /root)");
+  sub->add_option("--snapshot-every", f.snapshot_every,
+                  "take a rolling snapshot this often, e.g. 10m (0 = off; default: the profile's)");
 }
 
-// The later issues' commands: registered so --help lists them; running one says it is not in
-// this build.
-void add_later(CLI::App& app, Args& a) {
-  auto* snapshot = app.add_subcommand("snapshot", "snapshot a sandbox (not in this build yet)");
-  snapshot->add_option("id", a.id, "sandbox id")->required();
-  snapshot->add_option("--name", a.name, "snapshot name");
-  auto* snapshots = app.add_subcommand("snapshots", "list snapshots (not in this build yet)");
-  snapshots->add_option("id", a.id, "sandbox id")->required();
+// Snapshots (docs/snapshots.md). `snapshot` takes a sandbox id, or `rm` and snapshot ids; its
+// ID is checked after parsing, since CLI11 cannot require it only without the subcommand.
+CLI::App* add_snapshot_commands(CLI::App& app, Args& a) {
+  auto* snapshot = app.add_subcommand(
+      "snapshot", "snapshot a sandbox's files and print the snapshot id (or: snapshot rm SNAP...)");
+  snapshot->add_option("id", a.id, "sandbox id");
+  snapshot->add_option("--name", a.name, "name it (unique in the profile), e.g. before-migrate");
+  snapshot->add_flag("--json", a.json, "print the snapshot as JSON");
+  snapshot->footer("Usage: space snapshot ID [--name N] [--json] | space snapshot rm SNAP...");
+  auto* rm = snapshot->add_subcommand("rm", "delete snapshots");
+  rm->add_option("snaps", a.snaps, "snapshot ids or names")->required();
+  auto* snapshots =
+      app.add_subcommand("snapshots", "list a sandbox's snapshots (no ID: every snapshot)");
+  snapshots->add_option("id", a.id, "sandbox id (also once destroyed)");
   snapshots->add_flag("--json", a.json, "print JSON");
-  auto* rollback = app.add_subcommand("rollback", "roll back in place (not in this build yet)");
+  auto* rollback = app.add_subcommand(
+      "rollback", "put a sandbox's files back to a snapshot, in place (processes restart)");
   rollback->add_option("id", a.id, "sandbox id")->required();
-  rollback->add_option("snap", a.snap, "snapshot id")->required();
-  auto* restore =
-      app.add_subcommand("restore", "new sandbox from a snapshot (not in this build yet)");
-  restore->add_option("snap", a.snap, "snapshot id")->required();
-  restore->add_flag("--json", a.json, "print JSON");
+  rollback->add_option("snap", a.snap, "snapshot id or name")->required();
+  rollback->add_flag("--json", a.json, "print the sandbox as JSON");
+  auto* restore = app.add_subcommand("restore", "new sandbox from a snapshot; prints its id");
+  restore->add_option("snap", a.snap, "snapshot id or name")->required();
+  restore->add_option("--profile", a.sandbox.profile,
+                      "profile (must be the snapshot's own; default: the snapshot's)");
+  restore->add_flag("--json", a.json, "print the sandbox as JSON");
+  return snapshot;
+}
+
+void add_audit(CLI::App& app, Args& a) {
   auto* audit = app.add_subcommand("audit", "audit log of a sandbox (also once destroyed)");
   audit->add_option("id", a.id, "sandbox id")->required();
   audit->add_flag("--json", a.json, "print JSON Lines, one event per line");
@@ -128,7 +143,7 @@ ParseOutcome parse_args(const std::vector<std::string>& argv) {
   exec->add_option("--env", a.env, "K=V (repeatable)")->allow_extra_args(false);
   exec->add_option("--cwd", a.cwd, "working directory inside the sandbox");
   exec->add_flag("--detach", a.detach, "start in the background and print its pid");
-  exec->add_flag("--snapshot", a.snapshot, "snapshot before running (not in this build yet)");
+  exec->add_flag("--snapshot", a.snapshot, "snapshot the sandbox before running CMD");
   exec->footer("Usage: space exec ID [OPTIONS] -- CMD [ARGS...]");
 
   auto* ps = app.add_subcommand("ps", "list the processes of a sandbox");
@@ -160,9 +175,10 @@ ParseOutcome parse_args(const std::vector<std::string>& argv) {
   auto* resume = app.add_subcommand("resume", "thaw a paused sandbox");
   resume->add_option("id", a.id, "sandbox id")->required();
 
-  auto* diff =
-      app.add_subcommand("diff", "files added (A), changed (C), deleted (D) since creation");
+  auto* diff = app.add_subcommand(
+      "diff", "files added (A), changed (C), deleted (D) since creation or --since");
   diff->add_option("id", a.id, "sandbox id")->required();
+  diff->add_option("--since", a.since, "compare with this snapshot (id or name) instead");
   diff->add_flag("--json", a.json, "print JSON");
 
   auto* doctor = app.add_subcommand("doctor", "what this host supports");
@@ -179,7 +195,8 @@ ParseOutcome parse_args(const std::vector<std::string>& argv) {
   auto* image_rm = image->add_subcommand("rm", "remove an image");
   image_rm->add_option("name", a.name, "image name")->required();
 
-  add_later(app, a);
+  CLI::App* snapshot = add_snapshot_commands(app, a);
+  add_audit(app, a);
   CLI::App* token = add_token(app, a);
 
   std::vector<std::string> reversed(head.rbegin(), head.rend());
@@ -210,6 +227,7 @@ ParseOutcome parse_args(const std::vector<std::string>& argv) {
   a.command = sub->get_name();
   if (sub == image) a.command += " " + image->get_subcommands().front()->get_name();
   if (sub == token) a.command += " " + token->get_subcommands().front()->get_name();
+  if (sub == snapshot && !snapshot->get_subcommands().empty()) a.command += " rm";
 
   auto usage_error = [&](std::string message) {
     outcome.err = "space: " + message + "\n";
@@ -230,6 +248,10 @@ ParseOutcome parse_args(const std::vector<std::string>& argv) {
     }
   } else if (dashdash) {
     return usage_error("`space " + a.command + "` takes no command after `--`");
+  }
+  if (a.command == "snapshot" && a.id.empty()) {
+    return usage_error(
+        "id is required: space snapshot ID [--name N] [--json], or space snapshot rm SNAP...");
   }
   outcome.args = std::move(a);
   return outcome;
@@ -302,6 +324,16 @@ Result<nlohmann::json> create_body(const SandboxFlags& f) {
   if (!f.secrets.empty()) body["secrets"] = f.secrets;
   if (!f.allow.empty()) body["allow"] = f.allow;
   if (!f.workdir.empty()) body["workdir"] = f.workdir;
+  if (!f.snapshot_every.empty()) {
+    auto v = parse_duration(f.snapshot_every);
+    if (!v) return bad("snapshot-every", std::move(v.error()));
+    if (*v != 0 && *v < 1) {
+      return fail(Code::kInvalidArgument,
+                  "--snapshot-every must be 0 (off) or at least 1s, e.g. 10m; got \"" +
+                      f.snapshot_every + "\"");
+    }
+    body["snapshot_every"] = *v;
+  }
   return body;
 }
 
@@ -316,6 +348,7 @@ Result<nlohmann::json> exec_body(const Args& a) {
     body["timeout"] = *v;
   }
   if (a.detach) body["detach"] = true;
+  if (a.snapshot) body["snapshot"] = true;
   return body;
 }
 

@@ -13,27 +13,29 @@
 
 namespace space::cli {
 
-// OPTIONS of run and create, as typed.
+// OPTIONS of run and create, as typed. `profile` is also restore's --profile.
 struct SandboxFlags {
   std::string runtime, image, profile, memory, cpus, pids, disk, timeout, workdir;
   std::vector<std::string> env, secrets, allow;
+  std::string snapshot_every;  // rolling snapshots: "10m", "0" = off; "" = the profile's default
 };
 
 struct Args {
   // "run", "create", "exec", "ps", "kill", "cp", "ls", "inspect", "rm", "pause", "resume",
-  // "diff", "doctor", "image import", "image ls", "image rm", "token create", "token ls",
-  // "token rm", and the later-issue commands "snapshot", "snapshots", "rollback", "restore",
-  // "audit".
+  // "diff", "doctor", "image import", "image ls", "image rm", "snapshot", "snapshot rm",
+  // "snapshots", "rollback", "restore", "audit", "token create", "token ls", "token rm".
   std::string command;
-  SandboxFlags sandbox;
-  std::string id;                // sandbox id (most commands)
-  std::string pid, signal;       // kill
-  std::string src, dst;          // cp
-  std::string name, path;        // image import NAME PATH; image rm NAME; snapshot --name
-  std::string snap;              // rollback ID SNAP / restore SNAP
-  std::string timeout, cwd;      // exec
-  std::vector<std::string> env;  // exec --env
-  std::vector<std::string> cmd;  // run/exec: the command after `--`
+  SandboxFlags sandbox;            // run, create; restore --profile is sandbox.profile
+  std::string id;                  // sandbox id (most commands; optional for `snapshots`)
+  std::string pid, signal;         // kill
+  std::string src, dst;            // cp
+  std::string name, path;          // image import NAME PATH; image rm NAME; snapshot --name
+  std::string snap;                // rollback ID SNAP / restore SNAP
+  std::vector<std::string> snaps;  // snapshot rm SNAP...
+  std::string since;               // diff --since SNAP
+  std::string timeout, cwd;        // exec
+  std::vector<std::string> env;    // exec --env
+  std::vector<std::string> cmd;    // run/exec: the command after `--`
   bool json = false, force = false, detach = false, snapshot = false, verify = false;
   bool follow = false;  // audit --follow
   // token create: --profile and --op (repeatable), --ttl; --name is `name`, token rm's ID `id`

@@ -55,6 +55,15 @@ Result<int> cmd_image_import(const Args& a, const Client& c);
 Result<int> cmd_image_ls(const Args& a, const Client& c);
 Result<int> cmd_image_rm(const Args& a, const Client& c);
 
+// snapshots (commands_snapshot.cc)
+Result<int> cmd_snapshot(const Args& a, const Client& c);
+Result<int> cmd_snapshot_rm(const Args& a, const Client& c);
+Result<int> cmd_snapshots(const Args& a, const Client& c);
+Result<int> cmd_rollback(const Args& a, const Client& c);
+Result<int> cmd_restore(const Args& a, const Client& c);
+// "/v1/snapshots/<snap>" with the id or name encoded.
+std::string snapshot_target(const std::string& snap, std::string_view suffix = "");
+
 // audit (commands_audit.cc)
 Result<int> cmd_audit(const Args& a, const Client& c);
 // One event as a human-readable line ("TIME  SEQ  KIND  details\n"), control characters

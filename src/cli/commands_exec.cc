@@ -66,6 +66,15 @@ class StdinPump {
   std::thread thread_;
 };
 
+// exec --snapshot: says which snapshot was taken, before any of the command's output.
+void report_snapshot(const json& started) {
+  if (started.contains("snapshot") && started["snapshot"].is_string()) {
+    write_all(STDERR_FILENO, "space: snapshot " +
+                                 escape_text(started["snapshot"].get<std::string>()) +
+                                 " taken before this command\n");
+  }
+}
+
 // Handles one event line; returns an exit code when the stream is over.
 Result<std::optional<int>> handle_event(std::string_view line) {
   json ev = json::parse(line, nullptr, false);
@@ -88,8 +97,10 @@ Result<std::optional<int>> handle_event(std::string_view line) {
   } else if (type == "error") {
     const json& e = ev.value("error", json::object());
     return fail(api_error(500, json{{"error", e}}.dump()));
+  } else if (type == "started") {
+    report_snapshot(ev);
   }
-  // "started" and event types from newer daemons need nothing here.
+  // Event types from newer daemons need nothing here.
   return std::optional<int>();
 }
 
@@ -168,14 +179,10 @@ Result<int> stream_exec(const Client& c, const std::string& id, json body, bool 
 }
 
 Result<int> cmd_exec(const Args& a, const Client& c) {
-  if (a.snapshot) {
-    return fail(Code::kUnimplemented,
-                "exec --snapshot is not available yet in this build (snapshots come in a later "
-                "release); run the command without --snapshot");
-  }
   json body = TRY(exec_body(a));
   if (a.detach) {
     json res = TRY(c.call("POST", sandbox_target(a.id, "/exec"), body));
+    report_snapshot(res);
     if (res.contains("pid") && res["pid"].is_number_integer()) {
       write_all(STDOUT_FILENO, std::to_string(res["pid"].get<int>()) + "\n");
       return 0;

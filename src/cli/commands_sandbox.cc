@@ -115,7 +115,8 @@ Result<int> cmd_resume(const Args& a, const Client& c) {
 }
 
 Result<int> cmd_diff(const Args& a, const Client& c) {
-  json diff = TRY(c.call("GET", sandbox_target(a.id, "/diff")));
+  std::string query = a.since.empty() ? "" : "?since=" + url_encode(a.since);
+  json diff = TRY(c.call("GET", sandbox_target(a.id, "/diff" + query)));
   if (a.json) {
     print_json(diff);
     return 0;

@@ -234,6 +234,108 @@ TEST(ScopedService, OtherProfilesDoNotExist) {
   EXPECT_EQ(fake.inspect(live_id)->value("state", ""), "running") << "nothing reached it";
 }
 
+TEST(ScopedService, SnapshotsOfOtherProfilesDoNotExist) {
+  FakeService fake;
+  daemon::CreateRequest live;
+  live.profile = "live";
+  std::string live_id = fake.create(live)->value("id", "");
+  std::string test_id = fake.create(daemon::CreateRequest{})->value("id", "");
+  // The same name in both profiles: the token must find its own, never the other.
+  std::string live_snap = fake.snapshot(live_id, {"base"})->value("id", "");
+  std::string live_only = fake.snapshot(live_id, {"live-only"})->value("id", "");
+  std::string test_snap = fake.snapshot(test_id, {"base"})->value("id", "");
+
+  Principal p = token_principal({"test"}, {"read", "create", "lifecycle"});
+  ScopedService scoped(fake, p);
+  auto unknown = fake.get_snapshot("snap_nope");
+  ASSERT_FALSE(unknown);
+  auto expect_hidden = [&](const auto& r, const std::string& ref) {
+    ASSERT_FALSE(r) << ref;
+    EXPECT_EQ(r.error().code(), Code::kNotFound);
+    // The very message an unknown snapshot gets, with this reference in it.
+    std::string expected = unknown.error().message();
+    expected.replace(expected.find("snap_nope"), 9, ref);
+    EXPECT_EQ(r.error().message(), expected);
+  };
+  for (const std::string& ref : {live_snap, live_only, std::string("live-only")}) {
+    SCOPED_TRACE(ref);
+    expect_hidden(scoped.get_snapshot(ref), ref);
+    expect_hidden(scoped.delete_snapshot(ref), ref);
+    expect_hidden(scoped.restore(ref, std::nullopt), ref);
+    expect_hidden(scoped.rollback(test_id, ref), ref);
+    expect_hidden(scoped.diff_since(test_id, ref), ref);
+  }
+  expect_hidden(scoped.get_snapshot("snap_nope"), "snap_nope");
+  EXPECT_TRUE(fake.get_snapshot(live_only)) << "nothing reached it";
+
+  // By name, the token's own snapshot.
+  auto own = scoped.get_snapshot("base");
+  ASSERT_TRUE(own) << own.error().message();
+  EXPECT_EQ((*own)["id"], test_snap);
+  auto all = scoped.all_snapshots();
+  ASSERT_TRUE(all);
+  ASSERT_EQ(all->size(), 1u) << all->dump();
+  EXPECT_EQ((*all)[0]["id"], test_snap);
+  EXPECT_EQ(fake.all_snapshots()->size(), 3u);
+
+  // Sandboxes: the live one's snapshots cannot be listed, taken or rolled back.
+  auto hidden_list = scoped.list_snapshots(live_id);
+  ASSERT_FALSE(hidden_list);
+  EXPECT_EQ(hidden_list.error().message(), scoped.inspect(live_id).error().message());
+  EXPECT_FALSE(scoped.snapshot(live_id, {}));
+  auto rb_live = scoped.rollback(live_id, "base");
+  ASSERT_FALSE(rb_live);
+  EXPECT_EQ(rb_live.error().code(), Code::kNotFound);
+  EXPECT_NE(rb_live.error().message().find("unknown sandbox"), std::string::npos);
+  EXPECT_EQ(fake.list_snapshots(live_id)->size(), 2u) << "no snapshot was taken of it";
+
+  // What the token may do, it can.
+  EXPECT_EQ(scoped.list_snapshots(test_id)->size(), 1u);
+  auto rb = scoped.rollback(test_id, "base");
+  ASSERT_TRUE(rb) << rb.error().message();
+  EXPECT_EQ((*rb)["rollback"]["snapshot"], test_snap);
+  EXPECT_TRUE(scoped.diff_since(test_id, "base"));
+  auto into_live = scoped.restore("base", "live");
+  ASSERT_FALSE(into_live);
+  EXPECT_EQ(into_live.error().code(), Code::kPermissionDenied);
+  EXPECT_NE(into_live.error().message().find("may not use profile live"), std::string::npos);
+  auto restored = scoped.restore("base", std::nullopt);
+  ASSERT_TRUE(restored) << restored.error().message();
+  EXPECT_EQ((*restored)["profile"], "test");
+  EXPECT_EQ(fake.restored_from, test_snap);
+
+  // A destroyed sandbox: its snapshots stay listable for its profile only, also once its
+  // record is gone (the fake forgets destroyed sandboxes at once).
+  ASSERT_TRUE(fake.destroy(test_id, true));
+  ASSERT_TRUE(fake.destroy(live_id, true));
+  auto kept = scoped.list_snapshots(test_id);
+  ASSERT_TRUE(kept) << kept.error().message();
+  EXPECT_EQ(kept->size(), 2u);  // "base" and the one saved by the rollback
+  auto gone = scoped.list_snapshots(live_id);
+  ASSERT_FALSE(gone);
+  EXPECT_EQ(gone.error().message(), scoped.inspect(live_id).error().message());
+
+  EXPECT_TRUE(scoped.delete_snapshot("base"));
+  EXPECT_FALSE(fake.get_snapshot(test_snap));
+  EXPECT_TRUE(fake.get_snapshot(live_snap));
+}
+
+TEST(ScopedService, SnapshotNameInTwoOfTheTokensProfiles) {
+  FakeService fake;
+  daemon::CreateRequest ci;
+  ci.profile = "ci";
+  std::string ci_id = fake.create(ci)->value("id", "");
+  std::string test_id = fake.create(daemon::CreateRequest{})->value("id", "");
+  ASSERT_TRUE(fake.snapshot(ci_id, {"base"}));
+  ASSERT_TRUE(fake.snapshot(test_id, {"base"}));
+  Principal p = token_principal({"ci", "test"}, {"read"});
+  ScopedService scoped(fake, p);
+  auto r = scoped.get_snapshot("base");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.error().message().find("give the snapshot's id"), std::string::npos);
+}
+
 // --- the server ---------------------------------------------------------------------------
 
 // Records the caller the daemon would put in audit events.
@@ -370,6 +472,71 @@ TEST_F(AuthServerTest, OperationsAndProfiles) {
   ASSERT_EQ(list["sandboxes"].size(), 1u) << list.dump();
   EXPECT_EQ(list["sandboxes"][0]["id"], own_id);
   EXPECT_EQ(unix_req("GET", "/v1/sandboxes").body_json()["sandboxes"].size(), 2u);
+}
+
+TEST_F(AuthServerTest, SnapshotsOfOtherProfiles) {
+  auto live = unix_req("POST", "/v1/sandboxes", R"({"profile": "live"})");
+  ASSERT_EQ(live.status, 201);
+  std::string live_id = live.body_json()["id"];
+  auto live_snap = unix_req("POST", "/v1/sandboxes/" + live_id + "/snapshots", R"({"name": "n"})");
+  ASSERT_EQ(live_snap.status, 201) << live_snap.body;
+  std::string snap = live_snap.body_json()["id"];
+
+  std::string token = make_token({{"name", "ci"},
+                                  {"profiles", {"test"}},
+                                  {"ops", {"read", "create", "lifecycle"}},
+                                  {"ttl", "1h"}});
+  auto own = unix_req("POST", "/v1/sandboxes", "{}", token);
+  ASSERT_EQ(own.status, 201);
+  std::string own_id = own.body_json()["id"];
+  auto own_snap = unix_req("POST", "/v1/sandboxes/" + own_id + "/snapshots", "", token);
+  ASSERT_EQ(own_snap.status, 201) << own_snap.body;
+
+  // The live snapshot: the same 404 body as one that never existed, on every route.
+  const std::string fake_snap = "snap_ffffffffffffffffffffffff";
+  auto body_for = [&](const std::string& ref, const testing::Response& r) {
+    std::string b = r.body;
+    if (auto at = b.find(ref); at != std::string::npos) b.replace(at, ref.size(), "SNAP");
+    return b;
+  };
+  struct Call {
+    std::string method, target_prefix, target_suffix, body;
+  };
+  for (const Call& c :
+       std::vector<Call>{{"GET", "/v1/snapshots/", "", ""},
+                         {"DELETE", "/v1/snapshots/", "", ""},
+                         {"POST", "/v1/snapshots/", "/restore", "{}"},
+                         {"GET", "/v1/sandboxes/" + own_id + "/diff?since=", "", ""}}) {
+    SCOPED_TRACE(c.method + " " + c.target_prefix + c.target_suffix);
+    auto hidden = unix_req(c.method, c.target_prefix + snap + c.target_suffix, c.body, token);
+    auto unknown = unix_req(c.method, c.target_prefix + fake_snap + c.target_suffix, c.body, token);
+    EXPECT_EQ(hidden.status, 404) << hidden.body;
+    EXPECT_EQ(unknown.status, 404) << unknown.body;
+    EXPECT_EQ(body_for(snap, hidden), body_for(fake_snap, unknown));
+  }
+  for (const std::string& ref : {snap, fake_snap}) {
+    auto rb = unix_req("POST", "/v1/sandboxes/" + own_id + "/rollback",
+                       json{{"snapshot", ref}}.dump(), token);
+    EXPECT_EQ(rb.status, 404) << rb.body;
+    EXPECT_NE(rb.body.find("unknown snapshot " + ref), std::string::npos) << rb.body;
+  }
+  EXPECT_EQ(unix_req("GET", "/v1/sandboxes/" + live_id + "/snapshots", "", token).status, 404);
+
+  auto listed = unix_req("GET", "/v1/snapshots", "", token);
+  ASSERT_EQ(listed.status, 200);
+  ASSERT_EQ(listed.body_json()["snapshots"].size(), 1u) << listed.body;
+  EXPECT_EQ(listed.body_json()["snapshots"][0]["sandbox"], own_id);
+  EXPECT_EQ(unix_req("GET", "/v1/snapshots").body_json()["snapshots"].size(), 2u);
+  EXPECT_EQ(unix_req("GET", "/v1/snapshots/" + snap).status, 200) << "root sees it";
+
+  // Operations: restoring needs "create"; a read-only token may list but not delete.
+  std::string reader =
+      make_token({{"name", "r"}, {"profiles", {"test"}}, {"ops", {"read"}}, {"ttl", "1h"}});
+  std::string own_snap_id = own_snap.body_json()["id"];
+  EXPECT_EQ(unix_req("GET", "/v1/snapshots/" + own_snap_id, "", reader).status, 200);
+  EXPECT_EQ(unix_req("DELETE", "/v1/snapshots/" + own_snap_id, "", reader).status, 403);
+  EXPECT_EQ(unix_req("POST", "/v1/snapshots/" + own_snap_id + "/restore", "", reader).status, 403);
+  EXPECT_EQ(unix_req("POST", "/v1/snapshots/" + own_snap_id + "/restore", "", token).status, 201);
 }
 
 TEST_F(AuthServerTest, TokenManagement) {

@@ -2,12 +2,14 @@
 // in a map, files a map of path -> bytes, and exec runs a few scripted "programs" (echo, both,
 // cat, sleep, missing, flood) whose events the tests check over a real socket. It records what
 // the server asked of it (last create request, signals, killed sessions) so tests can assert on
-// it. Not a model of the real daemon: only what the API layer needs.
+// it. Snapshots are JSON records (no files behind them). Not a model of the real daemon: only
+// what the API layer needs.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -37,7 +39,8 @@ struct FakeStats {
 
 class FakeSession : public ExecSession {
  public:
-  FakeSession(std::vector<std::string> argv, bool stdin, FakeStats& stats)
+  FakeSession(std::vector<std::string> argv, bool stdin, FakeStats& stats,
+              std::string snapshot = "")
       : argv_(std::move(argv)), stats_(stats) {
     const std::string& prog = argv_[0];
     if (prog == "missing") {
@@ -48,7 +51,9 @@ class FakeSession : public ExecSession {
       return;
     }
     if (prog == "flood") return;  // next_flood() makes its own events
-    push(Event{Event::Kind::kStarted, "", 42});
+    Event started{Event::Kind::kStarted, "", 42};
+    started.snapshot = std::move(snapshot);
+    push(std::move(started));
     if (prog == "echo") {
       std::string out;
       for (size_t i = 1; i < argv_.size(); ++i) out += (i > 1 ? " " : "") + argv_[i];
@@ -205,7 +210,9 @@ class FakeService : public daemon::SandboxService {
   Result<std::unique_ptr<ExecSession>> exec(const std::string& id,
                                             const daemon::ExecRequest& req) override {
     TRY(inspect(id));
-    return std::unique_ptr<ExecSession>(new FakeSession(req.argv, req.stdin, stats));
+    std::string snap;
+    if (req.snapshot) snap = TRY(take(id, "", "exec"))["id"].get<std::string>();
+    return std::unique_ptr<ExecSession>(new FakeSession(req.argv, req.stdin, stats, snap));
   }
   Result<json> processes(const std::string& id) override {
     TRY(inspect(id));
@@ -281,6 +288,86 @@ class FakeService : public daemon::SandboxService {
     TRY(inspect(id));
     return json{{"added", {"/root/new"}}, {"changed", {"/etc/hosts"}}, {"deleted", {"/tmp/x"}}};
   }
+
+  // Snapshots: JSON objects in a list, newest last; a snapshot outlives its sandbox. With
+  // keeps_snapshots false the service answers as one without a snapshot store does.
+  bool keeps_snapshots = true;
+  Result<daemon::SnapshotInfo> snapshot(const std::string& id,
+                                        const daemon::SnapshotRequest& req) override {
+    if (!keeps_snapshots) return SandboxService::snapshot(id, req);
+    return take(id, req.name, "manual");
+  }
+  Result<json> list_snapshots(const std::string& id) override {
+    if (!keeps_snapshots) return SandboxService::list_snapshots(id);
+    bool live = inspect(id).has_value();
+    std::lock_guard lock(mu_);
+    json out = json::array();
+    for (auto it = snapshots_.rbegin(); it != snapshots_.rend(); ++it)
+      if ((*it)["sandbox"] == id) out.push_back(*it);
+    if (!live && out.empty()) return unknown(id);
+    return out;
+  }
+  Result<json> all_snapshots() override {
+    if (!keeps_snapshots) return SandboxService::all_snapshots();
+    std::lock_guard lock(mu_);
+    return json(std::vector<json>(snapshots_.rbegin(), snapshots_.rend()));
+  }
+  Result<daemon::SnapshotInfo> get_snapshot(const std::string& snap) override {
+    if (!keeps_snapshots) return SandboxService::get_snapshot(snap);
+    std::lock_guard lock(mu_);
+    return find_snapshot(snap);
+  }
+  Result<void> delete_snapshot(const std::string& snap) override {
+    if (!keeps_snapshots) return SandboxService::delete_snapshot(snap);
+    std::lock_guard lock(mu_);
+    json s = TRY(find_snapshot(snap));
+    std::erase_if(snapshots_, [&](const json& x) { return x["id"] == s["id"]; });
+    return {};
+  }
+  Result<daemon::SandboxInfo> rollback(const std::string& id, const std::string& snap) override {
+    if (!keeps_snapshots) return SandboxService::rollback(id, snap);
+    json sandbox = TRY(inspect(id));
+    json s;
+    {
+      std::lock_guard lock(mu_);
+      s = TRY(find_snapshot(snap));
+    }
+    if (s["profile"] != sandbox["profile"])
+      return fail(Code::kPermissionDenied, "a snapshot never restores into another profile");
+    if (s["image"] != sandbox["image"])
+      return fail(Code::kInvalidArgument, "the snapshot is of another image");
+    json saved = TRY(take(id, "", "rollback"));
+    sandbox["rollback"] = {{"snapshot", s["id"]}, {"saved_as", saved["id"]}};
+    return sandbox;
+  }
+  Result<daemon::SandboxInfo> restore(const std::string& snap,
+                                      const std::optional<std::string>& profile) override {
+    if (!keeps_snapshots) return SandboxService::restore(snap, profile);
+    json s;
+    {
+      std::lock_guard lock(mu_);
+      s = TRY(find_snapshot(snap));
+    }
+    if (profile && *profile != s["profile"])
+      return fail(Code::kPermissionDenied, "a snapshot never restores into another profile");
+    daemon::CreateRequest req;
+    req.profile = s["profile"].get<std::string>();
+    req.image = s["image"].get<std::string>();
+    json info = TRY(create(req));
+    restored_from = s["id"].get<std::string>();
+    return info;
+  }
+  Result<json> diff_since(const std::string& id, const std::string& snap) override {
+    if (!keeps_snapshots) return SandboxService::diff_since(id, snap);
+    TRY(inspect(id));
+    std::lock_guard lock(mu_);
+    json s = TRY(find_snapshot(snap));
+    return json{{"added", {"/since/" + s["id"].get<std::string>()}},
+                {"changed", json::array()},
+                {"deleted", json::array()}};
+  }
+  std::string restored_from;  // the snapshot id of the last restore
+
   Result<void> pause(const std::string& id) override { return set_state(id, "paused"); }
   Result<void> resume(const std::string& id) override { return set_state(id, "running"); }
   Result<json> import_image(const std::string& name, const daemon::ChunkSource& source) override {
@@ -304,6 +391,41 @@ class FakeService : public daemon::SandboxService {
   static std::unexpected<Error> unknown(const std::string& id) {
     return fail(Code::kNotFound, "unknown sandbox " + id + "; `space ls` lists sandboxes");
   }
+  // Call with mu_ held.
+  Result<json> find_snapshot(const std::string& ref) {
+    for (auto it = snapshots_.rbegin(); it != snapshots_.rend(); ++it)
+      if ((*it)["id"] == ref || (*it)["name"] == ref) return *it;
+    return fail(Code::kNotFound, "unknown snapshot " + ref.substr(0, 80) +
+                                     "; `space snapshots ID` lists a sandbox's snapshots");
+  }
+  Result<json> take(const std::string& id, const std::string& name, const char* kind) {
+    json sandbox = TRY(inspect(id));
+    std::lock_guard lock(mu_);
+    for (const auto& s : snapshots_)
+      if (!name.empty() && s["name"] == name && s["profile"] == sandbox["profile"])
+        return fail(Code::kAlreadyExists, "a snapshot named " + name + " exists");
+    char hex[32];
+    std::snprintf(hex, sizeof hex, "%024x", static_cast<unsigned>(++snapshot_seq_));
+    json snap = {{"id", std::string("snap_") + hex},
+                 {"sandbox", id},
+                 {"profile", sandbox["profile"]},
+                 {"name", name.empty() ? json(nullptr) : json(name)},
+                 {"kind", kind},
+                 {"created_at", "2026-12-02T10:00:00Z"},
+                 {"expires_at", nullptr},
+                 {"parent", snapshots_.empty() ? json(nullptr) : snapshots_.back()["id"]},
+                 {"runtime", sandbox["runtime"]},
+                 {"image", sandbox["image"]},
+                 {"files", 3},
+                 {"logical_bytes", 3u << 20},
+                 {"new_bytes", 1u << 20},
+                 {"reused_files", 2},
+                 {"contents", "filesystem"},
+                 {"processes", "restarted"},
+                 {"skipped", json::array()}};
+    snapshots_.push_back(snap);
+    return snap;
+  }
   static Result<std::string> drain(const daemon::ChunkSource& source) {
     std::string all, chunk;
     for (;;) {
@@ -322,6 +444,8 @@ class FakeService : public daemon::SandboxService {
 
   std::mutex mu_;
   std::map<std::string, json> sandboxes_;
+  std::vector<json> snapshots_;
+  int snapshot_seq_ = 0;
 };
 
 }  // namespace space::api::testing

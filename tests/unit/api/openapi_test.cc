@@ -115,7 +115,12 @@ TEST(Router, MatchesPlaceholdersBySegment) {
   EXPECT_EQ(m->params,
             (std::vector<std::pair<std::string, std::string>>{{"id", "sb_1"}, {"pid", "42"}}));
   EXPECT_FALSE(match_route(http::verb::patch, {"v1", "sandboxes"}));
-  EXPECT_FALSE(match_route(http::verb::get, {"v1", "sandboxes", "sb_1", "snapshots"}));
+  auto snap = match_route(http::verb::post, {"v1", "snapshots", "snap_1", "restore"});
+  ASSERT_TRUE(snap);
+  EXPECT_EQ(snap->route->pattern, "/v1/snapshots/{snap}/restore");
+  EXPECT_EQ(snap->params, (std::vector<std::pair<std::string, std::string>>{{"snap", "snap_1"}}));
+  EXPECT_FALSE(match_route(http::verb::put, {"v1", "sandboxes", "sb_1", "snapshots"}));
+  EXPECT_FALSE(match_route(http::verb::get, {"v1", "snapshots", "snap_1", "restore"}));
   EXPECT_FALSE(match_route(http::verb::get, {"v1"}));
 }
 

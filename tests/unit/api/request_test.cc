@@ -150,6 +150,26 @@ TEST(CreateRequest, EveryLimit) {
   check({{"workdir", "/" + std::string(5000, 'a')}}, "longer than");
 }
 
+TEST(CreateRequest, SnapshotEvery) {
+  EXPECT_FALSE(parse_create_request(json::object())->snapshot_every_s) << "unset: the profile's";
+  EXPECT_DOUBLE_EQ(*parse_create_request(json{{"snapshot_every", "10m"}})->snapshot_every_s, 600);
+  EXPECT_DOUBLE_EQ(*parse_create_request(json{{"snapshot_every", 30}})->snapshot_every_s, 30);
+  // 0 = off, in either form.
+  EXPECT_EQ(*parse_create_request(json{{"snapshot_every", 0}})->snapshot_every_s, 0);
+  EXPECT_EQ(*parse_create_request(json{{"snapshot_every", "0"}})->snapshot_every_s, 0);
+  EXPECT_EQ(*parse_create_request(json{{"snapshot_every", "0s"}})->snapshot_every_s, 0);
+  auto check = [](json body, std::string_view needle) {
+    SCOPED_TRACE(body.dump());
+    expect_invalid(parse_create_request(body), needle);
+  };
+  check({{"snapshot_every", -1}}, "0 (off) or at least 1 second");
+  check({{"snapshot_every", "500ms"}}, "at least 1 second");
+  check({{"snapshot_every", 0.5}}, "at least 1 second");
+  check({{"snapshot_every", "often"}}, "invalid duration");
+  check({{"snapshot_every", true}}, "number of seconds");
+  check({{"snapshot_every", 1e12}}, "100 years");
+}
+
 TEST(ExecRequest, Valid) {
   auto r = parse_exec_request(json::parse(R"({"cmd":["sh","-c","echo hi"],"env":{"X":"1"},
                                               "cwd":"/tmp","timeout":"10s","stdin":true})"));
@@ -160,6 +180,11 @@ TEST(ExecRequest, Valid) {
   EXPECT_DOUBLE_EQ(*r->timeout_s, 10);
   EXPECT_TRUE(r->stdin);
   EXPECT_FALSE(r->detach);
+  EXPECT_FALSE(r->snapshot);
+  auto snap = parse_exec_request(json{{"cmd", {"ls"}}, {"snapshot", true}, {"detach", true}});
+  ASSERT_TRUE(snap) << snap.error().message();
+  EXPECT_TRUE(snap->snapshot);
+  EXPECT_TRUE(snap->detach);
 }
 
 TEST(ExecRequest, Invalid) {
@@ -179,6 +204,51 @@ TEST(ExecRequest, Invalid) {
   check({{"cmd", {"ls"}}, {"detach", true}, {"stdin", true}}, "cannot both");
   check({{"cmd", {"ls"}}, {"tty", true}}, "unknown field");
   check({{"cmd", {"ls"}}, {"env", {{"A=", "x"}}}}, "'='");
+  check({{"cmd", {"ls"}}, {"snapshot", 1}}, "\"snapshot\" must be true or false");
+}
+
+TEST(SnapshotRequests, BodiesAndReferences) {
+  EXPECT_EQ(parse_snapshot_request(json::object())->name, "");
+  EXPECT_EQ(parse_snapshot_request(json{{"name", nullptr}})->name, "");
+  EXPECT_EQ(parse_snapshot_request(json{{"name", "before-migrate.v2_1"}})->name,
+            "before-migrate.v2_1");
+  EXPECT_EQ(parse_snapshot_request(json{{"name", std::string(64, 'n')}})->name.size(), 64u);
+  auto bad_snapshot = [](json body, std::string_view needle) {
+    SCOPED_TRACE(body.dump());
+    expect_invalid(parse_snapshot_request(body), needle);
+  };
+  bad_snapshot(json::array(), "JSON object");
+  bad_snapshot({{"name", ""}}, "snapshot name");
+  bad_snapshot({{"name", std::string(65, 'n')}}, "snapshot name");
+  bad_snapshot({{"name", "-x"}}, "snapshot name");
+  bad_snapshot({{"name", "a b"}}, "snapshot name");
+  bad_snapshot({{"name", "a/b"}}, "snapshot name");
+  bad_snapshot({{"name", "snap_0123"}}, "\"snap_\"");
+  bad_snapshot({{"name", 5}}, "must be a string");
+  bad_snapshot({{"label", "x"}}, "unknown field");
+
+  EXPECT_EQ(*parse_rollback_request(json{{"snapshot", "snap_0123456789abcdef01234567"}}),
+            "snap_0123456789abcdef01234567");
+  EXPECT_EQ(*parse_rollback_request(json{{"snapshot", "before-migrate"}}), "before-migrate");
+  expect_invalid(parse_rollback_request(json::object()), "needs \"snapshot\"");
+  expect_invalid(parse_rollback_request(json{{"snapshot", "../x"}}), "bad snapshot");
+  expect_invalid(parse_rollback_request(json{{"snapshot", 1}}), "must be a string");
+  expect_invalid(parse_rollback_request(json{{"snapshot", "s"}, {"force", true}}), "unknown field");
+  expect_invalid(parse_rollback_request(json::array()), "JSON object");
+
+  EXPECT_FALSE(*parse_restore_request(json::object()));
+  EXPECT_FALSE(*parse_restore_request(json{{"profile", nullptr}}));
+  EXPECT_EQ(**parse_restore_request(json{{"profile", "test"}}), "test");
+  expect_invalid(parse_restore_request(json{{"profile", "a/b"}}), "profile");
+  expect_invalid(parse_restore_request(json{{"image", "x"}}), "unknown field");
+
+  EXPECT_TRUE(check_snapshot_ref("snap_0123456789abcdef01234567"));
+  EXPECT_TRUE(check_snapshot_ref("nightly"));
+  expect_invalid(check_snapshot_ref(""), "`space snapshots ID`");
+  expect_invalid(check_snapshot_ref(std::string(65, 'a')));
+  expect_invalid(check_snapshot_ref(".."));
+  expect_invalid(check_snapshot_ref(std::string("a\0b", 3)));
+  expect_invalid(check_snapshot_ref("-x", "query parameter since"), "query parameter since");
 }
 
 TEST(Identifiers, IdsNamesPaths) {

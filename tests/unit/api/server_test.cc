@@ -115,8 +115,8 @@ TEST_F(ServerTest, RefusesToReplaceSomethingThatIsNotASocket) {
 TEST_F(ServerTest, UnknownRouteIs404Json) {
   start();
   expect_error(request(socket_, "GET", "/v1/nope"), 404, "not_found", "GET /v1/nope");
-  expect_error(request(socket_, "POST", "/v1/sandboxes/sb_1/snapshots"), 404, "not_found",
-               "POST /v1/sandboxes/sb_1/snapshots");
+  expect_error(request(socket_, "POST", "/v1/sandboxes/sb_1/checkpoint"), 404, "not_found",
+               "POST /v1/sandboxes/sb_1/checkpoint");
   expect_error(request(socket_, "PATCH", "/v1/sandboxes"), 404, "not_found");
   expect_error(request(socket_, "GET", "/v1/images/a%2Fb"), 400, "invalid_argument");
 }
@@ -296,6 +296,128 @@ TEST_F(ServerTest, ExecStartFailureAndDetach) {
                "invalid_argument", "JSON object");
   expect_error(request(socket_, "POST", "/v1/sandboxes/" + id + "/exec", ""), 400,
                "invalid_argument", "needs a JSON body");
+}
+
+TEST_F(ServerTest, ExecWithSnapshot) {
+  start();
+  std::string id = create_sandbox();
+  Conn c(socket_);
+  auto r = c.request("POST", "/v1/sandboxes/" + id + "/exec",
+                     R"({"cmd":["echo","hi"],"snapshot":true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto started = json::parse(r.body.substr(0, r.body.find('\n')));
+  EXPECT_EQ(started["type"], "started");
+  std::string snap = started.value("snapshot", "");
+  ASSERT_EQ(snap.rfind("snap_", 0), 0u) << r.body;
+  EXPECT_EQ(request(socket_, "GET", "/v1/snapshots/" + snap).body_json()["kind"], "exec");
+
+  // Without "snapshot" the started event has no such key.
+  auto plain = c.request("POST", "/v1/sandboxes/" + id + "/exec", R"({"cmd":["echo"]})");
+  EXPECT_FALSE(json::parse(plain.body.substr(0, plain.body.find('\n'))).contains("snapshot"));
+
+  auto d = request(socket_, "POST", "/v1/sandboxes/" + id + "/exec",
+                   R"({"cmd":["sleep"],"detach":true,"snapshot":true})");
+  EXPECT_EQ(d.status, 202);
+  EXPECT_EQ(d.body_json()["pid"], 42);
+  EXPECT_EQ(d.body_json().value("snapshot", "").rfind("snap_", 0), 0u) << d.body;
+  EXPECT_FALSE(d.body_json().contains("type"));
+  expect_error(request(socket_, "POST", "/v1/sandboxes/" + id + "/exec",
+                       R"({"cmd":["echo"],"snapshot":"yes"})"),
+               400, "invalid_argument", "\"snapshot\" must be true or false");
+}
+
+TEST_F(ServerTest, Snapshots) {
+  start();
+  std::string id = create_sandbox();
+  auto taken = request(socket_, "POST", "/v1/sandboxes/" + id + "/snapshots",
+                       R"({"name":"before-migrate"})");
+  ASSERT_EQ(taken.status, 201) << taken.body;
+  json snap = taken.body_json();
+  std::string snap_id = snap["id"];
+  EXPECT_EQ(snap["name"], "before-migrate");
+  EXPECT_EQ(snap["kind"], "manual");
+  EXPECT_EQ(snap["sandbox"], id);
+  auto unnamed = request(socket_, "POST", "/v1/sandboxes/" + id + "/snapshots", "");
+  ASSERT_EQ(unnamed.status, 201) << unnamed.body;  // the body is optional
+  EXPECT_TRUE(unnamed.body_json()["name"].is_null());
+  expect_error(
+      request(socket_, "POST", "/v1/sandboxes/" + id + "/snapshots", R"({"name":"snap_x"})"), 400,
+      "invalid_argument", "snapshot name");
+  expect_error(request(socket_, "POST", "/v1/sandboxes/" + id + "/snapshots", R"({"nmae":"x"})"),
+               400, "invalid_argument", "unknown field");
+  expect_error(request(socket_, "POST", "/v1/sandboxes/" + id + "/snapshots",
+                       R"({"name":"before-migrate"})"),
+               409, "already_exists");
+
+  auto list = request(socket_, "GET", "/v1/sandboxes/" + id + "/snapshots");
+  ASSERT_EQ(list.status, 200);
+  ASSERT_EQ(list.body_json()["snapshots"].size(), 2u);
+  EXPECT_EQ(list.body_json()["snapshots"][1]["id"], snap_id);  // newest first
+  EXPECT_EQ(request(socket_, "GET", "/v1/snapshots").body_json()["snapshots"].size(), 2u);
+  // By id or by name.
+  EXPECT_EQ(request(socket_, "GET", "/v1/snapshots/" + snap_id).body_json()["id"], snap_id);
+  EXPECT_EQ(request(socket_, "GET", "/v1/snapshots/before-migrate").body_json()["id"], snap_id);
+  expect_error(request(socket_, "GET", "/v1/snapshots/snap_nope"), 404, "not_found",
+               "unknown snapshot snap_nope; `space snapshots ID` lists a sandbox's snapshots");
+  expect_error(request(socket_, "GET", "/v1/snapshots/bad%20name"), 400, "invalid_argument");
+
+  auto diff = request(socket_, "GET", "/v1/sandboxes/" + id + "/diff?since=before-migrate");
+  ASSERT_EQ(diff.status, 200) << diff.body;
+  EXPECT_EQ(diff.body_json()["added"][0], "/since/" + snap_id);
+  expect_error(request(socket_, "GET", "/v1/sandboxes/" + id + "/diff?since="), 400,
+               "invalid_argument", "since");
+
+  auto rb = request(socket_, "POST", "/v1/sandboxes/" + id + "/rollback",
+                    R"({"snapshot":"before-migrate"})");
+  ASSERT_EQ(rb.status, 200) << rb.body;
+  EXPECT_EQ(rb.body_json()["id"], id);
+  EXPECT_EQ(rb.body_json()["rollback"]["snapshot"], snap_id);
+  EXPECT_EQ(rb.body_json()["rollback"]["saved_as"].get<std::string>().rfind("snap_", 0), 0u);
+  expect_error(request(socket_, "POST", "/v1/sandboxes/" + id + "/rollback", ""), 400,
+               "invalid_argument", "needs \"snapshot\"");
+  expect_error(
+      request(socket_, "POST", "/v1/sandboxes/" + id + "/rollback", R"({"snapshot":"snap_nope"})"),
+      404, "not_found", "unknown snapshot");
+
+  auto restored = request(socket_, "POST", "/v1/snapshots/" + snap_id + "/restore", "");
+  ASSERT_EQ(restored.status, 201) << restored.body;
+  EXPECT_NE(restored.body_json()["id"], id);
+  EXPECT_EQ(svc_.restored_from, snap_id);
+  expect_error(
+      request(socket_, "POST", "/v1/snapshots/" + snap_id + "/restore", R"({"profile":"live"})"),
+      403, "permission_denied", "never restores into another profile");
+  expect_error(request(socket_, "POST", "/v1/snapshots/" + snap_id + "/restore",
+                       R"({"profile":"bad/name"})"),
+               400, "invalid_argument", "profile");
+
+  EXPECT_EQ(request(socket_, "DELETE", "/v1/snapshots/" + snap_id).status, 204);
+  expect_error(request(socket_, "DELETE", "/v1/snapshots/" + snap_id), 404, "not_found");
+  // A snapshot outlives its sandbox.
+  EXPECT_EQ(request(socket_, "DELETE", "/v1/sandboxes/" + id).status, 204);
+  EXPECT_EQ(
+      request(socket_, "GET", "/v1/sandboxes/" + id + "/snapshots").body_json()["snapshots"].size(),
+      2u);  // the unnamed one and the one saved by the rollback
+}
+
+TEST_F(ServerTest, SnapshotsOfAServiceWithoutAStore) {
+  svc_.keeps_snapshots = false;
+  start();
+  std::string id = create_sandbox();
+  for (auto [method, target] : std::vector<std::pair<std::string, std::string>>{
+           {"POST", "/v1/sandboxes/" + id + "/snapshots"},
+           {"GET", "/v1/sandboxes/" + id + "/snapshots"},
+           {"GET", "/v1/snapshots"},
+           {"GET", "/v1/snapshots/snap_1"},
+           {"DELETE", "/v1/snapshots/snap_1"},
+           {"POST", "/v1/snapshots/snap_1/restore"},
+           {"GET", "/v1/sandboxes/" + id + "/diff?since=snap_1"}}) {
+    SCOPED_TRACE(method + " " + target);
+    expect_error(request(socket_, method, target, method == "POST" ? "{}" : ""), 501,
+                 "unimplemented", "keeps no snapshots");
+  }
+  expect_error(
+      request(socket_, "POST", "/v1/sandboxes/" + id + "/rollback", R"({"snapshot":"snap_1"})"),
+      501, "unimplemented");
 }
 
 TEST_F(ServerTest, ExecStdinIsFullDuplex) {

@@ -120,11 +120,6 @@ TEST(Args, OtherCommands) {
   EXPECT_EQ(imp.path, "/tmp/rootfs.tar.zst");
   EXPECT_EQ(ok({"image", "ls"}).command, "image ls");
   EXPECT_EQ(ok({"image", "rm", "deb"}).name, "deb");
-  // The later issues' commands parse (and fail at run time with a clear message).
-  EXPECT_EQ(ok({"snapshot", "sb_1", "--name", "n"}).name, "n");
-  EXPECT_TRUE(ok({"snapshots", "sb_1", "--json"}).json);
-  EXPECT_EQ(ok({"rollback", "sb_1", "snap_1"}).snap, "snap_1");
-  EXPECT_EQ(ok({"restore", "snap_1", "--json"}).snap, "snap_1");
   EXPECT_TRUE(ok({"audit", "sb_1", "--verify"}).verify);
 
   usage_error({}, "subcommand is required");
@@ -133,6 +128,58 @@ TEST(Args, OtherCommands) {
   usage_error({"ls", "--", "x"}, "takes no command");
   usage_error({"image"}, "subcommand is required");
   usage_error({"rm"}, "id is required");
+}
+
+TEST(Args, SnapshotCommands) {
+  Args snap = ok({"snapshot", "sb_1", "--name", "before-migrate", "--json"});
+  EXPECT_EQ(snap.command, "snapshot");
+  EXPECT_EQ(snap.id, "sb_1");
+  EXPECT_EQ(snap.name, "before-migrate");
+  EXPECT_TRUE(snap.json);
+  EXPECT_EQ(ok({"snapshot", "sb_1"}).name, "");
+  Args rm = ok({"snapshot", "rm", "snap_1", "nightly"});
+  EXPECT_EQ(rm.command, "snapshot rm");
+  EXPECT_EQ(rm.snaps, (std::vector<std::string>{"snap_1", "nightly"}));
+  EXPECT_TRUE(rm.id.empty());
+  usage_error({"snapshot"}, "id is required");
+  usage_error({"snapshot", "--name", "x"}, "id is required");
+  usage_error({"snapshot", "rm"}, "snaps is required");
+
+  Args all = ok({"snapshots"});
+  EXPECT_EQ(all.command, "snapshots");
+  EXPECT_TRUE(all.id.empty());
+  Args one = ok({"snapshots", "sb_1", "--json"});
+  EXPECT_EQ(one.id, "sb_1");
+  EXPECT_TRUE(one.json);
+
+  Args rb = ok({"rollback", "sb_1", "snap_1", "--json"});
+  EXPECT_EQ(rb.command, "rollback");
+  EXPECT_EQ(rb.id, "sb_1");
+  EXPECT_EQ(rb.snap, "snap_1");
+  EXPECT_TRUE(rb.json);
+  usage_error({"rollback", "sb_1"}, "snap is required");
+
+  Args restore = ok({"restore", "nightly", "--profile", "test", "--json"});
+  EXPECT_EQ(restore.command, "restore");
+  EXPECT_EQ(restore.snap, "nightly");
+  EXPECT_EQ(restore.sandbox.profile, "test");
+  EXPECT_TRUE(restore.json);
+  usage_error({"restore"}, "snap is required");
+  usage_error({"restore", "s", "--", "x"}, "takes no command");
+
+  EXPECT_EQ(ok({"diff", "sb_1", "--since", "nightly"}).since, "nightly");
+  EXPECT_EQ(ok({"diff", "sb_1"}).since, "");
+
+  Args e = ok({"exec", "sb_1", "--snapshot", "--", "make"});
+  EXPECT_TRUE(e.snapshot);
+  EXPECT_EQ((*exec_body(e))["snapshot"], true);
+  EXPECT_FALSE(exec_body(ok({"exec", "sb_1", "--", "make"}))->contains("snapshot"));
+
+  Args run = ok({"run", "--snapshot-every", "10m", "--", "sh"});
+  EXPECT_EQ(run.sandbox.snapshot_every, "10m");
+  EXPECT_EQ((*create_body(run.sandbox))["snapshot_every"], 600.0);
+  EXPECT_EQ((*create_body(ok({"create", "--snapshot-every", "0"}).sandbox))["snapshot_every"], 0.0);
+  EXPECT_FALSE(create_body(ok({"create"}).sandbox)->contains("snapshot_every"));
 }
 
 TEST(Args, TokenCommands) {
@@ -171,8 +218,9 @@ TEST(Args, HelpListsEveryCommandAndExitsZero) {
   }
   ParseOutcome sub = parse({"run", "--help"});
   EXPECT_EQ(sub.exit_code, 0);
-  for (const char* opt : {"--runtime", "--image", "--profile", "--memory", "--cpus", "--pids",
-                          "--disk", "--timeout", "--env", "--secret", "--allow", "--workdir"}) {
+  for (const char* opt :
+       {"--runtime", "--image", "--profile", "--memory", "--cpus", "--pids", "--disk", "--timeout",
+        "--env", "--secret", "--allow", "--workdir", "--snapshot-every"}) {
     EXPECT_NE(sub.out.find(opt), std::string::npos) << opt;
   }
 }
@@ -195,6 +243,9 @@ TEST(Args, FlagValuesAreValidatedBeforeSending) {
   bad({.runtime = "docker"}, "--runtime");
   bad({.env = {"NOEQUALS"}}, "K=V");
   bad({.env = {"=x"}}, "K=V");
+  bad({.snapshot_every = "often"}, "--snapshot-every");
+  bad({.snapshot_every = "500ms"}, "--snapshot-every must be 0 (off) or at least 1s");
+  bad({.snapshot_every = "-1m"}, "--snapshot-every");
   EXPECT_EQ((*env_object({"A=b=c", "E="}, "--env"))["A"], "b=c");
 }
 
