@@ -6,7 +6,10 @@
 #   egress  the egress gateway's latency and throughput against a direct connection and
 #           mitmproxy (egress.py -> bench/results/egress-<date>.md; needs
 #           `scripts/install-deps.sh --bench` for the mitmproxy rows)
-# BENCH_ONLY=spawn or BENCH_ONLY=egress runs one of them.
+#   snapshot  snapshot, rollback and restore time and stored bytes against workspace size
+#           (BENCH_SNAPSHOT_SIZES, MiB, default 64,256,1024) and change rate
+#           (snapshot.py -> bench/results/snapshot-<date>.md)
+# BENCH_ONLY=spawn, BENCH_ONLY=egress or BENCH_ONLY=snapshot runs one of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR="${BUILD_DIR:-build-release}"
@@ -23,8 +26,8 @@ cleanup() {
 trap cleanup EXIT
 only="${BENCH_ONLY:-}"
 case "$only" in
-  "" | spawn | egress) ;;
-  *) echo "bench: BENCH_ONLY must be spawn or egress, not '$only'" >&2; exit 2 ;;
+  "" | spawn | egress | snapshot) ;;
+  *) echo "bench: BENCH_ONLY must be spawn, egress or snapshot, not '$only'" >&2; exit 2 ;;
 esac
 mkdir -p bench/results
 if [[ -z "$only" || "$only" == spawn ]]; then
@@ -34,4 +37,8 @@ if [[ -z "$only" || "$only" == spawn ]]; then
 fi
 if [[ -z "$only" || "$only" == egress ]]; then
   python3 bench/egress.py --work "$work/egress" --out "bench/results/egress-$(date +%Y-%m-%d).md"
+fi
+if [[ -z "$only" || "$only" == snapshot ]]; then
+  python3 bench/snapshot.py --work "$work/snapshot" \
+    --out "bench/results/snapshot-$(date +%Y-%m-%d).md"
 fi

@@ -36,11 +36,11 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CLASSES = ["fs", "priv", "proc", "res", "net", "secrets", "cross", "api", "egress"]
+CLASSES = ["fs", "priv", "proc", "res", "net", "secrets", "cross", "api", "egress", "snap"]
 CLASS_TITLES = {
     "fs": "filesystem escapes", "priv": "privilege", "proc": "processes", "res": "resources",
     "net": "network", "secrets": "secrets", "cross": "cross-sandbox", "api": "API abuse",
-    "egress": "egress gateway",
+    "egress": "egress gateway", "snap": "snapshots",
     "posture": "posture check", "probe": "syscall probe",
 }
 # Attempts that escape today, with the report. They still fail the suite (status KNOWN-ESCAPE);
