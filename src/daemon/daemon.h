@@ -178,6 +178,9 @@ class Daemon : public SandboxService {
   std::mutex snap_mu_;  // guards snap_stores_
   std::map<std::string, std::unique_ptr<snapshot::Store>> snap_stores_;
   std::string snap_key_;
+  // One snapshot is taken at a time: spaced's memory for manifests (proportional to a tree's
+  // entries) is then bounded by one tree, not by the number of sandboxes snapshotting.
+  std::mutex take_mu_;
   std::thread snapshotter_;
 
  public:

@@ -9,6 +9,7 @@
 // profile's store does not verify. Snapshots hold the writable layer only: on rollback and
 // restore the sandbox's processes start afresh (there is no CRIU support yet).
 #include <fcntl.h>
+#include <malloc.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <sys/random.h>
@@ -88,6 +89,8 @@ uint32_t shift_id(uint32_t id, uint32_t from, uint32_t to) {
   return id;
 }
 
+constexpr uint64_t kMaxSnapshotEntries = 500'000;
+
 // Files the daemon writes into every sandbox (the gateway's trust store): not the user's
 // changes.
 const std::set<std::string> kInstalled = {"/etc/space", "/etc/space/ca.crt",
@@ -105,7 +108,11 @@ Result<snapshot::Store*> Daemon::snapshot_store(const std::string& profile) {
   ::chmod(dir.c_str(), 0700);
   fs::path root = dir / profile;
   if (::mkdir(root.c_str(), 0700) < 0 && errno != EEXIST) return fail_sys("mkdir", root.string());
-  auto store = TRY_CTX(snapshot::Store::open(root, profile_key(snap_key_, profile)),
+  snapshot::StoreOptions options;
+  // A manifest costs spaced about 1-2 KiB of memory per entry while a snapshot is taken (one
+  // at a time): this bounds it (docs/snapshots.md).
+  options.max_entries = kMaxSnapshotEntries;
+  auto store = TRY_CTX(snapshot::Store::open(root, profile_key(snap_key_, profile), options),
                        "opening the snapshot store of profile " + profile);
   auto* p = store.get();
   snap_stores_[profile] = std::move(store);
@@ -160,6 +167,11 @@ Result<std::optional<SnapshotRecord>> Daemon::take_snapshot(Sandbox& sb, const s
     if (used >= quota) return over_quota(used);
   }
 
+  std::lock_guard one_at_a_time(take_mu_);
+  // The manifests' memory goes back to the system once the snapshot is recorded.
+  struct Trim {
+    ~Trim() { ::malloc_trim(0); }
+  } trim;
   // The previous snapshot of this sandbox: files unchanged since are not read again.
   std::optional<snapshot::Manifest> parent;
   auto previous = TRY(store_->snapshots(id, ""));

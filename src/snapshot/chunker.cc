@@ -7,6 +7,8 @@
 // and lose dedup against chunks already stored (never correctness).
 #include <array>
 
+#include <vector>
+
 #include "snapshot/internal.h"
 
 namespace space::snapshot::detail {
@@ -50,6 +52,15 @@ size_t cut_point(const uint8_t* data, size_t n) {
     if ((h & kMaskLoose) == 0) return i + 1;
   }
   return end;
+}
+
+const ZeroChunk& zero_chunk() {
+  static const ZeroChunk kZero = [] {
+    std::vector<uint8_t> zeros(kMaxChunk, 0);
+    size_t n = cut_point(zeros.data(), zeros.size());
+    return ZeroChunk{n, sha256_hex(zeros.data(), n)};
+  }();
+  return kZero;
 }
 
 }  // namespace space::snapshot::detail

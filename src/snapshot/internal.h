@@ -32,6 +32,15 @@ inline constexpr size_t kMaxChunk = 4 << 20;
 // it (a gear hash over a 64-byte window), so an edit moves at most the cuts next to it.
 size_t cut_point(const uint8_t* data, size_t n);
 
+// The chunk that a run of at least kMaxChunk zero bytes starting at a cut point begins with:
+// its length and id. A hole in a sparse file is recorded as a sequence of it without being
+// read or hashed, and restored as a hole without being read (its content is known).
+struct ZeroChunk {
+  size_t length;
+  std::string id;
+};
+const ZeroChunk& zero_chunk();
+
 // --- file-system helpers (fs.cc)
 // Opens `rel` (relative, validated) beneath `root` without following any symlink or leaving the
 // tree: openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV),
@@ -133,6 +142,8 @@ class ChunkReader {
 // The manifest's canonical JSON (what the MAC covers) and back. from_json checks every field's
 // type and, through validate(), every path, id and cross-reference.
 nlohmann::json to_json(const Manifest& m);
+// Exactly to_json(m).dump(), built entry by entry (no JSON document of the whole manifest).
+std::string canonical_dump(const Manifest& m);
 Result<Manifest> from_json(const nlohmann::json& j, const StoreOptions& options);
 // What restore() relies on: sorted unique valid paths, root first, every parent an earlier
 // directory, hardlinks to earlier files, chunk ids well formed, xattrs in kept namespaces.

@@ -27,6 +27,7 @@
 #include <openssl/crypto.h>
 #include <sys/stat.h>
 
+#include <optional>
 #include <unordered_map>
 
 #include "snapshot/internal.h"
@@ -213,31 +214,34 @@ bool same_metadata(const Entry& a, const Entry& b) {
 
 }  // namespace
 
-json to_json(const Manifest& m) {
-  json entries = json::array();
-  for (const Entry& e : m.entries) {
-    json j{{"path", bytes_json(e.path)},
-           {"type", type_name(e.type)},
-           {"mode", e.mode},
-           {"uid", e.uid},
-           {"gid", e.gid},
-           {"mtime_ns", e.mtime_ns}};
-    if (!e.xattrs.empty()) {
-      json xs = json::array();
-      for (const auto& [k, v] : e.xattrs) xs.push_back({bytes_json(k), to_hex(v.data(), v.size())});
-      j["xattrs"] = std::move(xs);
-    }
-    if (e.type == Entry::Type::kFile) {
-      j["size"] = e.size;
-      j["chunks"] = e.chunks;
-      j["ctime_ns"] = e.ctime_ns;
-      j["ino"] = e.ino;
-      j["dev"] = e.dev;
-      if (!e.hardlink_to.empty()) j["link"] = bytes_json(e.hardlink_to);
-    }
-    if (e.type == Entry::Type::kSymlink) j["target"] = bytes_json(e.target);
-    entries.push_back(std::move(j));
+namespace {
+
+json entry_json(const Entry& e) {
+  json j{{"path", bytes_json(e.path)},
+         {"type", type_name(e.type)},
+         {"mode", e.mode},
+         {"uid", e.uid},
+         {"gid", e.gid},
+         {"mtime_ns", e.mtime_ns}};
+  if (!e.xattrs.empty()) {
+    json xs = json::array();
+    for (const auto& [k, v] : e.xattrs) xs.push_back({bytes_json(k), to_hex(v.data(), v.size())});
+    j["xattrs"] = std::move(xs);
   }
+  if (e.type == Entry::Type::kFile) {
+    j["size"] = e.size;
+    j["chunks"] = e.chunks;
+    j["ctime_ns"] = e.ctime_ns;
+    j["ino"] = e.ino;
+    j["dev"] = e.dev;
+    if (!e.hardlink_to.empty()) j["link"] = bytes_json(e.hardlink_to);
+  }
+  if (e.type == Entry::Type::kSymlink) j["target"] = bytes_json(e.target);
+  return j;
+}
+
+// Everything but the entries (an empty array in their place).
+json header_json(const Manifest& m) {
   json skipped = json::array();
   for (const std::string& s : m.skipped) skipped.push_back(bytes_json(s));
   return json{{"format", kFormat},
@@ -249,12 +253,44 @@ json to_json(const Manifest& m) {
               {"new_bytes", m.new_bytes},
               {"reused_files", m.reused_files},
               {"skipped", std::move(skipped)},
-              {"entries", std::move(entries)}};
+              {"entries", json::array()}};
 }
 
-Result<Manifest> from_json(const json& j, const StoreOptions& options) {
+// The header's fields, as from_json reads them.
+Result<void> header_from(const json& j, Manifest* out);
+
+}  // namespace
+
+json to_json(const Manifest& m) {
+  json j = header_json(m);
+  json& entries = j["entries"];
+  for (const Entry& e : m.entries) entries.push_back(entry_json(e));
+  return j;
+}
+
+std::string canonical_dump(const Manifest& m) {
+  // Byte for byte to_json(m).dump() (keys are sorted, so "entries" is the header's second key
+  // and its empty array the first "entries":[] of the text), without holding the whole tree as
+  // a JSON document: a manifest of a million entries would cost gigabytes as one.
+  std::string head = header_json(m).dump();
+  constexpr std::string_view kSlot = R"("entries":[])";
+  size_t at = head.find(kSlot);
+  std::string out;
+  out.reserve(head.size() + m.entries.size() * 200);
+  out.append(head, 0, at + kSlot.size() - 1);
+  for (size_t i = 0; i < m.entries.size(); ++i) {
+    if (i) out += ',';
+    out += entry_json(m.entries[i]).dump();
+  }
+  out.append(head, at + kSlot.size() - 1);
+  return out;
+}
+
+namespace {
+
+Result<void> header_from(const json& j, Manifest* out) {
   Fields f(j, "manifest");
-  Manifest m;
+  Manifest& m = *out;
   if (TRY(f.u64("format")) != kFormat) return f.bad("has an unknown format");
   const json* id = TRY(f.get("id"));
   const json* parent = TRY(f.get("parent"));
@@ -280,6 +316,15 @@ Result<Manifest> from_json(const json& j, const StoreOptions& options) {
     if (!bytes_from(s, &v)) return f.bad("has a malformed \"skipped\" item");
     m.skipped.push_back(std::move(v));
   }
+  return {};
+}
+
+}  // namespace
+
+Result<Manifest> from_json(const json& j, const StoreOptions& options) {
+  Fields f(j, "manifest");
+  Manifest m;
+  TRY_VOID(header_from(j, &m));
   const json* entries = TRY(f.get("entries"));
   if (!entries->is_array()) return f.bad("field \"entries\" is not an array");
   if (entries->size() > options.max_entries)
@@ -360,7 +405,7 @@ Result<void> validate(const Manifest& m, const StoreOptions& options) {
 }
 
 std::string seal(const Manifest& m, const std::string& key) {
-  std::string canonical = to_json(m).dump();
+  std::string canonical = canonical_dump(m);
   return std::string(kSealPrefix) + hmac_sha256_hex(key, canonical) + std::string(kSealMiddle) +
          canonical + "}";
 }
@@ -386,10 +431,47 @@ Result<Manifest> unseal(const std::string& text, const std::string& id, const st
                     "another key");
   if (json_depth(body) > kMaxJsonDepth)
     return fail(Code::kProtocol, what + " is nested too deeply");
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  // Entries are converted as the parser meets them and dropped from the document, so memory
+  // stays at the Entry structs (not a JSON tree of the whole manifest on top).
+  std::vector<Entry> entries;
+  std::optional<Error> bad;
+  bool in_entries = false, too_many = false;
+  json::parser_callback_t collect = [&](int depth, json::parse_event_t event, json& parsed) {
+    using E = json::parse_event_t;
+    if (depth == 1 && event == E::key) in_entries = parsed == "entries";
+    if (!in_entries) return true;
+    if (depth == 1 && event == E::array_end) {
+      in_entries = false;
+      return true;
+    }
+    if (depth == 2 && event == E::object_end) {
+      if (bad || too_many) return false;
+      if (entries.size() >= options.max_entries) {
+        too_many = true;
+        return false;
+      }
+      auto e = entry_from(parsed, entries.size());
+      if (!e)
+        bad = std::move(e.error());
+      else
+        entries.push_back(std::move(*e));
+      return false;
+    }
+    return true;
+  };
+  json j = json::parse(body, collect, /*allow_exceptions=*/false);
   if (j.is_discarded()) return fail(Code::kProtocol, what + " does not parse as JSON");
-  auto m = from_json(j, options);
-  if (!m) return fail(std::move(m.error()).wrap(what));
+  if (bad) return fail(std::move(*bad).wrap(what));
+  if (too_many)
+    return fail(Code::kProtocol, what + " has more than " + std::to_string(options.max_entries) +
+                                     " entries");
+  if (!j.is_object() || !j.contains("entries") || !j["entries"].is_array() ||
+      !j["entries"].empty())
+    return fail(Code::kProtocol, what + " has a malformed \"entries\" field");
+  Result<Manifest> m = Manifest{};
+  if (auto h = header_from(j, &*m); !h) return fail(std::move(h.error()).wrap(what));
+  m->entries = std::move(entries);
+  if (auto v = validate(*m, options); !v) return fail(std::move(v.error()).wrap(what));
   if (m->id != id) return fail(Code::kProtocol, what + " holds snapshot " + m->id);
   return m;
 }

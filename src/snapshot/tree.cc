@@ -244,10 +244,13 @@ class Walker {
     e->xattrs = TRY(read_xattrs(in.get(), false));
     ::posix_fadvise(in.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
     const uint64_t size = static_cast<uint64_t>(st.st_size);
+    // Fewer blocks than bytes: it has holes, which are recorded without reading them.
+    const bool sparse = static_cast<uint64_t>(st.st_blocks) * 512 < size;
     uint64_t total = 0;
     size_t start = 0, end = 0;
     bool eof = false;
     for (;;) {
+      if (sparse && !eof) TRY_VOID(skip_hole(in.get(), size, &total, &start, &end, e));
       while (!eof && end < buf_.size()) {
         ssize_t r = ::read(in.get(), buf_.data() + end, buf_.size() - end);
         if (r < 0) {
@@ -280,6 +283,42 @@ class Walker {
     if (static_cast<uint64_t>(after.st_size) != size || to_ns(after.st_mtim) != e->mtime_ns ||
         to_ns(after.st_ctim) != e->ctime_ns)
       return fail(changed(rel, "written"));
+    return {};
+  }
+
+  // At file offset *total, in a hole: records the zero chunks that reading the hole would
+  // have produced, without reading or hashing it, and moves past them. A 64 GiB sparse file
+  // then costs what its data costs, not 64 GiB of reads while the sandbox is frozen. Only
+  // when every byte buffered since the last cut is zero (the chunks are then exactly the
+  // zero-run chunks), and only whole chunks with a full kMaxChunk of zeros ahead of them.
+  Result<void> skip_hole(int fd, uint64_t size, uint64_t* total, size_t* start, size_t* end,
+                         Entry* e) {
+    if (*total >= size) return {};
+    off_t data = ::lseek(fd, static_cast<off_t>(*total), SEEK_DATA);
+    uint64_t hole_end;
+    if (data < 0) {
+      if (errno != ENXIO) return {};  // no SEEK_DATA here: read everything
+      hole_end = size;
+    } else {
+      hole_end = static_cast<uint64_t>(data);
+    }
+    if (hole_end <= *total) return {};
+    const uint64_t buffered = *end - *start;
+    const uint64_t run = buffered + (hole_end - *total);
+    if (run < kMaxChunk) return {};
+    if (std::any_of(buf_.data() + *start, buf_.data() + *end, [](uint8_t b) { return b != 0; }))
+      return {};
+    const ZeroChunk& zero = zero_chunk();
+    const uint64_t count = (run - kMaxChunk) / zero.length + 1;
+    const uint64_t consumed = count * zero.length;
+    e->chunks.insert(e->chunks.end(), count, zero.id);
+    if (consumed <= buffered) {
+      *start += static_cast<size_t>(consumed);
+      return {};
+    }
+    *total += consumed - buffered;
+    *start = *end = 0;
+    if (::lseek(fd, static_cast<off_t>(*total), SEEK_SET) < 0) return fail_sys("lseek");
     return {};
   }
 
@@ -328,8 +367,16 @@ Result<void> restore_file(int pfd, const std::string& name, const Entry& e,
   if (fd < 0) return fail_sys("openat");
   UniqueFd out(fd);
   uint64_t left = e.size;
+  const ZeroChunk& zero = zero_chunk();
   for (const std::string& id : e.chunks) {
     size_t cap = static_cast<size_t>(std::min<uint64_t>(left, kMaxChunk));
+    if (id == zero.id && cap >= zero.length) {
+      // Zeros: a hole, as in the original (sparse) file; its content needs no reading.
+      if (::lseek(out.get(), static_cast<off_t>(zero.length), SEEK_CUR) < 0)
+        return fail_sys("lseek");
+      left -= zero.length;
+      continue;
+    }
     size_t n = TRY(reader.get(id, e.path, buf.data(), cap));
     TRY_VOID(write_all(out.get(), buf.data(), n));
     left -= n;
@@ -337,6 +384,8 @@ Result<void> restore_file(int pfd, const std::string& name, const Entry& e,
   if (left != 0)
     return fail(Code::kProtocol, "chunks of " + e.path + " hold " + std::to_string(e.size - left) +
                                      " of its " + std::to_string(e.size) + " bytes");
+  // A trailing hole: lseek alone does not make the file longer.
+  if (::ftruncate(out.get(), static_cast<off_t>(e.size)) < 0) return fail_sys("ftruncate");
   if (::fchown(out.get(), e.uid, e.gid) < 0) return fail_sys("fchown");
   if (::fchmod(out.get(), e.mode) < 0) return fail_sys("fchmod");
   TRY_VOID(write_xattrs(out.get(), false, e.xattrs));
