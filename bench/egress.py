@@ -254,7 +254,7 @@ def remove_work(work):
     with open("/proc/self/mountinfo") as f:
         mounts = [line.split()[4] for line in f]
     if any(m == real or m.startswith(real + "/") for m in mounts):
-        print("egress bench: leaving %s in place: something is still mounted below it" % work,
+        print("bench: leaving %s in place: something is still mounted below it" % work,
               file=sys.stderr)
     else:
         shutil.rmtree(work, ignore_errors=True)

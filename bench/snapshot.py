@@ -29,19 +29,17 @@ starts is stopped by pid and the temporary directory removed.
 
 import argparse
 import datetime
-import http.client
 import json
 import os
 import platform
-import shutil
-import socket
 import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import bench as base  # noqa: E402  (git_rev, build_type, cpu_model)
+import bench as base  # noqa: E402  (git_rev, build_type, cpu_model, UnixHTTPConnection)
+from egress import remove_work  # noqa: E402
 
 MiB = 1 << 20
 FILE_MIB = 8
@@ -64,18 +62,6 @@ for k in range(blocks):
 """
 
 
-class UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path, timeout=900):
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(self.unix_path)
-        self.sock = s
-
-
 def median(xs):
     s = sorted(xs)
     if not s:
@@ -86,18 +72,6 @@ def median(xs):
 
 def mib(n):
     return "%.1f MiB" % (n / MiB)
-
-
-def remove_work(work):
-    """rm -rf the scratch directory, never through something still mounted below it."""
-    real = os.path.realpath(work)
-    with open("/proc/self/mountinfo") as f:
-        mounts = [line.split()[4] for line in f]
-    if any(m == real or m.startswith(real + "/") for m in mounts):
-        print("snapshot bench: leaving %s in place: something is mounted below it" % work,
-              file=sys.stderr)
-    else:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 class Bench:
@@ -112,7 +86,7 @@ class Bench:
         self.rows = {}    # (size, label) -> {"snapshot": [...], "new": [...], ...}
 
     def call(self, method, path, body=None, ok=(200, 201, 202, 204)):
-        conn = UnixHTTPConnection(self.sock)
+        conn = base.UnixHTTPConnection(self.sock, timeout=900)
         try:
             data = json.dumps(body).encode() if body is not None else None
             conn.request(method, path, body=data,

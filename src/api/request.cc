@@ -101,18 +101,20 @@ Result<uint64_t> size_field(const json& v, std::string_view key, uint64_t minimu
   return bytes;
 }
 
-Result<double> duration_field(const json& v, std::string_view key) {
-  double seconds;
-  if (v.is_number()) {
-    seconds = v.get<double>();
-  } else if (v.is_string()) {
+// A number of seconds or a duration string ("30s", "5m"), before any range check.
+Result<double> seconds_field(const json& v, std::string_view key, std::string_view examples) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) {
     auto r = parse_duration(v.get_ref<const std::string&>());
     if (!r) return fail(std::move(r.error()).wrap("\"" + std::string(key) + "\""));
-    seconds = *r;
-  } else {
-    return invalid("\"" + std::string(key) +
-                   "\" must be a number of seconds or a string such as \"30s\", \"5m\" or \"1h\"");
+    return *r;
   }
+  return invalid("\"" + std::string(key) + "\" must be a number of seconds or a string such as " +
+                 std::string(examples));
+}
+
+Result<double> duration_field(const json& v, std::string_view key) {
+  double seconds = TRY(seconds_field(v, key, "\"30s\", \"5m\" or \"1h\""));
   if (!std::isfinite(seconds) || seconds <= 0) {
     return invalid("\"" + std::string(key) + "\" must be greater than 0 seconds");
   }
@@ -125,18 +127,7 @@ Result<double> duration_field(const json& v, std::string_view key) {
 // Like duration_field, but 0 is allowed and means "off" (snapshot_every). Anything else must
 // be at least a second: a sandbox snapshotted more often would do little else.
 Result<double> interval_field(const json& v, std::string_view key) {
-  double seconds;
-  if (v.is_number()) {
-    seconds = v.get<double>();
-  } else if (v.is_string()) {
-    auto r = parse_duration(v.get_ref<const std::string&>());
-    if (!r) return fail(std::move(r.error()).wrap("\"" + std::string(key) + "\""));
-    seconds = *r;
-  } else {
-    return invalid("\"" + std::string(key) +
-                   "\" must be a number of seconds or a string such as \"30s\", \"10m\" or "
-                   "\"1h\" (0 = off)");
-  }
+  double seconds = TRY(seconds_field(v, key, "\"30s\", \"10m\" or \"1h\" (0 = off)"));
   if (!std::isfinite(seconds) || seconds < 0 || (seconds > 0 && seconds < 1)) {
     return invalid("\"" + std::string(key) +
                    "\" must be 0 (off) or at least 1 second, e.g. \"10m\"");

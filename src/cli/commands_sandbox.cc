@@ -14,12 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-double now_unix() {
-  using namespace std::chrono;
-  return duration<double>(system_clock::now().time_since_epoch()).count();
-}
-
-void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
 
 // Human rendering of the doctor report: nested objects as indented sections, booleans as
 // yes/no, arrays of scalars on one line.

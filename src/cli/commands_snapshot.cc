@@ -17,12 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-double now_unix() {
-  using namespace std::chrono;
-  return duration<double>(system_clock::now().time_since_epoch()).count();
-}
-
-void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
 
 std::string bytes_cell(const json& v) {
   if (v.is_number_unsigned()) return format_size(v.get<uint64_t>());

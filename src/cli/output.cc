@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -28,6 +29,13 @@ std::string format_table(const std::vector<std::vector<std::string>>& rows) {
   }
   return out;
 }
+
+double now_unix() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
 
 std::string age(const nlohmann::json& created_at, double now_unix) {
   double t;

@@ -18,6 +18,12 @@ std::string format_table(const std::vector<std::vector<std::string>>& rows);
 // number of Unix seconds, as "42s", "5m", "3h", "2d"; "-" if it cannot be read.
 std::string age(const nlohmann::json& created_at, double now_unix);
 
+// The current time as Unix seconds (for age()).
+double now_unix();
+
+// Text as is on stdout.
+void print(const std::string& text);
+
 // A JSON value as a table cell: strings bare, null as "-", others dumped.
 std::string cell(const nlohmann::json& v);
 

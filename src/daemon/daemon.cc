@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -26,6 +27,19 @@ double now_s() {
       .count();
 }
 
+std::string random_id(std::string_view prefix, size_t bytes) {
+  unsigned char b[32];
+  bytes = std::min(bytes, sizeof b);
+  if (getrandom(b, bytes, 0) != static_cast<ssize_t>(bytes)) abort();  // cannot happen
+  static const char* hex = "0123456789abcdef";
+  std::string id(prefix);
+  for (size_t i = 0; i < bytes; ++i) {
+    id += hex[b[i] >> 4];
+    id += hex[b[i] & 15];
+  }
+  return id;
+}
+
 std::string rfc3339(double t) {
   time_t s = static_cast<time_t>(t);
   int ms = static_cast<int>((t - static_cast<double>(s)) * 1000);
@@ -39,18 +53,6 @@ std::string rfc3339(double t) {
 }
 
 namespace {
-
-std::string new_id() {
-  unsigned char b[6];
-  if (getrandom(b, sizeof b, 0) != static_cast<ssize_t>(sizeof b)) abort();  // cannot happen
-  static const char* hex = "0123456789abcdef";
-  std::string id = "sb_";
-  for (unsigned char c : b) {
-    id += hex[c >> 4];
-    id += hex[c & 15];
-  }
-  return id;
-}
 
 json limits_json(const runtime::Limits& l) {
   return {{"memory", l.memory_bytes}, {"cpus", l.cpus}, {"pids", l.pids}, {"disk", l.disk_bytes}};
@@ -242,7 +244,7 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req,
   auto sb = std::make_shared<Sandbox>();
   sb->rt = rt_it->second.get();
   SandboxRecord& rec = sb->rec;
-  rec.id = new_id();
+  rec.id = random_id("sb_", 6);
   rec.profile = req.profile;
   rec.runtime = req.runtime;
   rec.image = req.image;

@@ -195,6 +195,8 @@ class Daemon : public SandboxService {
 };
 
 std::string rfc3339(double unix_seconds);
+// `prefix` and `bytes` random bytes in hex: "sb_3f2a...", "snap_...".
+std::string random_id(std::string_view prefix, size_t bytes);
 double now_s();
 
 }  // namespace space::daemon

@@ -35,18 +35,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string new_snapshot_id() {
-  unsigned char b[12];
-  if (getrandom(b, sizeof b, 0) != static_cast<ssize_t>(sizeof b)) abort();  // cannot happen
-  static const char* hex = "0123456789abcdef";
-  std::string id = "snap_";
-  for (unsigned char c : b) {
-    id += hex[c >> 4];
-    id += hex[c & 15];
-  }
-  return id;
-}
-
 Error unknown_snapshot(const std::string& ref) {
   return Error(Code::kNotFound, "unknown snapshot " + ref.substr(0, 80) +
                                     "; `space snapshots ID` lists a sandbox's snapshots");
@@ -184,7 +172,7 @@ Result<std::optional<SnapshotRecord>> Daemon::take_snapshot(Sandbox& sb, const s
   }
 
   UniqueFd upper = TRY(open_upper(*sb.inst, id));
-  std::string snap_id = new_snapshot_id();
+  std::string snap_id = random_id("snap_", 12);
   std::map<std::string, std::string> labels = {
       {"sandbox", id}, {"profile", profile}, {"kind", kind}};
   if (!name.empty()) labels["name"] = name;

@@ -5,7 +5,7 @@ inside, symlinks, hardlinks, user.* xattrs, empty directories and deleted image 
 puts a sandbox back in place (same id; no process of before survives); restore makes new,
 independent sandboxes of the same profile, never of another one. `space diff --since`,
 `exec --snapshot`, paused sandboxes, snapshots that outlive their sandbox, incremental
-snapshots of a 200 MB workspace, tampered and truncated store files, a daemon SIGKILLed in the
+snapshots of a 1 GiB workspace with 1% changed, a profile's snapshot quota, tampered and truncated store files, a daemon SIGKILLed in the
 middle of a snapshot, rolling snapshots and the API's errors. Nothing may be left on the host.
 """
 
@@ -442,36 +442,42 @@ os.removexattr('/root/w/a.txt', 'user.note')"
 
     # -- incremental --------------------------------------------------------------------------------
 
-    def test_incremental_snapshot_of_a_200mb_workspace(self):
-        sid = self.create("--memory", "1G", "--disk", "1G")
+    def test_incremental_snapshot_of_a_1gib_workspace(self):
+        """A 1 GiB workspace with 1% changed: the next snapshot reads and stores about the
+        change (unchanged files are only stat'ed: reused_files), and restores all of it."""
+        sid = self.create("--memory", "2G", "--disk", "2G")
         t0 = time.monotonic()
-        self.sh(sid, "mkdir /root/big && for i in $(seq 1 25); do "
-                     "head -c 8388608 /dev/urandom > /root/big/f$i; done", timeout=120)
+        self.sh(sid, "mkdir /root/big && for i in $(seq 1 128); do "
+                     "head -c 8388608 /dev/urandom > /root/big/f$i; done", timeout=180)
         t_write = time.monotonic() - t0
         t0 = time.monotonic()
         first = self.snap(sid)
         t_first = time.monotonic() - t0
-        self.assertGreaterEqual(first["logical_bytes"], 200 * MiB)
-        self.assertGreaterEqual(first["new_bytes"], 195 * MiB, "random bytes do not compress")
-        # Rewrite 2 MiB in the middle of one file (1% of the workspace).
-        self.sh(sid, "head -c 2097152 /dev/urandom | dd of=/root/big/f7 bs=1M seek=3 "
-                     "conv=notrunc status=none")
+        self.assertGreaterEqual(first["logical_bytes"], 1024 * MiB)
+        self.assertGreaterEqual(first["new_bytes"], 1000 * MiB, "random bytes do not compress")
+        # Rewrite 1% of the workspace: 1 MiB in the middle of 10 files (10 MiB of 1 GiB).
+        self.sh(sid, "for i in $(seq 1 10); do head -c 1048576 /dev/urandom | "
+                     "dd of=/root/big/f$((i * 12)) bs=1M seek=3 conv=notrunc status=none; done")
         t0 = time.monotonic()
         second = self.snap(sid)
         t_second = time.monotonic() - t0
         sys.stderr.write(
-            "\n  200 MiB workspace: written in %.1fs; first snapshot %.2fs (%d new bytes), "
-            "second after 2 MiB changed %.2fs (%d new bytes, %d files reused)\n" %
+            "\n  1 GiB workspace: written in %.1fs; first snapshot %.2fs (%d new bytes), "
+            "second after 1%% changed %.2fs (%d new bytes, %d files reused)\n" %
             (t_write, t_first, first["new_bytes"], t_second, second["new_bytes"],
              second["reused_files"]))
         self.assertEqual(second["parent"], first["id"])
-        self.assertLess(second["new_bytes"], first["new_bytes"] * 0.05)
-        self.assertGreaterEqual(second["new_bytes"], 2 * MiB * 0.9, "the change was stored")
-        self.assertGreaterEqual(second["reused_files"], 24)
-        # The incremental one restores the whole workspace, changed file included.
-        want = self.exec_ok(sid, "sh", "-c", "cat /root/big/f* | sha256sum")
+        # Space proportional to the change: each rewritten MiB stores the 1-3 chunks it touches.
+        self.assertGreaterEqual(second["new_bytes"], 10 * MiB * 0.9, "the change was stored")
+        self.assertLess(second["new_bytes"], 50 * MiB)
+        # Time proportional to the change: only the 10 changed files were read.
+        self.assertGreaterEqual(second["reused_files"], 118)
+        # The incremental one restores the whole workspace, changed files included.
+        want = self.exec_ok(sid, "sh", "-c", "cat /root/big/f* | sha256sum", timeout=120)
+        self.space_ok("rm", sid)
         new = self.restore(second["id"])
-        self.assertEqual(self.exec_ok(new, "sh", "-c", "cat /root/big/f* | sha256sum"), want)
+        self.assertEqual(self.exec_ok(new, "sh", "-c", "cat /root/big/f* | sha256sum",
+                                      timeout=120), want)
 
     # -- rolling snapshots --------------------------------------------------------------------------
 
@@ -557,6 +563,46 @@ os.removexattr('/root/w/a.txt', 'user.note')"
 
     def test_zz_no_leftovers(self):
         """Last (by name): every sandbox of the class removed, nothing of them on the host."""
+        self.assert_no_leftovers()
+
+
+class SnapshotQuotaTest(SnapshotCase):
+    """A profile's snapshot_quota bounds its store: a snapshot that would pass it is refused
+    (429, a message saying how to free space) and leaves nothing in the store."""
+
+    @classmethod
+    def daemon_config(cls):
+        return {"profiles": {"test": {"snapshot_quota": "4M"}, "live": {}}}
+
+    def store_bytes(self):
+        total = 0
+        for root, _, files in os.walk(os.path.join(self.state_dir_store(), "chunks")):
+            total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+        return total
+
+    def test_quota_refuses_and_leaves_nothing(self):
+        sid = self.create()
+        small = self.snap(sid, "small")  # the trust store and little else: under 4 MiB
+        self.sh(sid, "head -c 8000000 /dev/urandom > /root/big.bin")
+        rc, out, err = self.space("snapshot", sid)
+        self.assertEqual(rc, 125, (out, err))
+        self.assertIn("quota", err)
+        self.assertIn("space snapshot rm", err)
+        r = self.api("POST", "/v1/sandboxes/%s/snapshots" % sid, {})
+        self.assert_api_error(r, 429, 429)
+        self.assertEqual([s["id"] for s in self.snapshots(sid)], [small["id"]])
+        self.assertEqual(sorted(os.listdir(os.path.join(self.state_dir_store(), "manifests"))),
+                         [small["id"] + ".json"])
+        self.assertLess(self.store_bytes(), 4 * MiB, "the refused snapshot's chunks were kept")
+        # Freeing space makes room again.
+        self.sh(sid, "rm /root/big.bin && head -c 1000000 /dev/urandom > /root/ok.bin")
+        self.space_ok("snapshot", "rm", "small")
+        second = self.snap(sid, "fits")
+        self.assertGreater(second["new_bytes"], 900000)
+        # The sandbox was thawed after every attempt.
+        self.assertEqual(self.exec_ok(sid, "echo", "alive"), "alive\n")
+
+    def test_zz_no_leftovers(self):
         self.assert_no_leftovers()
 
 
