@@ -1,14 +1,22 @@
 """SPACE benchmark driver (Python 3 stdlib only), called by bench/run.sh.
 
-Measures, against a private daemon on a temporary socket and state directory:
+Measures, against a private daemon on a temporary socket and state directory (N = $BENCH_N,
+default 100; the issue's figure wants BENCH_N=500; C = $BENCH_CLIENTS, default 16):
   floor        fork + execvp + waitpid of /bin/true, timed by bench/spawn_timer.c
-  run          `space run -- true` end to end (new sandbox, exec, destroy), same timer
+  run          `space run -- true` end to end (new sandbox, exec, destroy), same timer;
+               sequential, then C spawn_timers at once (clients.py)
   exec (CLI)   `space exec ID -- true` in one long-lived sandbox, same timer
   exec (API)   POST /v1/sandboxes/{id}/exec {"cmd":["true"]} to the exit event, over one
                Unix-socket connection per request from this process (no client fork)
-  create+rm    POST /v1/sandboxes then DELETE, over the API
-and writes a markdown table to the --out file. Peer sandboxes (bwrap, crun, runsc) come later:
-add them in PEERS below.
+  create+rm    POST /v1/sandboxes then DELETE, over the API; sequential and C threads at once
+               (creates + destroys per second)
+  first output POST /v1/sandboxes, exec `echo hi` to its first stdout event, DELETE; sequential
+               and C threads at once (clients.py)
+  peers        bwrap, crun, runsc, unshare running `true` (peers.py), same timer; a peer that
+               cannot run here gets a row with its error
+  idle memory  host memory per idle sandbox over $BENCH_IDLE (default 16) sandboxes
+               (idle_memory.py)
+and writes a markdown table to the --out file.
 """
 
 import argparse
@@ -58,17 +66,20 @@ def percentile(sorted_ms, p):
     return sorted_ms[lo] + (sorted_ms[hi] - sorted_ms[lo]) * (k - lo)
 
 
-def summarize(name, how, samples_ms):
+def summarize(name, how, samples_ms, per_s=None):
+    """A row. per_s: operations per second; by default 1000 / mean (one client at a time)."""
     s = sorted(samples_ms)
+    mean = sum(s) / len(s) if s else float("nan")
     return {"name": name, "how": how, "n": len(s), "p50": percentile(s, 50),
-            "p90": percentile(s, 90), "p99": percentile(s, 99),
-            "mean": sum(s) / len(s) if s else float("nan")}
+            "p90": percentile(s, 90), "p99": percentile(s, 99), "mean": mean,
+            "per_s": per_s if per_s is not None else 1000 / mean}
 
 
-def timed_spawns(timer, n, argv, env):
-    """Runs spawn_timer; returns latencies in ms. Fails loudly if any run failed."""
-    p = subprocess.run([timer, str(n)] + argv, capture_output=True, text=True, env=env,
-                       timeout=600)
+def timed_spawns(timer, n, argv, env, wrap=()):
+    """Runs spawn_timer (under the `wrap` prefix, if any: the timer itself runs inside it, so it
+    is not timed); returns latencies in ms. Fails loudly if any run failed."""
+    p = subprocess.run(list(wrap) + [timer, str(n)] + argv, capture_output=True, text=True,
+                       env=env, timeout=1800)
     if p.returncode != 0:
         sys.exit("bench: %s failed: %s" % (" ".join(argv), p.stderr.strip()[-2000:]))
     return [float(x) / 1000 for x in p.stdout.split()]
@@ -103,11 +114,159 @@ def build_type(build):
     return "unknown"
 
 
-# Peers to compare against, each a (name, argv) measured like `space run -- true`. Filled in by a
-# later issue (DESIGN.md §6 lists what works on the build machine: bwrap, crun in a private
-# mount namespace, runsc). Example: ("bwrap --unshare-all", ["bwrap", "--unshare-all",
-#   "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"]).
-PEERS = []
+def start_daemon(spaced, state, sock, log):
+    daemon = subprocess.Popen([spaced, "--state-dir", state, "--socket", sock],
+                              stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                              start_new_session=True)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if request(sock, "GET", "/v1/health")[0] == 200:
+                return daemon
+        except OSError:
+            pass
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            stop_daemon(daemon, sock)
+            sys.exit("bench: spaced did not start; see %s" % log.name)
+        time.sleep(0.05)
+
+
+def stop_daemon(daemon, sock):
+    """Destroys what is left, then stops our daemon (by pid) whatever happened."""
+    try:
+        if daemon.poll() is None:
+            status, body = request(sock, "GET", "/v1/sandboxes")
+            listed = json.loads(body) if status == 200 else {}
+            for sb in listed.get("sandboxes", []) if isinstance(listed, dict) else listed:
+                request(sock, "DELETE", "/v1/sandboxes/%s?force=true" % sb["id"])
+    except Exception as e:  # noqa: BLE001 - cleanup is best effort, stopping is not
+        print("bench: cleanup: %s" % e, file=sys.stderr)
+    finally:
+        if daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(20)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+
+
+def space_rows(args, n, clients, space, sock, env, rows):
+    """Every SPACE row, in table order."""
+    import clients as conc  # here, not at the top: clients.py imports this module
+
+    def step(what):
+        print("bench: %s" % what, file=sys.stderr)
+
+    step("warming up")
+    timed_spawns(args.timer, 5, [space, "run", "--", "true"], env)
+
+    step("floor (fork+exec+wait /bin/true) x%d" % n)
+    rows.append(summarize("floor: fork+exec+wait `/bin/true`", "C timer (bench/spawn_timer.c)",
+                          timed_spawns(args.timer, n, ["/bin/true"], env)))
+
+    step("space run -- true x%d" % n)
+    rows.append(summarize("`space run -- true` (create, exec, destroy)",
+                          "C timer spawning the CLI",
+                          timed_spawns(args.timer, n, [space, "run", "--", "true"], env)))
+
+    step("space run -- true x%d, %d clients" % (n, clients))
+    samples, wall = conc.cli_clients(args.timer, n, clients, [space, "run", "--", "true"], env)
+    rows.append(summarize("`space run -- true`, %d clients at once" % clients,
+                          "%d C timers at once" % clients, samples, len(samples) / wall))
+
+    status, body = request(sock, "POST", "/v1/sandboxes", {})
+    if status != 201:
+        sys.exit("bench: create failed: %d %s" % (status, body[:300]))
+    sid = json.loads(body)["id"]
+    try:
+        step("space exec ID -- true x%d" % n)
+        rows.append(summarize("`space exec ID -- true` (one sandbox)", "C timer spawning the CLI",
+                              timed_spawns(args.timer, n, [space, "exec", sid, "--", "true"],
+                                           env)))
+        step("API exec x%d" % n)
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            status, body = request(sock, "POST", "/v1/sandboxes/%s/exec" % sid, {"cmd": ["true"]})
+            samples.append((time.perf_counter() - t0) * 1000)
+            last = json.loads(body.splitlines()[-1]) if status == 200 else {}
+            if last.get("type") != "exit" or last.get("exit_code") != 0:
+                sys.exit("bench: API exec failed: %d %s" % (status, body[-300:]))
+        rows.append(summarize("API exec of `true` to its exit event (one sandbox)",
+                              "Python http.client, no client fork", samples))
+    finally:
+        request(sock, "DELETE", "/v1/sandboxes/%s" % sid)
+
+    for c in (1, clients):
+        step("API create+delete x%d, %d client(s)" % (n, c))
+        got, wall = conc.api_clients(sock, n, c, conc.cycle_create_delete)
+        who = "Python http.client" if c == 1 else "%d Python threads, a connection each" % c
+        rows.append(summarize("API create + delete" + ("" if c == 1 else ", %d clients" % c), who,
+                              got["cycle"], len(got["cycle"]) / wall))
+    for c in (1, clients):
+        step("API create -> first output -> delete x%d, %d client(s)" % (n, c))
+        got, wall = conc.api_clients(sock, n, c, conc.cycle_first_output)
+        who = "Python http.client" if c == 1 else "%d Python threads, a connection each" % c
+        tail = "" if c == 1 else ", %d clients" % c
+        rows.append(summarize("API create -> first output of `echo hi`" + tail, who,
+                              got["first_output"], len(got["cycle"]) / wall))
+        rows.append(summarize("API create -> first output -> delete" + tail, who,
+                              got["cycle"], len(got["cycle"]) / wall))
+
+
+def peer_rows(args, n, env, rows, notes):
+    import peers
+
+    for p in peers.prepare(args.work):
+        if p.error:
+            print("bench: peer %s cannot run here: %s" % (p.name, p.error), file=sys.stderr)
+            rows.append({"name": p.name, "how": p.how, "error": p.error})
+            continue
+        print("bench: peer %s x%d" % (p.name, n), file=sys.stderr)
+        rows.append(summarize(p.name, p.how, timed_spawns(args.timer, n, p.argv, env, p.wrap)))
+        if p.wrap:
+            # Say why the wrapper is there: the exact error crun gives in the host's namespace.
+            error = peers.trial(p.argv, [])
+            notes.append("%s runs in a private mount namespace with /sys/fs/cgroup/unified "
+                         "detached there (the host's is untouched); in the host's namespace it "
+                         "fails: `%s`" % (p.name, error or "(it ran)"))
+        shown = [os.path.join("<work>", os.path.relpath(a, args.work))
+                 if a.startswith(args.work) else a for a in p.argv]
+        notes.append("%s: `%s`" % (p.name, " ".join(shown)))
+
+
+def fmt_mib(b):
+    return "%.2f" % (b / (1 << 20))
+
+
+def memory_lines(m):
+    if "error" in m:
+        return ["Not measured: %s" % m["error"]]
+    lines = [
+        "%d idle sandboxes (default profile, nothing run in them), measured from the host "
+        "before and after creating them, divided by %d; MiB per sandbox "
+        "(method: bench/idle_memory.py, bench/README.md)." % (m["k"], m["k"]),
+        "",
+        "| what | MiB per idle sandbox |",
+        "|---|---:|",
+        "| **per idle sandbox: spaced PSS + new processes' PSS + cgroup file/tmpfs pages** | "
+        "**%s** |" % fmt_mib(m["total"]),
+        "| spaced RSS growth | %s |" % fmt_mib(m["spaced_rss"]),
+        "| spaced PSS growth | %s |" % fmt_mib(m["spaced_pss"]),
+        "| new processes (%.1f per sandbox): RSS | %s |" % (m["procs"], fmt_mib(m["procs_rss"])),
+        "| new processes: PSS | %s |" % fmt_mib(m["procs_pss"]),
+    ]
+    if m.get("cgroups_found"):
+        lines += [
+            "| cgroup (%s) memory usage | %s |" % (m["cgroup_version"], fmt_mib(m["cgroup_usage"])),
+            "| cgroup anonymous pages | %s |" % fmt_mib(m["cgroup_anon"]),
+            "| cgroup file + tmpfs pages | %s |" % fmt_mib(m["cgroup_file"]),
+        ]
+    lines.append("| host MemAvailable drop (host-wide, noisy) | %s |" % fmt_mib(m["mem_available"]))
+    if m.get("note"):
+        lines += ["", m["note"]]
+    return lines
 
 
 def main():
@@ -118,98 +277,35 @@ def main():
     args = ap.parse_args()
     build = os.path.abspath(os.environ.get("BUILD_DIR", "build-release"))
     n = int(os.environ.get("BENCH_N", "100"))
+    clients = int(os.environ.get("BENCH_CLIENTS", "16"))
+    idle = int(os.environ.get("BENCH_IDLE", "16"))
     space, spaced = os.path.join(build, "space"), os.path.join(build, "spaced")
     sock = os.path.join(args.work, "space.sock")
     state = os.path.join(args.work, "state")
     env = dict(os.environ, SPACE_SOCKET=sock)
     load0 = os.getloadavg()
+    t_start = time.monotonic()
+
+    import idle_memory
 
     log = open(os.path.join(args.work, "spaced.log"), "wb")
-    daemon = subprocess.Popen([spaced, "--state-dir", state, "--socket", sock],
-                              stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                              start_new_session=True)
-    rows = []
+    rows, notes = [], []
+    daemon = start_daemon(spaced, state, sock, log)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if request(sock, "GET", "/v1/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if daemon.poll() is not None or time.monotonic() > deadline:
-                sys.exit("bench: spaced did not start; see %s" % log.name)
-            time.sleep(0.05)
-
-        print("bench: warming up", file=sys.stderr)
-        timed_spawns(args.timer, 5, [space, "run", "--", "true"], env)
-
-        print("bench: floor (fork+exec+wait /bin/true) x%d" % n, file=sys.stderr)
-        rows.append(summarize("floor: fork+exec+wait `/bin/true`",
-                              "C timer (bench/spawn_timer.c)",
-                              timed_spawns(args.timer, n, ["/bin/true"], env)))
-
-        print("bench: space run -- true x%d" % n, file=sys.stderr)
-        rows.append(summarize("`space run -- true` (create, exec, destroy)",
-                              "C timer spawning the CLI",
-                              timed_spawns(args.timer, n, [space, "run", "--", "true"], env)))
-
-        status, body = request(sock, "POST", "/v1/sandboxes", {})
-        if status != 201:
-            sys.exit("bench: create failed: %d %s" % (status, body[:300]))
-        sid = json.loads(body)["id"]
+        space_rows(args, n, clients, space, sock, env, rows)
+        print("bench: idle memory, %d sandboxes" % idle, file=sys.stderr)
         try:
-            print("bench: space exec ID -- true x%d" % n, file=sys.stderr)
-            rows.append(summarize("`space exec ID -- true` (one sandbox)",
-                                  "C timer spawning the CLI",
-                                  timed_spawns(args.timer, n, [space, "exec", sid, "--", "true"],
-                                               env)))
-            print("bench: API exec x%d" % n, file=sys.stderr)
-            samples = []
-            for _ in range(n):
-                t0 = time.perf_counter()
-                status, body = request(sock, "POST", "/v1/sandboxes/%s/exec" % sid,
-                                       {"cmd": ["true"]})
-                samples.append((time.perf_counter() - t0) * 1000)
-                last = json.loads(body.splitlines()[-1]) if status == 200 else {}
-                if last.get("type") != "exit" or last.get("exit_code") != 0:
-                    sys.exit("bench: API exec failed: %d %s" % (status, body[-300:]))
-            rows.append(summarize("API exec of `true` to its exit event (one sandbox)",
-                                  "Python http.client, no client fork", samples))
-        finally:
-            request(sock, "DELETE", "/v1/sandboxes/%s" % sid)
-
-        print("bench: API create+delete x%d" % n, file=sys.stderr)
-        samples = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            status, body = request(sock, "POST", "/v1/sandboxes", {})
-            if status != 201:
-                sys.exit("bench: create failed: %d %s" % (status, body[:300]))
-            request(sock, "DELETE", "/v1/sandboxes/%s" % json.loads(body)["id"])
-            samples.append((time.perf_counter() - t0) * 1000)
-        rows.append(summarize("API create + delete", "Python http.client", samples))
-
-        for name, argv in PEERS:
-            rows.append(summarize(name, "C timer", timed_spawns(args.timer, n, argv, env)))
+            memory = idle_memory.measure(sock, daemon.pid, idle)
+        except (OSError, RuntimeError) as e:
+            memory = {"error": str(e)}
     finally:
-        # Leave nothing: destroy what is left, then stop our daemon (by pid) whatever happened.
-        try:
-            status, body = request(sock, "GET", "/v1/sandboxes")
-            listed = json.loads(body) if status == 200 else {}
-            for sb in listed.get("sandboxes", []) if isinstance(listed, dict) else listed:
-                request(sock, "DELETE", "/v1/sandboxes/%s?force=true" % sb["id"])
-        except Exception as e:  # noqa: BLE001 - cleanup is best effort, stopping is not
-            print("bench: cleanup: %s" % e, file=sys.stderr)
-        finally:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                daemon.wait(20)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
+        stop_daemon(daemon, sock)
+    # Peers after our daemon is gone, so that it costs them nothing.
+    peer_rows(args, n, env, rows, notes)
+    load1 = os.getloadavg()
 
     floor = rows[0]["p50"]
+    run = rows[1]["p50"]
     lines = [
         "# SPACE benchmark, %s" % datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
         "",
@@ -217,25 +313,30 @@ def main():
                                                               build_type(build)),
         "- host: %s, %d CPUs (%s), kernel %s" % (platform.node(), os.cpu_count(), cpu_model(),
                                                   platform.release()),
-        "- load average at the start: %.2f %.2f %.2f (other work on the host skews results)" %
-        load0,
-        "- N = %d per row; latencies in milliseconds; \"x floor\" is p50 over the floor's p50" % n,
+        "- load average at the start: %.2f %.2f %.2f, at the end: %.2f %.2f %.2f (other work on "
+        "the host skews results); %.0f s in all" % (load0 + load1 + (time.monotonic() - t_start,)),
+        "- N = %d per row (BENCH_N; concurrent rows: at least N over %d clients); latencies in "
+        "milliseconds; \"x floor\" and \"x run\" are p50 over the p50 of the floor and of "
+        "sequential `space run -- true`; \"per s\" is operations per second: 1000 / mean for "
+        "one client, operations / wall-clock time for concurrent clients" % (n, clients),
         "",
-        "| what | measured by | N | p50 | p90 | p99 | mean | x floor |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| what | measured by | N | p50 | p90 | p99 | mean | x floor | x run | per s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        lines.append("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.1f |" % (
+        if "error" in r:
+            lines.append("| %s | not run here: %s | 0 | - | - | - | - | - | - | - |" % (
+                r["name"], r["error"].replace("|", "\\|")))
+            continue
+        lines.append("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.1f |" % (
             r["name"], r["how"], r["n"], r["p50"], r["p90"], r["p99"], r["mean"],
-            r["p50"] / floor))
-    lines += [
-        "",
-        "## Peers",
-        "",
-        "Not measured yet (a later issue): bwrap `--unshare-all`, crun, runsc. They go in "
-        "`PEERS` in bench/bench.py and appear as rows above.",
-        "",
-    ]
+            r["p50"] / floor, r["p50"] / run, r["per_s"]))
+    lines += ["", "## Host memory per idle sandbox", ""] + memory_lines(memory)
+    lines += ["", "## Peers", "",
+              "Each peer runs `true` in a fresh sandbox, timed by the same C timer as the floor "
+              "and `space run` (bench/peers.py):", ""]
+    lines += ["- " + x for x in notes]
+    lines.append("")
     text = "\n".join(lines)
     with open(args.out, "w") as f:
         f.write(text)

@@ -51,6 +51,10 @@ PACKAGES=(
 # (--bench), never by `make run` / `make test`.
 BENCH_PACKAGES=(
   mitmproxy               # bench/egress.py: Debian's mitmdump, the interception peer
+  bubblewrap              # bench/peers.py: bwrap --unshare-all
+  crun                    # bench/peers.py: crun run of an OCI bundle
+  runsc                   # bench/peers.py: gVisor (ptrace platform)
+  # (unshare, the fourth peer, is util-linux, already above)
 )
 if [[ $bench -eq 1 ]]; then
   PACKAGES+=("${BENCH_PACKAGES[@]}")
