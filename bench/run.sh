@@ -5,7 +5,7 @@
 #           with BENCH_CLIENTS (16) clients at once, beside the peers bwrap, crun, runsc and
 #           unshare (needs `scripts/install-deps.sh --bench`), and the host memory per idle
 #           sandbox (bench.py -> bench/results/<date>.md). BENCH_N (100) runs per row; the
-#           issue's figure is BENCH_N=500 (about 10 minutes on the 2-CPU build machine)
+#           issue's figure is BENCH_N=500 (about 6 minutes on the 2-CPU build machine)
 #   egress  the egress gateway's latency and throughput against a direct connection and
 #           mitmproxy (egress.py -> bench/results/egress-<date>.md; needs
 #           `scripts/install-deps.sh --bench` for the mitmproxy rows)
