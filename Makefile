@@ -3,8 +3,9 @@
 #
 #   make run         deps + build + a demo task in a fresh sandbox
 #   make test        deps + build + every test suite (unit, integration) through ctest
-#   make bench       bench deps (install-deps.sh --bench: mitmproxy) + release build +
-#                    bench/run.sh (writes bench/results/<date>.md, egress-<date>.md)
+#   make bench       bench deps (install-deps.sh --bench: mitmproxy, bwrap, crun, runsc) +
+#                    release build + bench/run.sh (writes bench/results/<date>.md,
+#                    egress-<date>.md, snapshot-<date>.md)
 #   make check-asan  ASan/UBSan build in build-asan + the unit tests
 #   make fuzz        libFuzzer builds of tests/fuzz in build-fuzz, each run FUZZ_SECONDS (60)
 #   make format      clang-format every C++ file in place
