@@ -330,9 +330,11 @@ Result<daemon::CreateRequest> parse_create_request(const json& body) {
   }
   if (auto it = body.find("memory"); it != body.end()) {
     req.limits.memory_bytes = TRY(size_field(*it, "memory", 16ull << 20, "16M"));
+    req.limits_given[0] = true;
   }
   if (auto it = body.find("disk"); it != body.end()) {
     req.limits.disk_bytes = TRY(size_field(*it, "disk", 1ull << 20, "1M"));
+    req.limits_given[3] = true;
   }
   if (auto it = body.find("cpus"); it != body.end()) {
     double cpus;
@@ -352,6 +354,7 @@ Result<daemon::CreateRequest> parse_create_request(const json& body) {
       return invalid("\"cpus\" must be greater than 0 and at most 1024");
     }
     req.limits.cpus = cpus;
+    req.limits_given[1] = true;
   }
   if (auto it = body.find("pids"); it != body.end()) {
     if (!it->is_number_integer()) return invalid("\"pids\" must be a whole number such as 256");
@@ -361,6 +364,7 @@ Result<daemon::CreateRequest> parse_create_request(const json& body) {
       return invalid("\"pids\" must be at least 8 and at most 4194304");
     }
     req.limits.pids = static_cast<uint32_t>(pids);
+    req.limits_given[2] = true;
   }
   if (auto it = body.find("timeout"); it != body.end()) {
     req.timeout_s = TRY(duration_field(*it, "timeout"));

@@ -2,6 +2,8 @@
 // and verification. See audit_log.h for the contract and docs/audit.md for the format.
 #include "audit/audit_log.h"
 
+#include "daemon/sqlite_stmt.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -81,7 +83,7 @@ Result<sqlite3*> open_db(const fs::path& file) {
     sqlite3_close(db);
     return fail(Code::kUnavailable, "opening audit database " + file.string() + ": " + msg);
   }
-  sqlite3_busy_timeout(db, 10000);
+  daemon::set_busy_wait(db, 10000);
   if (auto r = exec_sql(db, "PRAGMA synchronous=NORMAL"); !r) {
     sqlite3_close(db);
     return fail(std::move(r.error()));

@@ -23,6 +23,7 @@ Result<void> Config::load(const std::filesystem::path& file) {
       return fail(Code::kInvalidArgument, std::string(k) + ": expected a string");
     return j[k].get<std::string>();
   };
+  std::vector<std::array<bool, 4>> pool_limits_given;  // memory, cpus, pids, disk
   for (auto& [k, v] : j.items()) {
     if (k == "state_dir")
       state_dir = TRY(str("state_dir"));
@@ -54,6 +55,8 @@ Result<void> Config::load(const std::filesystem::path& file) {
       secrets.clear();
       for (auto& [name, def] : v.items())
         secrets.emplace(name, TRY_CTX(egress::SecretDef::from_json(name, def), file.string()));
+    } else if (k == "pools" && v.is_array()) {
+      TRY_VOID_CTX(load_pools(v, pool_limits_given), file.string() + ": pools");
     } else if (k == "snapshots" && v.is_object()) {
       TRY_VOID_CTX(load_snapshots(v), file.string() + ": snapshots");
     } else if (k == "gateway" && v.is_object()) {
@@ -76,6 +79,28 @@ Result<void> Config::load(const std::filesystem::path& file) {
     } else {
       return fail(Code::kInvalidArgument,
                   file.string() + ": unknown or mistyped key \"" + k + "\"");
+    }
+  }
+  // Pools: limits not given are the defaults (whatever order the keys came in); profiles exist.
+  for (size_t i = 0; i < pools.size() && i < pool_limits_given.size(); ++i) {
+    auto& pool = pools[i];
+    const auto& given = pool_limits_given[i];
+    if (!given[0]) pool.limits.memory_bytes = default_limits.memory_bytes;
+    if (!given[1]) pool.limits.cpus = default_limits.cpus;
+    if (!given[2]) pool.limits.pids = default_limits.pids;
+    if (!given[3]) pool.limits.disk_bytes = default_limits.disk_bytes;
+    if (!profiles.count(pool.profile))
+      return fail(Code::kInvalidArgument, file.string() + ": pools[" + std::to_string(i) +
+                                              "] names profile \"" + pool.profile +
+                                              "\", which is not configured");
+    for (size_t j = 0; j < i; ++j) {
+      const auto& o = pools[j];
+      if (o.runtime == pool.runtime && o.image == pool.image && o.profile == pool.profile &&
+          o.limits.memory_bytes == pool.limits.memory_bytes && o.limits.cpus == pool.limits.cpus &&
+          o.limits.pids == pool.limits.pids && o.limits.disk_bytes == pool.limits.disk_bytes)
+        return fail(Code::kInvalidArgument,
+                    file.string() + ": pools[" + std::to_string(j) + "] and pools[" +
+                        std::to_string(i) + "] have the same template; merge them into one size");
     }
   }
   for (auto& [name, def] : secrets)
@@ -156,6 +181,62 @@ Result<void> Config::load_snapshots(const nlohmann::json& v) {
   if (longest > SnapshotConfig::kMaxAge)
     return fail(Code::kInvalidArgument,
                 "snapshots are kept at most 7 days; shorten \"retention\" or \"keep_manual\"");
+  return {};
+}
+
+// "pools": [{"profile": "test", "image": "host", "size": 4, "memory": "512M", ...}].
+Result<void> Config::load_pools(const nlohmann::json& v, std::vector<std::array<bool, 4>>& given) {
+  pools.clear();
+  given.clear();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const auto& p = v[i];
+    std::string at = "[" + std::to_string(i) + "]";
+    if (!p.is_object())
+      return fail(Code::kInvalidArgument,
+                  at + ": expected an object such as {\"profile\": \"test\", \"size\": 4}");
+    PoolConfig pool;
+    std::array<bool, 4> g{};
+    bool sized = false;
+    auto str = [&](const nlohmann::json& x, const std::string& k) -> Result<std::string> {
+      if (!x.is_string()) return fail(Code::kInvalidArgument, at + "." + k + ": expected a string");
+      return x.get<std::string>();
+    };
+    for (auto& [k, pv] : p.items()) {
+      if (k == "runtime") pool.runtime = TRY(str(pv, k));
+      else if (k == "image") pool.image = TRY(str(pv, k));
+      else if (k == "profile") pool.profile = TRY(str(pv, k));
+      else if (k == "workdir") pool.workdir = TRY(str(pv, k));
+      else if (k == "size" && pv.is_number_unsigned()) {
+        pool.size = pv.get<size_t>();
+        sized = true;
+      } else if (k == "memory") {
+        pool.limits.memory_bytes = TRY_CTX(parse_size(TRY(str(pv, k))), at + ".memory");
+        g[0] = true;
+      } else if (k == "cpus" && pv.is_number()) {
+        pool.limits.cpus = pv.get<double>();
+        g[1] = true;
+      } else if (k == "pids" && pv.is_number_unsigned()) {
+        pool.limits.pids = pv.get<uint32_t>();
+        g[2] = true;
+      } else if (k == "disk") {
+        pool.limits.disk_bytes = TRY_CTX(parse_size(TRY(str(pv, k))), at + ".disk");
+        g[3] = true;
+      } else {
+        return fail(Code::kInvalidArgument, at + ": unknown or mistyped key \"" + k + "\"");
+      }
+    }
+    if (!sized || pool.size < 1 || pool.size > PoolConfig::kMaxSize)
+      return fail(Code::kInvalidArgument,
+                  at + ".size: a whole number from 1 to " + std::to_string(PoolConfig::kMaxSize));
+    if (pool.runtime != "linux" && pool.runtime != "qemu" && pool.runtime != "firecracker")
+      return fail(Code::kInvalidArgument, at + ".runtime: linux, qemu or firecracker");
+    if (pool.workdir.empty() || pool.workdir[0] != '/')
+      return fail(Code::kInvalidArgument, at + ".workdir: an absolute path");
+    if (g[1] && (pool.limits.cpus <= 0 || pool.limits.cpus > 1024))
+      return fail(Code::kInvalidArgument, at + ".cpus: greater than 0 and at most 1024");
+    pools.push_back(std::move(pool));
+    given.push_back(g);
+  }
   return {};
 }
 

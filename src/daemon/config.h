@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <map>
+#include <array>
 #include <set>
 #include <string>
 #include <vector>
@@ -37,6 +38,19 @@ struct ProfileSnapshots {
   uint64_t quota_bytes = 0;  // stored (compressed, deduplicated) bytes; 0 = unlimited
 };
 
+// A warm pool (docs/pools.md): `size` sandboxes of one template (runtime, image, profile,
+// limits) kept started up to the user-facing step, so that a create request for that template
+// only claims one and personalizes it.
+struct PoolConfig {
+  std::string runtime = "linux";
+  std::string image = "host";
+  std::string profile = "test";
+  runtime::Limits limits;  // unset fields: the config's "defaults"
+  std::string workdir = "/root";  // created in advance; a request for another one makes its own
+  size_t size = 0;
+  static constexpr size_t kMaxSize = 256;
+};
+
 struct Config {
   std::filesystem::path state_dir = "/var/lib/space";
   std::filesystem::path socket = "/run/space/space.sock";
@@ -63,6 +77,7 @@ struct Config {
   std::string api_listen;
   SnapshotConfig snapshots;
   std::map<std::string, ProfileSnapshots> profile_snapshots;
+  std::vector<PoolConfig> pools;
 
   // Reads a JSON config file over the current values.
   Result<void> load(const std::filesystem::path& file);
@@ -71,6 +86,7 @@ struct Config {
   Result<void> load_profiles(const nlohmann::json& v);
   Result<void> load_gateway(const nlohmann::json& v);
   Result<void> load_snapshots(const nlohmann::json& v);
+  Result<void> load_pools(const nlohmann::json& v, std::vector<std::array<bool, 4>>& given);
 };
 
 }  // namespace space::daemon

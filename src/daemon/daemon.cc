@@ -3,7 +3,10 @@
 // in files.cc.
 #include "daemon/daemon.h"
 
+#include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -54,6 +57,20 @@ std::string rfc3339(double t) {
 
 namespace {
 
+// Whether `path` is a directory in an image's rootfs, reached without any symlink.
+bool image_has_dir(const fs::path& rootfs, const std::string& path) {
+  UniqueFd root(::open(rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root) return false;
+  std::string rel = path;
+  while (!rel.empty() && rel.front() == '/') rel.erase(0, 1);
+  if (rel.empty()) return true;
+  open_how how{};
+  how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, root.get(), rel.c_str(), &how, sizeof how)));
+  return fd.valid();
+}
+
 json limits_json(const runtime::Limits& l) {
   return {{"memory", l.memory_bytes}, {"cpus", l.cpus}, {"pids", l.pids}, {"disk", l.disk_bytes}};
 }
@@ -101,6 +118,13 @@ Result<std::unique_ptr<Daemon>> Daemon::start(Config cfg, Runtimes runtimes) {
   d->reconcile_snapshots();
   d->reaper_ = std::thread([p = d.get()] { p->reaper(); });
   d->snapshotter_ = std::thread([p = d.get()] { p->snapshot_loop(); });
+  for (auto& pc : d->cfg_.pools) {
+    Pool pool;
+    pool.cfg = pc;
+    pool.t = Template{pc.runtime, pc.image, pc.profile, pc.limits, pc.workdir};
+    d->pools_.push_back(std::move(pool));
+  }
+  if (!d->pools_.empty()) d->pool_filler_ = std::thread([p = d.get()] { p->pool_loop(); });
   return d;
 }
 
@@ -115,6 +139,8 @@ void Daemon::shutdown() {
   reaper_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
   if (snapshotter_.joinable()) snapshotter_.join();
+  // Pool sandboxes are nobody's state: removed, not left for the next spaced to reattach.
+  drain_pools();
   std::map<std::string, std::shared_ptr<Sandbox>> all;
   {
     std::lock_guard lock(mu_);
@@ -210,10 +236,167 @@ Result<SandboxInfo> Daemon::create(const CreateRequest& req) {
   return create_sandbox(req, {}, json::object());
 }
 
-Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req,
+bool Daemon::Template::same_kind(const Template& o) const {
+  return runtime == o.runtime && image == o.image && profile == o.profile &&
+         limits.memory_bytes == o.limits.memory_bytes && limits.cpus == o.limits.cpus &&
+         limits.pids == o.limits.pids && limits.disk_bytes == o.limits.disk_bytes &&
+         limits.disk_inodes == o.limits.disk_inodes;
+}
+
+Result<Daemon::Prepared> Daemon::prepare_sandbox(
+    const Template& t, runtime::Runtime* rt,
+    const std::function<Result<void>(int, uint32_t)>& populate, std::chrono::seconds ca_life,
+    const std::string& state, StepTimes& times) {
+  Prepared p;
+  p.sb = std::make_shared<Sandbox>();
+  Sandbox& sb = *p.sb;
+  sb.rt = rt;
+  SandboxRecord& rec = sb.rec;
+  rec.id = random_id("sb_", 6);
+  rec.profile = t.profile;
+  rec.runtime = t.runtime;
+  rec.image = t.image;
+  rec.state = state;
+  rec.uid_base = TRY(allocate_uid_base());
+  rec.created_at = now_s();
+  rec.spec = limits_json(t.limits);
+  rec.spec["workdir"] = t.workdir;
+
+  runtime::SandboxSpec spec;
+  spec.id = rec.id;
+  spec.image = TRY(images_.resolve(t.image));
+  spec.limits = t.limits;
+  spec.dir = cfg_.state_dir / "sandboxes" / rec.id;
+  spec.uid_base = rec.uid_base;
+  if (cfg_.audit_execs) spec.exec_events = exec_sink(rec.id);
+
+  std::error_code ec;
+  fs::create_directory(spec.dir, ec);
+  if (ec) return fail(Code::kInternal, "creating " + spec.dir.string() + ": " + ec.message());
+  ::chmod(spec.dir.c_str(), 0700);
+  auto undo_dir = [&] {
+    std::error_code e;
+    fs::remove_all(spec.dir, e);
+  };
+  if (auto r = store_->put_sandbox(rec); !r) {
+    undo_dir();
+    return fail(std::move(r.error()));
+  }
+  times.mark("record");
+  auto failed = [&](Error e) -> Result<Prepared> {
+    metrics_.create_failures++;
+    if (sb.conn) sb.conn->close();
+    if (sb.inst) (void)sb.inst->destroy();
+    undo_dir();
+    rec.state = "destroyed";
+    rec.destroyed_at = now_s();
+    rec.reason = "creation failed: " + e.message();
+    (void)store_->put_sandbox(rec);
+    audit(rec.id, "sandbox.create_failed", {{"reason", rec.reason}});
+    spdlog::warn("creating sandbox {} failed: {}", rec.id, e.message());
+    return fail(std::move(e).wrap("creating sandbox " + rec.id));
+  };
+
+  // The sandbox's own CA for the gateway's TLS interception, kept beside its state so that a
+  // restarted spaced serves it again.
+  auto ca = egress::SandboxCa::create(rec.id, ca_life);
+  if (!ca) return failed(std::move(ca.error()));
+  p.ca = std::move(*ca);
+  if (auto r = p.ca->save(spec.dir / "egress"); !r) return failed(std::move(r.error()));
+  times.mark("ca");
+
+  // Its trust store (the host's CAs, sandbox_ca_files, its CA) goes straight into the writable
+  // layer before anything runs there, after a snapshot's files if it is restored from one.
+  std::string ca_pem;
+  std::shared_ptr<const std::string> trust;
+  if (rt->has_writable_layer()) {
+    auto base = trust_base();
+    if (!base) return failed(std::move(base.error()));
+    trust = std::move(*base);
+    ca_pem = p.ca->cert_pem();
+    spec.populate_upper = [&, base_uid = rec.uid_base](int fd) -> Result<void> {
+      if (populate) TRY_VOID(populate(fd, base_uid));
+      p.ca_installed = TRY_CTX(install_ca_files(fd, base_uid, spec.image.rootfs, ca_pem, *trust),
+                               "installing the gateway CA");
+      return {};
+    };
+  } else if (populate) {
+    spec.populate_upper = [&, base_uid = rec.uid_base](int fd) { return populate(fd, base_uid); };
+  }
+  times.mark("trust store");
+
+  spec.times = &times;
+  auto inst = rt->create(spec);
+  spec.populate_upper = nullptr;  // used once; it may hold the snapshot's manifest
+  spec.times = nullptr;
+  if (!inst) return failed(std::move(inst.error()));
+  sb.inst = std::move(*inst);
+  auto conn = AgentConn::open(sb.inst->channel_fd(), rec.id, false, std::chrono::seconds(10));
+  if (!conn) return failed(std::move(conn.error()).wrap("waiting for the sandbox's agent"));
+  sb.conn = std::move(*conn);
+  sb.spec = spec;
+  times.mark("agent hello");
+  // The default working directory must exist (imported images may lack /root); where the
+  // image has it and nothing was restored over it, there is nothing to ask the agent.
+  if (!t.workdir.empty() && !populate && image_has_dir(spec.image.rootfs, t.workdir)) {
+    p.workdir = t.workdir;
+  } else if (!t.workdir.empty()) {
+    auto r = sb.conn->request({{"op", "mkdir"}, {"path", t.workdir}, {"mode", 0755},
+                               {"parents", true}});
+    if (!r && r.error().code() != Code::kAlreadyExists)
+      return failed(std::move(r.error()).wrap("creating workdir " + t.workdir));
+    p.workdir = t.workdir;
+  }
+  times.mark("workdir");
+  if (int netns = sb.inst->netns_fd(); netns >= 0) {
+    auto bound = egress::Gateway::bind(netns);
+    if (!bound)
+      return failed(std::move(bound.error())
+                        .wrap("binding the egress gateway's listeners in its network namespace"));
+    p.listeners = std::move(*bound);
+  }
+  times.mark("gateway bind");
+  rec.runtime_state = sb.inst->persist();
+  if (state != "creating") {
+    // Recorded with its runtime state, so that a restarted spaced can remove it.
+    if (auto r = store_->put_sandbox(rec); !r) return failed(std::move(r.error()));
+  }
+  p.prepared_at = now_s();
+  return p;
+}
+
+void Daemon::discard_prepared(Prepared& p, const std::string& why) {
+  if (!p.sb) return;
+  Sandbox& sb = *p.sb;
+  sb.destroyed = true;
+  if (sb.conn) sb.conn->close();
+  p.listeners = {};
+  if (sb.inst) {
+    if (auto r = sb.inst->destroy(); !r) {
+      spdlog::error("removing unused sandbox {}: {}", sb.rec.id, r.error().message());
+      return;  // its record stays "pooled": the next start cleans it up
+    }
+  }
+  std::error_code ec;
+  fs::remove_all(cfg_.state_dir / "sandboxes" / sb.rec.id, ec);
+  sb.rec.state = "destroyed";
+  sb.rec.destroyed_at = now_s();
+  sb.rec.reason = why;
+  (void)store_->put_sandbox(sb.rec);
+  audit(sb.rec.id, "sandbox.destroy", {{"reason", why}});
+  p.sb.reset();
+}
+
+Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
                                            std::function<Result<void>(int, uint32_t)> populate,
                                            json audit_extra) {
   auto t0 = std::chrono::steady_clock::now();
+  StepTimes times;
+  CreateRequest req = req_in;
+  if (!req.limits_given[0]) req.limits.memory_bytes = cfg_.default_limits.memory_bytes;
+  if (!req.limits_given[1]) req.limits.cpus = cfg_.default_limits.cpus;
+  if (!req.limits_given[2]) req.limits.pids = cfg_.default_limits.pids;
+  if (!req.limits_given[3]) req.limits.disk_bytes = cfg_.default_limits.disk_bytes;
   auto rt_it = runtimes_.find(req.runtime);
   if (rt_it == runtimes_.end())
     return fail(Code::kUnavailable,
@@ -239,26 +422,15 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req,
                   "this spaced already runs " + std::to_string(sandboxes_.size()) +
                       " sandboxes (max_sandboxes); remove some with `space rm`");
   }
-  auto image = TRY(images_.resolve(req.image));
 
-  auto sb = std::make_shared<Sandbox>();
-  sb->rt = rt_it->second.get();
-  SandboxRecord& rec = sb->rec;
-  rec.id = random_id("sb_", 6);
-  rec.profile = req.profile;
-  rec.runtime = req.runtime;
-  rec.image = req.image;
-  rec.state = "creating";
-  rec.uid_base = TRY(allocate_uid_base());
-  rec.created_at = now_s();
-  if (req.timeout_s) rec.expires_at = rec.created_at + *req.timeout_s;
-  std::string workdir = req.workdir;
-  rec.spec = limits_json(req.limits);
-  rec.spec["env"] = req.env;
-  rec.spec["workdir"] = workdir;
-  rec.spec["allow"] = req.allow;
-  rec.spec["secrets"] = req.secrets;
-  rec.spec["user_env"] = req.env;  // env as asked; "env" gains the gateway's variables
+  // Everything only this request decides is checked before a sandbox is taken or made.
+  SandboxRecord personal;
+  personal.spec = limits_json(req.limits);
+  personal.spec["env"] = req.env;
+  personal.spec["workdir"] = req.workdir;
+  personal.spec["allow"] = req.allow;
+  personal.spec["secrets"] = req.secrets;
+  personal.spec["user_env"] = req.env;  // env as asked; "env" gains the gateway's variables
   {
     double every = req.snapshot_every_s.value_or(-1);
     if (every < 0) {
@@ -267,40 +439,41 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req,
     }
     if (every > 0 && every < 1)
       return fail(Code::kInvalidArgument, "snapshot_every: at least 1s (or 0 for none)");
-    rec.spec["snapshot_every"] = every;
+    personal.spec["snapshot_every"] = every;
   }
-  auto egress_plan = TRY(plan_egress(rec, req));
+  auto egress_plan = TRY(plan_egress(personal, req));
+  times.mark("request");
 
-  runtime::SandboxSpec spec;
-  spec.id = rec.id;
-  spec.image = std::move(image);
-  spec.limits = req.limits;
-  spec.dir = cfg_.state_dir / "sandboxes" / rec.id;
-  spec.uid_base = rec.uid_base;
-  if (cfg_.audit_execs) spec.exec_events = exec_sink(rec.id);
-  if (populate)
-    spec.populate_upper = [populate = std::move(populate), base = rec.uid_base](int fd) {
-      return populate(fd, base);
-    };
-
-  std::error_code ec;
-  fs::create_directory(spec.dir, ec);
-  if (ec) return fail(Code::kInternal, "creating " + spec.dir.string() + ": " + ec.message());
-  ::chmod(spec.dir.c_str(), 0700);
-  auto undo_dir = [&] {
-    std::error_code e;
-    fs::remove_all(spec.dir, e);
-  };
-  if (auto r = store_->put_sandbox(rec); !r) {
-    undo_dir();
-    return fail(std::move(r.error()));
+  Template t{req.runtime, req.image, req.profile, req.limits, req.workdir};
+  std::optional<Prepared> prepared;
+  if (!populate) prepared = claim_pooled(t);
+  const bool pooled = prepared.has_value();
+  if (pooled) {
+    times.mark("pool claim");
+  } else {
+    (void)TRY(images_.resolve(req.image));  // a clear error before anything is made
+    // The CA lives as long as the sandbox may: its lifetime, or a year.
+    auto life = std::chrono::seconds(365 * 86400);
+    if (req.timeout_s) life = std::chrono::seconds(static_cast<int64_t>(*req.timeout_s) + 86400);
+    prepared = TRY(prepare_sandbox(t, rt_it->second.get(), populate, life, "creating", times));
   }
+  std::shared_ptr<Sandbox> sb = prepared->sb;
+  SandboxRecord& rec = sb->rec;
+
+  // Personalize it.
+  rec.created_at = now_s();
+  if (req.timeout_s) rec.expires_at = rec.created_at + *req.timeout_s;
+  for (auto& [k, v] : personal.spec.items()) rec.spec[k] = v;
+  egress_plan.id = rec.id;
+  egress_plan.ca = prepared->ca;
   auto failed = [&](Error e) -> Result<SandboxInfo> {
     metrics_.create_failures++;
     stop_egress(rec.id);
+    prepared->listeners = {};
     if (sb->conn) sb->conn->close();
     if (sb->inst) (void)sb->inst->destroy();
-    undo_dir();
+    std::error_code ec;
+    fs::remove_all(cfg_.state_dir / "sandboxes" / rec.id, ec);
     rec.state = "destroyed";
     rec.destroyed_at = now_s();
     rec.reason = "creation failed: " + e.message();
@@ -309,29 +482,41 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req,
     spdlog::warn("creating sandbox {} failed: {}", rec.id, e.message());
     return fail(std::move(e).wrap("creating sandbox " + rec.id));
   };
-
-  auto inst = rt_it->second->create(spec);
-  spec.populate_upper = nullptr;  // used once; it may hold the snapshot's manifest
-  if (!inst) return failed(std::move(inst.error()));
-  sb->inst = std::move(*inst);
-  auto conn = AgentConn::open(sb->inst->channel_fd(), rec.id, false, std::chrono::seconds(10));
-  if (!conn) return failed(std::move(conn.error()).wrap("waiting for the sandbox's agent"));
-  sb->conn = std::move(*conn);
-  sb->spec = spec;
-  // The default working directory must exist (imported images may lack /root).
-  if (!workdir.empty()) {
-    auto r = sb->conn->request({{"op", "mkdir"}, {"path", workdir}, {"mode", 0755},
+  if (req.workdir != prepared->workdir && !req.workdir.empty()) {
+    auto r = sb->conn->request({{"op", "mkdir"}, {"path", req.workdir}, {"mode", 0755},
                                 {"parents", true}});
     if (!r && r.error().code() != Code::kAlreadyExists)
-      return failed(std::move(r.error()).wrap("creating workdir " + workdir));
+      return failed(std::move(r.error()).wrap("creating workdir " + req.workdir));
+    times.mark("workdir");
   }
-  if (auto r = start_egress(*sb, std::move(egress_plan), CaMode::kNew); !r)
-    return failed(std::move(r.error()).wrap("setting up egress"));
-  rec.runtime_state = sb->inst->persist();
+  if (sb->inst->netns_fd() >= 0) {
+    if (!prepared->ca_installed) {
+      // No writable layer to fill beforehand (or its /etc is not a plain directory): the
+      // agent writes the files.
+      auto base = trust_base();
+      if (!base) return failed(std::move(base.error()));
+      std::string ca = prepared->ca->cert_pem();
+      std::string bundle = **base + "\n# SPACE: this sandbox's egress gateway CA\n" + ca;
+      if (auto r = put_file(*sb->conn, egress::kCaCertPath, 0644, ca); !r)
+        return failed(std::move(r.error()).wrap("installing the gateway CA"));
+      if (auto r = put_file(*sb->conn, egress::kCaBundlePath, 0644, bundle); !r)
+        return failed(std::move(r.error()).wrap("installing the trust store"));
+      times.mark("trust store via agent");
+    }
+    // `space diff` shows what changed since creation; these files are part of creation.
+    rec.spec["installed"] =
+        installed_stats(*sb, {"etc/space", "etc/space/ca.crt", "etc/space/ca-bundle.crt"});
+    auto r = prepared->listeners.empty()
+                 ? gateway_->attach(std::move(egress_plan), sb->inst->netns_fd())
+                 : gateway_->attach(std::move(egress_plan), std::move(prepared->listeners));
+    if (!r) return failed(std::move(r.error()).wrap("setting up egress"));
+    times.mark("gateway attach");
+  }
   rec.state = "running";
   if (auto r = store_->put_sandbox(rec); !r) return failed(std::move(r.error()));
+  times.mark("record running");
   json create_event = {{"runtime", rec.runtime}, {"image", rec.image}, {"profile", rec.profile},
-                       {"limits", limits_json(req.limits)}, {"workdir", workdir},
+                       {"limits", limits_json(req.limits)}, {"workdir", req.workdir},
                        {"env_names", [&] {
                           json names = json::array();
                           for (auto& kv : req.env) names.push_back(kv.substr(0, kv.find('=')));
@@ -339,6 +524,7 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req,
                         }()},
                        {"allow", req.allow}, {"secrets", req.secrets},
                        {"agent_pid", sb->inst->agent_pid()}};
+  if (pooled) create_event["warm_pool"] = true;
   create_event.update(audit_extra);
   audit(rec.id, "sandbox.create", std::move(create_event));
   schedule_snapshots(*sb);
@@ -347,12 +533,21 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req,
     sandboxes_[rec.id] = sb;
   }
   watch(sb);
-  metrics_.creates++;
-  metrics_.create_ns_sum += static_cast<uint64_t>(
+  times.mark("audit and register");
+  auto ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
           .count());
-  spdlog::info("created sandbox {} (image {}, profile {}, agent pid {})", rec.id, rec.image,
-               rec.profile, sb->inst->agent_pid());
+  metrics_.creates++;
+  if (pooled) {
+    metrics_.creates_pooled++;
+    metrics_.pooled_ns_sum += ns;
+  } else {
+    metrics_.create_ns_sum += ns;
+    metrics_.add_steps(times);
+  }
+  spdlog::info("created sandbox {} (image {}, profile {}, agent pid {}{}) in {:.2f} ms: {}", rec.id,
+               rec.image, rec.profile, sb->inst->agent_pid(), pooled ? ", warm pool" : "",
+               static_cast<double>(ns) / 1e6, times.summary());
   return info(rec, sb.get());
 }
 
@@ -409,8 +604,9 @@ Result<SandboxInfo> Daemon::inspect(const std::string& id) {
     return info(sb->rec, sb.get());
   }
   auto rec = TRY(store_->get_sandbox(id));
-  if (!rec) return fail(Code::kNotFound, "unknown sandbox " + id.substr(0, 80) +
-                                             "; `space ls` lists sandboxes");
+  if (!rec || rec->state == "pooled")  // a warm pool's sandbox is nobody's yet
+    return fail(Code::kNotFound, "unknown sandbox " + id.substr(0, 80) +
+                                     "; `space ls` lists sandboxes");
   return info(*rec, nullptr);
 }
 
@@ -567,6 +763,11 @@ Result<void> Daemon::reconcile() {
       continue;
     }
     sb->spec = *spec;
+    if (rec.state == "pooled") {
+      (void)sb->rt->cleanup(*spec, rec.runtime_state);
+      mark_gone("warm pool: never used; spaced stopped");
+      continue;
+    }
     if (rec.state == "creating" || rec.runtime_state.is_null()) {
       (void)sb->rt->cleanup(*spec, rec.runtime_state);
       mark_gone("interrupted while being created (spaced stopped)");
@@ -635,7 +836,17 @@ Result<nlohmann::json> Daemon::list_images() {
   return out;
 }
 
-Result<void> Daemon::remove_image(const std::string& name) { return images_.remove(name); }
+Result<void> Daemon::remove_image(const std::string& name) {
+  {
+    std::lock_guard lock(pool_mu_);
+    for (auto& pool : pools_)
+      if (pool.t.image == name)
+        return fail(Code::kConflict, "image \"" + name + "\" is used by the warm pool of profile " +
+                                         pool.t.profile +
+                                         "; remove that pool from spaced's config first");
+  }
+  return images_.remove(name);
+}
 
 json Daemon::health() {
   size_t n;
@@ -703,8 +914,33 @@ std::string Daemon::metrics() {
   counter("space_exec_failures_total", "Execs that could not be started.", metrics_.exec_failures);
   o << "# HELP space_sandbox_create_seconds_sum Total time spent creating sandboxes.\n"
     << "# TYPE space_sandbox_create_seconds_sum counter\n"
-    << "space_sandbox_create_seconds_sum " << static_cast<double>(metrics_.create_ns_sum) / 1e9
+    << "space_sandbox_create_seconds_sum "
+    << static_cast<double>(metrics_.create_ns_sum + metrics_.pooled_ns_sum) / 1e9
     << '\n';
+  o << "# HELP space_sandbox_create_path_seconds_count Sandboxes created, by path.\n"
+    << "# TYPE space_sandbox_create_path_seconds_count counter\n"
+    << "space_sandbox_create_path_seconds_count{path=\"cold\"} "
+    << metrics_.creates - metrics_.creates_pooled << '\n'
+    << "space_sandbox_create_path_seconds_count{path=\"pool\"} " << metrics_.creates_pooled << '\n'
+    << "# HELP space_sandbox_create_path_seconds_sum Time spent creating sandboxes, by path.\n"
+    << "# TYPE space_sandbox_create_path_seconds_sum counter\n"
+    << "space_sandbox_create_path_seconds_sum{path=\"cold\"} "
+    << static_cast<double>(metrics_.create_ns_sum) / 1e9 << '\n'
+    << "space_sandbox_create_path_seconds_sum{path=\"pool\"} "
+    << static_cast<double>(metrics_.pooled_ns_sum) / 1e9 << '\n';
+  pool_metrics(o);
+  {
+    std::lock_guard lock(metrics_.steps_mu);
+    o << "# HELP space_sandbox_create_step_seconds_sum Time spent in each step of sandbox "
+         "creation (cold path).\n# TYPE space_sandbox_create_step_seconds_sum counter\n";
+    for (auto& [step, v] : metrics_.create_steps)
+      o << "space_sandbox_create_step_seconds_sum{step=\"" << step << "\"} "
+        << static_cast<double>(v.second) / 1e9 << '\n';
+    o << "# HELP space_sandbox_create_step_count Times each step of sandbox creation ran.\n"
+         "# TYPE space_sandbox_create_step_count counter\n";
+    for (auto& [step, v] : metrics_.create_steps)
+      o << "space_sandbox_create_step_count{step=\"" << step << "\"} " << v.first << '\n';
+  }
   return o.str();
 }
 

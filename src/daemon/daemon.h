@@ -6,9 +6,12 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
+#include <iosfwd>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "audit/audit_log.h"
@@ -106,6 +109,49 @@ class Daemon : public SandboxService {
   Result<SandboxInfo> create_sandbox(const CreateRequest& req,
                                      std::function<Result<void>(int, uint32_t)> populate,
                                      nlohmann::json audit_extra);
+
+  // What a sandbox is made of before any request personalizes it: a warm pool's key.
+  struct Template {
+    std::string runtime, image, profile;
+    runtime::Limits limits;
+    std::string workdir;
+    bool same_kind(const Template& o) const;  // all but the workdir
+  };
+  // A sandbox started up to the user-facing step: its agent runs, its CA is made and (where
+  // the runtime has a writable layer) installed, its gateway listeners are bound but not
+  // served, its workdir exists. Not registered: no API call reaches it until create()
+  // personalizes it (env, placeholders, egress policy, lifetime) and registers it.
+  struct Prepared {
+    std::shared_ptr<Sandbox> sb;
+    std::shared_ptr<egress::SandboxCa> ca;
+    egress::BoundListeners listeners;
+    std::string workdir;         // created already
+    bool ca_installed = false;   // the CA files are in its writable layer
+    double prepared_at = 0;
+  };
+  // The cold path: makes a sandbox of template `t` (state "creating", or "pooled" for a warm
+  // pool, recorded so that a restarted spaced can clean it up). On failure nothing is left
+  // but a "destroyed" record saying why.
+  Result<Prepared> prepare_sandbox(const Template& t, runtime::Runtime* rt,
+                                   const std::function<Result<void>(int, uint32_t)>& populate,
+                                   std::chrono::seconds ca_life, const std::string& state,
+                                   StepTimes& times);
+  // Removes a prepared sandbox no request got (pool drained at shutdown, refill failed late).
+  void discard_prepared(Prepared& p, const std::string& why);
+  // Warm pools (daemon/pool.cc).
+  std::optional<Prepared> claim_pooled(const Template& t);
+  void pool_loop();
+  void drain_pools();
+  void pool_metrics(std::ostream& o);
+  // The host's CA bundle plus sandbox_ca_files, read once and again when the bundle changes.
+  Result<std::shared_ptr<const std::string>> trust_base();
+  // Writes the CA (egress::kCaCertPath) and trust store (kCaBundlePath) into a writable layer's
+  // `upper` before the sandbox starts, owned by sandbox root as if its agent had written them.
+  // false (nothing written) where the layer cannot mirror the image's /etc simply (a symlink,
+  // or a restored snapshot's whiteout there): the agent installs them then.
+  static Result<bool> install_ca_files(int upper_fd, uint32_t uid_base,
+                                       const std::filesystem::path& rootfs,
+                                       const std::string& ca_pem, const std::string& base);
   Result<void> reconcile();
   void reaper();
   Result<std::shared_ptr<Sandbox>> live(const std::string& id);
@@ -122,7 +168,7 @@ class Daemon : public SandboxService {
   Result<egress::SandboxEgress> egress_of(const SandboxRecord& rec);
   // How start_egress treats the sandbox's CA: a new one (creation), the saved one (a restart),
   // or the saved one written into the sandbox again (its writable layer was replaced).
-  enum class CaMode { kNew, kSaved, kReinstall };
+  enum class CaMode { kSaved, kReinstall };
   Result<void> start_egress(Sandbox& sb, egress::SandboxEgress eg, CaMode mode);
   void stop_egress(const std::string& id);
   // Size and mtime of files the daemon itself put in a sandbox's writable layer at creation
@@ -183,6 +229,26 @@ class Daemon : public SandboxService {
   std::mutex take_mu_;
   std::thread snapshotter_;
 
+  struct Pool {
+    PoolConfig cfg;
+    Template t;
+    std::deque<Prepared> ready;
+    size_t filling = 0;
+    double retry_at = 0;  // after a failed refill
+    uint64_t hits = 0, misses = 0, refills = 0, refill_failures = 0;
+    int64_t refill_ns = 0;  // sum over refills
+  };
+  std::mutex pool_mu_;  // guards pools_ and pools_stopping_
+  std::condition_variable pool_cv_;
+  std::deque<Pool> pools_;  // filled at start, never resized after
+  bool pools_stopping_ = false;
+  std::thread pool_filler_;
+
+  std::mutex trust_mu_;
+  std::shared_ptr<const std::string> trust_base_;
+  struct timespec trust_mtime_ {};
+  off_t trust_size_ = -1;
+
  public:
   // Counters for /metrics.
   struct Metrics {
@@ -191,6 +257,18 @@ class Daemon : public SandboxService {
         snapshots{0}, snapshot_failures{0}, snapshots_dropped{0}, rollbacks{0}, restores{0},
         gc_bytes_freed{0};
     std::atomic<uint64_t> create_ns_sum{0};
+    std::atomic<uint64_t> creates_pooled{0}, pooled_ns_sum{0};
+    // Where creation time goes, by step (StepTimes names): count and nanoseconds.
+    std::mutex steps_mu;
+    std::map<std::string, std::pair<uint64_t, int64_t>, std::less<>> create_steps;
+    void add_steps(const StepTimes& t) {
+      std::lock_guard lock(steps_mu);
+      for (auto& [name, ns] : t.steps()) {
+        auto& slot = create_steps[name];
+        slot.first++;
+        slot.second += ns;
+      }
+    }
   } metrics_;
 };
 

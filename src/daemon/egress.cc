@@ -18,6 +18,7 @@ using nlohmann::json;
 namespace {
 
 constexpr const char* kSystemBundle = "/etc/ssl/certs/ca-certificates.crt";
+constexpr const char* kBundleMarker = "# SPACE: this sandbox's egress gateway CA\n";
 
 std::string read_text(const fs::path& p) {
   std::ifstream in(p);
@@ -97,37 +98,110 @@ Result<egress::SandboxEgress> Daemon::egress_of(const SandboxRecord& rec) {
   return eg;
 }
 
+Result<std::shared_ptr<const std::string>> Daemon::trust_base() {
+  struct stat st;
+  if (::stat(kSystemBundle, &st) != 0) st = {};
+  std::lock_guard lock(trust_mu_);
+  if (trust_base_ && trust_size_ == st.st_size && trust_mtime_.tv_sec == st.st_mtim.tv_sec &&
+      trust_mtime_.tv_nsec == st.st_mtim.tv_nsec)
+    return trust_base_;
+  std::string bundle = read_text(kSystemBundle);
+  for (auto& f : cfg_.sandbox_ca_files) {
+    std::string pem = read_text(f);
+    if (pem.empty()) return fail(Code::kInvalidArgument, "sandbox_ca_files: cannot read " + f);
+    bundle += "\n" + pem;
+  }
+  trust_base_ = std::make_shared<const std::string>(std::move(bundle));
+  trust_size_ = st.st_size;
+  trust_mtime_ = st.st_mtim;
+  return trust_base_;
+}
+
+namespace {
+
+// A directory `name` under `parent` in a writable layer's upper tree, made if missing with the
+// mode and (shifted) owner of `lower_dir`, the image's directory it shadows (or 0755 root when
+// the image has none). Invalid if something other than a directory is in the way.
+Result<UniqueFd> upper_dir(int parent, const char* name, const fs::path& lower_dir,
+                           uint32_t uid_base) {
+  struct stat st;
+  if (::fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (!S_ISDIR(st.st_mode)) return UniqueFd();
+  } else if (errno != ENOENT) {
+    return fail_sys("fstatat", name);
+  } else {
+    mode_t mode = 0755;
+    uid_t uid = 0;
+    gid_t gid = 0;
+    struct stat lst;
+    if (::lstat(lower_dir.c_str(), &lst) == 0) {
+      if (!S_ISDIR(lst.st_mode)) return UniqueFd();
+      mode = lst.st_mode & 07777;
+      uid = lst.st_uid;
+      gid = lst.st_gid;
+    } else if (errno != ENOENT) {
+      return fail_sys("lstat", lower_dir.string());
+    }
+    if (uid >= runtime::SandboxSpec::kIdRange || gid >= runtime::SandboxSpec::kIdRange)
+      return UniqueFd();  // not representable inside the sandbox
+    if (::mkdirat(parent, name, 0700) != 0) return fail_sys("mkdirat", name);
+    if (::fchownat(parent, name, uid_base + uid, uid_base + gid, AT_SYMLINK_NOFOLLOW) != 0 ||
+        ::fchmodat(parent, name, mode, 0) != 0)
+      return fail_sys("chown/chmod", name);
+  }
+  UniqueFd fd(::openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return fail_sys("openat", name);
+  return fd;
+}
+
+Result<bool> write_upper_file(int dir, const char* name, std::vector<std::string_view> parts,
+                              uint32_t uid_base) {
+  if (::unlinkat(dir, name, 0) != 0 && errno != ENOENT) {
+    if (errno == EISDIR || errno == EPERM) return false;
+    return fail_sys("unlinkat", name);
+  }
+  UniqueFd fd(::openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd) return fail_sys("openat", name);
+  for (std::string_view bytes : parts) {
+    while (!bytes.empty()) {
+      ssize_t n = ::write(fd.get(), bytes.data(), bytes.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return fail_sys("write", name);
+      bytes.remove_prefix(static_cast<size_t>(n));
+    }
+  }
+  if (::fchown(fd.get(), uid_base, uid_base) != 0 || ::fchmod(fd.get(), 0644) != 0)
+    return fail_sys("fchown/fchmod", name);
+  return true;
+}
+
+}  // namespace
+
+Result<bool> Daemon::install_ca_files(int upper_fd, uint32_t uid_base, const fs::path& rootfs,
+                                      const std::string& ca_pem, const std::string& base) {
+  static_assert(std::string_view(egress::kCaCertPath) == "/etc/space/ca.crt" &&
+                std::string_view(egress::kCaBundlePath) == "/etc/space/ca-bundle.crt");
+  UniqueFd etc = TRY(upper_dir(upper_fd, "etc", rootfs / "etc", uid_base));
+  if (!etc) return false;
+  UniqueFd space = TRY(upper_dir(etc.get(), "space", rootfs / "etc" / "space", uid_base));
+  if (!space) return false;
+  if (!TRY(write_upper_file(space.get(), "ca.crt", {ca_pem}, uid_base))) return false;
+  return TRY(write_upper_file(space.get(), "ca-bundle.crt",
+                              {base, "\n" + std::string(kBundleMarker), ca_pem}, uid_base));
+}
+
 Result<void> Daemon::start_egress(Sandbox& sb, egress::SandboxEgress eg, CaMode mode) {
   int netns = sb.inst->netns_fd();
   if (netns < 0) return {};  // a runtime whose agent carries egress itself (VMs, later)
   fs::path dir = sb.spec.dir / "egress";
-  if (mode == CaMode::kNew) {
-    // The CA lives as long as a sandbox may: its lifetime, or a year.
-    auto life = std::chrono::seconds(365 * 86400);
-    if (sb.rec.expires_at)
-      life = std::chrono::seconds(static_cast<int64_t>(*sb.rec.expires_at - now_s()) + 86400);
-    eg.ca = TRY(egress::SandboxCa::create(sb.rec.id, life));
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) return fail(Code::kInternal, "creating " + dir.string() + ": " + ec.message());
-    TRY_VOID(eg.ca->save(dir));
-  } else {
-    eg.ca = TRY(egress::SandboxCa::load(dir));
-  }
-  if (mode != CaMode::kSaved) {
-    // The sandbox's trust store: the host's CAs, the configured extra ones, and its own CA.
-    std::string bundle = read_text(kSystemBundle);
-    for (auto& f : cfg_.sandbox_ca_files) {
-      std::string pem = read_text(f);
-      if (pem.empty()) return fail(Code::kInvalidArgument, "sandbox_ca_files: cannot read " + f);
-      bundle += "\n" + pem;
-    }
+  eg.ca = TRY(egress::SandboxCa::load(dir));
+  if (mode == CaMode::kReinstall) {
+    // The sandbox's writable layer was replaced: write its trust store again.
     std::string ca = eg.ca->cert_pem();
-    bundle += "\n# SPACE: this sandbox's egress gateway CA\n" + ca;
+    std::string bundle = *TRY(trust_base()) + "\n" + kBundleMarker + ca;
     TRY_VOID_CTX(put_file(*sb.conn, egress::kCaCertPath, 0644, ca), "installing the gateway CA");
     TRY_VOID_CTX(put_file(*sb.conn, egress::kCaBundlePath, 0644, bundle),
                  "installing the trust store");
-    // `space diff` shows what changed since creation; these files are part of creation.
     sb.rec.spec["installed"] =
         installed_stats(sb, {"etc/space", "etc/space/ca.crt", "etc/space/ca-bundle.crt"});
   }

@@ -4,6 +4,7 @@
 // the API be tested against a test double and lets a second front end (gRPC, say) reuse it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,6 +25,9 @@ struct CreateRequest {
   std::string image = "host";
   std::string profile = "test";
   runtime::Limits limits;
+  // Which of limits' fields the request set (memory, cpus, pids, disk); the others take the
+  // config's "defaults".
+  std::array<bool, 4> limits_given{};
   std::optional<double> timeout_s;    // lifetime; destroyed when it expires
   std::vector<std::string> env;       // "K=V", default environment of every exec
   std::vector<std::string> secrets;   // credential names granted (egress issue)

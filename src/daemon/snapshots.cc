@@ -399,6 +399,7 @@ Result<SandboxInfo> Daemon::restore(const std::string& snap,
   req.limits.cpus = s.value("cpus", cfg_.default_limits.cpus);
   req.limits.pids = s.value("pids", cfg_.default_limits.pids);
   req.limits.disk_bytes = s.value("disk", cfg_.default_limits.disk_bytes);
+  req.limits_given = {true, true, true, true};
   req.env = s.value("env", std::vector<std::string>{});
   req.workdir = s.value("workdir", std::string("/root"));
   req.allow = s.value("allow", std::vector<std::string>{});

@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <ctime>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -12,6 +13,25 @@
 #include "common/error.h"
 
 namespace space::daemon {
+
+// Waits for a lock another connection to the same file holds (the store's and the audit log's
+// share space.db) for up to `timeout_ms`. SQLite's own busy timeout sleeps 1, 2, 5, 10 ms...
+// between tries, so a write that meets the audit writer's short transaction waited a whole
+// millisecond or more; this polls every 50 us for the first 2 ms, then backs off to 1 ms.
+inline void set_busy_wait(sqlite3* db, int timeout_ms) {
+  sqlite3_busy_handler(
+      db,
+      [](void* arg, int tries) -> int {
+        long total_ms = reinterpret_cast<intptr_t>(arg);
+        // Elapsed time so far, approximately: 40 tries of 50 us, then 1 ms each.
+        long elapsed_us = tries < 40 ? tries * 50L : 2000L + (tries - 40) * 1000L;
+        if (elapsed_us >= total_ms * 1000L) return 0;
+        struct timespec ts{0, tries < 40 ? 50'000L : 1'000'000L};
+        nanosleep(&ts, nullptr);
+        return 1;
+      },
+      reinterpret_cast<void*>(static_cast<intptr_t>(timeout_ms)));
+}
 
 class Stmt {
  public:

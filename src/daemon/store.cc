@@ -85,7 +85,7 @@ Result<std::unique_ptr<Store>> Store::open(const std::filesystem::path& file) {
     sqlite3_close(db);
     return fail(Code::kUnavailable, "opening database " + file.string() + ": " + msg);
   }
-  sqlite3_busy_timeout(db, 5000);
+  set_busy_wait(db, 5000);
   std::unique_ptr<Store> s(new Store(db));
   TRY_VOID(s->exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"));
   TRY_VOID_CTX(s->migrate(), "migrating database " + file.string());

@@ -185,7 +185,10 @@ Result<void> add_subject_alt_name(X509* cert, const std::string& host, bool crit
   return {};
 }
 
-// Writes `data` to `path` atomically: a temporary file with `mode`, fsync, rename, fsync dir.
+// Writes `data` to `path` atomically: a temporary file with `mode`, then rename. Not fsync'ed:
+// a sandbox CA must outlive spaced's process (a restarted spaced reattaches the sandbox and
+// loads it), not the host, since a sandbox does not survive a host crash either; the four
+// fsyncs cost more than the rest of sandbox creation together.
 Result<void> write_file_atomic(const fs::path& path, const char* data, size_t len, mode_t mode) {
   fs::path tmp = path;
   tmp += ".tmp";
@@ -204,14 +207,10 @@ Result<void> write_file_atomic(const fs::path& path, const char* data, size_t le
     if (n < 0) return cleanup_fail(Error::sys("write", tmp.string()));
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd.get()) != 0) return cleanup_fail(Error::sys("fsync", tmp.string()));
   if (::close(fd.release()) != 0) return cleanup_fail(Error::sys("close", tmp.string()));
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     return cleanup_fail(Error::sys("rename", tmp.string() + " -> " + path.string()));
   }
-  fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-  UniqueFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dfd || ::fsync(dfd.get()) != 0) return fail_sys("fsync", dir.string());
   return {};
 }
 

@@ -152,18 +152,32 @@ Result<std::vector<std::pair<UniqueFd, ListenerKind>>> bind_listeners(int netns_
 
 }  // namespace
 
+Result<BoundListeners> Gateway::bind(int netns_fd) {
+  auto fds = TRY(bind_listeners(netns_fd));
+  BoundListeners out;
+  for (auto& [fd, kind] : fds) out.fds.emplace_back(std::move(fd), static_cast<int>(kind));
+  return out;
+}
+
 Result<void> Gateway::attach(SandboxEgress sandbox, int netns_fd) {
   std::string id = sandbox.id;
+  auto bound = TRY_CTX(bind(netns_fd),
+                       "binding the egress gateway's listeners in " + id + "'s network namespace");
+  return attach(std::move(sandbox), std::move(bound));
+}
+
+Result<void> Gateway::attach(SandboxEgress sandbox, BoundListeners bound) {
+  std::string id = sandbox.id;
   if (!sandbox.ca) return fail(Code::kInternal, "egress for " + id + ": no CA");
-  auto fds = TRY_CTX(bind_listeners(netns_fd),
-                     "binding the egress gateway's listeners in " + id + "'s network namespace");
+  if (bound.empty()) return fail(Code::kInternal, "egress for " + id + ": no listeners");
   auto st = std::make_shared<State>(std::move(sandbox));
   st->cancel.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!st->cancel) return fail_sys("eventfd");
   std::lock_guard lock(impl_->mu);
   if (impl_->stopped) return fail(Code::kUnavailable, "the egress gateway is stopping");
   if (impl_->sandboxes.count(id)) return fail(Code::kAlreadyExists, id + " is already attached");
-  for (auto& [fd, kind] : fds) {
+  for (auto& [fd, kind_int] : bound.fds) {
+    auto kind = static_cast<ListenerKind>(kind_int);
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd.get();

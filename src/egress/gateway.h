@@ -60,6 +60,14 @@ inline constexpr const char* kCaBundlePath = "/etc/space/ca-bundle.crt";  // sys
 // variable per grant.
 std::vector<std::string> sandbox_env(const std::vector<Grant>& grants, const SecretStore& secrets);
 
+// A sandbox's gateway listeners, bound inside its network namespace but not served yet:
+// Gateway::bind() ahead of time (a warm pool's sandboxes), Gateway::attach() serves them.
+// Until then a connection to them waits in the backlog. Closing it unbinds them.
+struct BoundListeners {
+  std::vector<std::pair<UniqueFd, int>> fds;  // socket, listener kind (egress/internal.h)
+  bool empty() const { return fds.empty(); }
+};
+
 class Gateway {
  public:
   using AuditFn =
@@ -84,6 +92,9 @@ class Gateway {
   // Binds the sandbox's listeners inside the network namespace `netns_fd` and starts serving
   // them. Fails (and binds nothing) if any bind fails.
   Result<void> attach(SandboxEgress sandbox, int netns_fd);
+  // The same in two steps: bind() the listeners (no gateway state), attach() them later.
+  static Result<BoundListeners> bind(int netns_fd);
+  Result<void> attach(SandboxEgress sandbox, BoundListeners listeners);
   // Closes the sandbox's listeners and cuts its connections. Idempotent.
   void detach(const std::string& id);
 

@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "common/fd.h"
+#include "common/step_times.h"
 
 namespace space::runtime {
 
@@ -70,6 +71,8 @@ struct SandboxSpec {
   // returns fails create() with that error as the cause, and nothing is left behind. Runtimes
   // without a writable layer fail create() with kUnimplemented when it is set.
   std::function<Result<void>(int upper_dir_fd)> populate_upper;
+  // If set, create() marks its steps here (cgroup, netns, layer, launch, ...).
+  StepTimes* times = nullptr;
 };
 
 // Resource usage as the cgroup reports it.
@@ -115,6 +118,9 @@ class Runtime {
  public:
   virtual ~Runtime() = default;
   virtual std::string_view name() const = 0;
+  // Whether create() honours SandboxSpec::populate_upper (the sandbox has a writable layer
+  // the host can fill before it starts).
+  virtual bool has_writable_layer() const { return false; }
 
   // Creates and starts a sandbox; on return the agent is running and the channel is open.
   // On failure nothing is left behind.

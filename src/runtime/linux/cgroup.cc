@@ -202,7 +202,9 @@ class CgroupV2 final : public Cgroup {
   }
 
   int clone_into_fd() const override { return cg_.fd(); }
-  Result<void> attach(pid_t) override { return {}; }  // CLONE_INTO_CGROUP placed it
+  Result<void> attach(pid_t pid) override {
+    return write_text(cg_.dir() / "cgroup.procs", std::to_string(pid));
+  }
   Result<void> freeze() override { return cg_.set_frozen(true); }
   Result<void> thaw() override { return cg_.set_frozen(false); }
   Result<bool> frozen() const override { return cg_.frozen(); }
@@ -281,6 +283,9 @@ class CgroupV1 final : public Cgroup {
     for (const auto& [c, d] : dirs_) {
       TRY_VOID_CTX(write_text(d / "cgroup.procs", std::to_string(pid)), "joining " + c);
     }
+    if (unified_.valid())
+      TRY_VOID_CTX(write_text(unified_.dir() / "cgroup.procs", std::to_string(pid)),
+                   "joining the unified cgroup");
     return {};
   }
 

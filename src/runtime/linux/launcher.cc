@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -14,6 +16,9 @@
 #include <unistd.h>
 
 #include <array>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -468,9 +473,105 @@ Result<void> send_release(int sock, int fd) {
   return {};
 }
 
+// Starts the sandbox's first process with clone(CLONE_VM) from a scratch thread that joined the
+// sandbox's network namespace. Sharing spaced's memory until the agent's exec means spaced's page
+// tables are neither copied nor marked copy-on-write: on a 2-CPU VM a plain fork of spaced cost
+// ~2 ms, and the copy-on-write faults spaced took afterwards on every page it wrote cost more
+// than the rest of sandbox creation together.
+//
+// The child runs on its own stack and only raw, async-signal-safe syscalls over the plan (which
+// the caller keeps alive), so sharing memory is safe; what it does share is the scratch thread's
+// TLS (errno). That thread therefore stays alive, with every signal blocked and touching
+// nothing, until finish(): the caller calls it (or the destructor does) once the child has
+// exec'd or is dead, and the stack is freed then.
+class Spawner {
+ public:
+  Spawner() = default;
+  Spawner(const Spawner&) = delete;
+  ~Spawner() { finish(); }
+
+  // pid and pidfd of the child, which starts in child_main(*plan).
+  Result<std::pair<pid_t, int>> start(int netns_fd, const ChildPlan* plan) {
+    done_.reset(::eventfd(0, EFD_CLOEXEC));
+    if (!done_) return fail_sys("eventfd");
+    void* stack = ::mmap(nullptr, kStackSize, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) return fail_sys("mmap", "child stack");
+    stack_ = stack;
+    ::mprotect(stack_, kGuard, PROT_NONE);  // overflow faults instead of writing below
+    struct Outcome {
+      pid_t pid = -1;
+      int pidfd = -1;
+      int err = 0;
+      const char* call = nullptr;
+      bool ready = false;
+    } res;
+    std::mutex mu;
+    std::condition_variable cv;
+    thread_ = std::thread([&, netns_fd, plan, done = done_.get(), stack_top =
+                                                                     static_cast<char*>(stack_) +
+                                                                     kStackSize] {
+      sigset_t all;
+      sigfillset(&all);
+      pthread_sigmask(SIG_SETMASK, &all, nullptr);
+      Outcome r;
+      if (::setns(netns_fd, CLONE_NEWNET) != 0) {
+        r.err = errno;
+        r.call = "setns";
+      } else {
+        int flags = CLONE_VM | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS |
+                    CLONE_NEWIPC | CLONE_PIDFD | SIGCHLD;
+        r.pid = ::clone(&Spawner::child_entry, stack_top, flags, const_cast<ChildPlan*>(plan),
+                        &r.pidfd);
+        if (r.pid < 0) {
+          r.err = errno;
+          r.call = "clone";
+        }
+      }
+      bool started = r.pid > 0;
+      {
+        std::lock_guard lock(mu);
+        r.ready = true;
+        res = r;
+      }
+      cv.notify_one();
+      if (!started) return;
+      uint64_t v;
+      while (::read(done, &v, sizeof v) < 0) {
+      }
+    });
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return res.ready; });
+    if (res.pid < 0) return fail_sys(res.call, "", res.err);
+    return std::pair{res.pid, res.pidfd};
+  }
+
+  // The child exec'd or died: let the scratch thread go and free the stack.
+  void finish() {
+    if (thread_.joinable()) {
+      uint64_t one = 1;
+      (void)::write(done_.get(), &one, sizeof one);
+      thread_.join();
+    }
+    if (stack_) ::munmap(stack_, kStackSize);
+    stack_ = nullptr;
+  }
+
+ private:
+  static constexpr size_t kStackSize = 256 * 1024;
+  static constexpr size_t kGuard = 4096;
+  static int child_entry(void* plan) { child_main(*static_cast<const ChildPlan*>(plan)); }
+
+  std::thread thread_;
+  UniqueFd done_;
+  void* stack_ = nullptr;
+};
+
 }  // namespace
 
 Result<Launched> launch(const LaunchRequest& req) {
+  StepTimes scratch;
+  StepTimes& times = req.times ? *req.times : scratch;
   if (req.layer_fd < 0) return fail(Code::kInvalidArgument, "no writable layer to attach");
   // Socketpairs: the channel, and the spare pair a restarted daemon will use.
   auto [channel_daemon, channel_agent] = TRY_CTX(make_socketpair(), "creating the channel");
@@ -519,38 +620,16 @@ Result<Launched> launch(const LaunchRequest& req) {
       .envp = envp,
   };
 
-  // clone3 from a scratch thread that joined the sandbox's network namespace first: the child
-  // is born inside it without owning it.
-  int pidfd = -1;
-  long pid = -1;
-  int clone_errno = 0;
-  const char* failed_call = nullptr;
-  run_on_scratch_thread([&] {
-    if (::setns(req.netns_fd, CLONE_NEWNET) != 0) {
-      failed_call = "setns";
-      clone_errno = errno;
-      return;
-    }
-    clone_args args{};
-    args.flags =
-        CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_PIDFD;
-    args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
-    args.exit_signal = SIGCHLD;
-    if (req.cgroup->clone_into_fd() >= 0) {
-      args.flags |= CLONE_INTO_CGROUP;
-      args.cgroup = static_cast<uint64_t>(req.cgroup->clone_into_fd());
-    }
-    pid = sys_clone3(&args);
-    if (pid == 0) child_main(plan);
-    if (pid < 0) {
-      failed_call = "clone3";
-      clone_errno = errno;
-    }
-  });
-  if (pid < 0) return fail_sys(failed_call, "", clone_errno);
+  // The child is born inside the sandbox's network namespace without owning it, and shares
+  // spaced's memory until it execs the agent (Spawner).
+  Spawner spawner;
+  auto spawned = spawner.start(req.netns_fd, &plan);
+  if (!spawned) return fail(std::move(spawned.error()));
+  auto [pid, pidfd] = *spawned;
+  times.mark("clone");
 
   Launched out;
-  out.pid = static_cast<pid_t>(pid);
+  out.pid = pid;
   out.pidfd.reset(pidfd);
   // From here on a failure kills and reaps the child.
   auto undo = [&](Error e) -> Result<Launched> {
@@ -568,14 +647,17 @@ Result<Launched> launch(const LaunchRequest& req) {
   if (auto r = write_id_maps(out.pid, req.uid_base, SandboxSpec::kIdRange); !r) {
     return undo(std::move(r.error()));
   }
+  times.mark("id maps");
   if (auto r = req.cgroup->attach(out.pid); !r) {
     return undo(std::move(r.error()).wrap("joining cgroups"));
   }
+  times.mark("cgroup attach");
   // The image rootfs, id-mapped so that its files (owned by host uids) appear with the same
   // uids inside the sandbox: root-owned files belong to sandbox root, and overlayfs can copy
   // them up. Kernels or file systems without id-mapped mounts fall back to the plain
   // directory, where host-owned files show up as nobody.
   UniqueFd idmapped = make_idmapped_lower(out.pid, req.lower_dir);
+  times.mark("idmapped lower");
   if (auto r = send_release(release_daemon.get(), idmapped.get()); !r) return undo(std::move(r.error()));
   idmapped.reset();
   if (req.seccomp->notify_execs) {
@@ -593,6 +675,8 @@ Result<Launched> launch(const LaunchRequest& req) {
   if (auto r = wait_for_exec(report.read.get(), *req.fs, req.timeout); !r) {
     return undo(std::move(r.error()));
   }
+  spawner.finish();  // the agent runs in its own memory now
+  times.mark("child setup and exec");
   out.channel = std::move(channel_daemon);
   return out;
 }

@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "common/fd.h"
+#include "common/step_times.h"
 #include "runtime/linux/caps.h"
 #include "runtime/linux/cgroup.h"
 #include "runtime/linux/mounts.h"
@@ -53,6 +54,7 @@ struct LaunchRequest {
   const FsPlan* fs = nullptr;
   uint64_t nofile = 4096;  // RLIMIT_NOFILE inside (only ever lowered)
   std::chrono::milliseconds timeout{10000};
+  StepTimes* times = nullptr;  // marks clone, id maps, cgroup attach, ..., the agent's exec
 };
 
 struct Launched {

@@ -244,10 +244,13 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::start(const SandboxSpec& spec) {
   if (!agent_) return fail(Error(*agent_error_));
   const CgroupLayout* layout = TRY(cgroup_layout());
   const auto stop = config_.stop_timeout;
+  StepTimes scratch;
+  StepTimes& times = spec.times ? *spec.times : scratch;
 
   // 1. cgroups, fresh for this sandbox, limits applied.
   std::unique_ptr<Cgroup> cgroup = TRY_CTX(
       Cgroup::create(*layout, config_.cgroup_name, spec.id, spec.limits), "creating cgroups");
+  times.mark("cgroup");
   Guard cgroup_guard([&] {
     cgroup->kill_all();
     (void)cgroup->wait_empty(stop);
@@ -256,11 +259,13 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::start(const SandboxSpec& spec) {
 
   // 2. network namespace with only lo.
   UniqueFd netns = TRY(create_netns());
+  times.mark("netns");
 
   // 3. staging directory and the mount plan.
   fs::path stage = TRY_CTX(make_stage(spec.dir), "creating the staging directory");
   Guard stage_guard([&] { remove_stage(stage); });
   FsPlan plan = TRY_CTX(make_fs_plan(spec, kLowerFdSlot), "planning mounts");
+  times.mark("stage");
 
   // 4. the writable layer, a detached tmpfs (unmounted and freed when `layer` closes), filled
   // by the daemon's callback, if any, before any process of the sandbox exists.
@@ -269,6 +274,7 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::start(const SandboxSpec& spec) {
   if (spec.populate_upper) TRY_VOID(populate_writable_layer(layer.get(), spec.populate_upper));
   struct stat layer_st;
   if (::fstat(layer.get(), &layer_st) != 0) return fail_sys("fstat", "writable layer");
+  times.mark("layer");
 
   // 5-8. socketpairs, clone3, id maps, cgroups, release, wait for the agent's exec.
   LaunchRequest req{.id = spec.id,
@@ -283,7 +289,8 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::start(const SandboxSpec& spec) {
                     .layer_fd = layer.get(),
                     .fs = &plan,
                     .nofile = config_.nofile,
-                    .timeout = config_.start_timeout};
+                    .timeout = config_.start_timeout,
+                    .times = &times};
   std::unique_ptr<ExecSupervisor> supervisor;
   if (spec.exec_events) {
     req.on_exec_listener = [&](UniqueFd listener) -> Result<void> {
@@ -293,6 +300,7 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::start(const SandboxSpec& spec) {
       return {};
     };
   }
+  times.mark("plan");
   Launched child = TRY(launch(req));
   Guard child_guard([&] { (void)kill_and_reap(child.pidfd.get(), true, stop); });
   layer.reset();  // attached in the sandbox's mount namespace now
@@ -301,6 +309,7 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::start(const SandboxSpec& spec) {
   uint64_t start_time = TRY_CTX(process_start_time(child.pid), "identifying the agent");
   (void)TRY_CTX(fetch_layer(child.pidfd.get(), layer_st.st_dev, layer_st.st_ino),
                 "checking the writable layer");
+  times.mark("identify");
 
   auto parts = std::make_unique<LinuxInstance::Parts>();
   parts->id = spec.id;

@@ -64,6 +64,7 @@ class LinuxRuntime final : public Runtime {
   static Result<std::unique_ptr<LinuxRuntime>> create(Config config);
 
   std::string_view name() const override { return "linux"; }
+  bool has_writable_layer() const override { return true; }
   Result<std::unique_ptr<Instance>> create(const SandboxSpec& spec) override;
   Result<std::unique_ptr<Instance>> reattach(const SandboxSpec& spec,
                                              const nlohmann::json& persisted) override;
