@@ -16,6 +16,10 @@ default 100; the issue's figure wants BENCH_N=500; C = $BENCH_CLIENTS, default 1
                cannot run here gets a row with its error
   idle memory  host memory per idle sandbox over $BENCH_IDLE (default 16) sandboxes
                (idle_memory.py)
+  create       POST /v1/sandboxes to its 201 answer: the cold path (no pool), and from a warm
+               pool ($BENCH_POOL, default 16 sandboxes) that is full before each create; then
+               `space run`, create+rm and first output again with the pool, each row with its
+               pool hits; and where cold creation's time goes, per step, from /metrics
 and writes a markdown table to the --out file.
 """
 
@@ -25,6 +29,7 @@ import http.client
 import json
 import os
 import platform
+import re
 import signal
 import socket
 import subprocess
@@ -56,6 +61,31 @@ def request(sock, method, path, body=None):
         return r.status, r.read()
     finally:
         conn.close()
+
+
+def metrics(sock):
+    status, body = request(sock, "GET", "/metrics")
+    if status != 200:
+        sys.exit("bench: GET /metrics: %d" % status)
+    return body.decode()
+
+
+def metric(text, name, **labels):
+    """Sum of the samples of `name` whose labels include `labels`."""
+    total = None
+    for line in text.splitlines():
+        m = re.match(r"^(\w+)(\{[^}]*\})?\s+(\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+        if all(got.get(k) == v for k, v in labels.items()):
+            total = (total or 0) + float(m.group(3))
+    return total
+
+
+def pool_counts(sock):
+    text = metrics(sock)
+    return (metric(text, "space_pool_hits_total") or 0, metric(text, "space_pool_misses_total") or 0)
 
 
 def percentile(sorted_ms, p):
@@ -114,8 +144,11 @@ def build_type(build):
     return "unknown"
 
 
-def start_daemon(spaced, state, sock, log):
-    daemon = subprocess.Popen([spaced, "--state-dir", state, "--socket", sock],
+def start_daemon(spaced, state, sock, log, config=None):
+    args = [spaced, "--state-dir", state, "--socket", sock]
+    if config:
+        args += ["--config", config]
+    daemon = subprocess.Popen(args,
                               stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                               start_new_session=True)
     deadline = time.monotonic() + 30
@@ -215,6 +248,115 @@ def space_rows(args, n, clients, space, sock, env, rows):
                               got["cycle"], len(got["cycle"]) / wall))
 
 
+def wait_pool_full(sock, size, timeout=10):
+    deadline = time.monotonic() + timeout
+    while (metric(metrics(sock), "space_pool_ready") or 0) < size:
+        if time.monotonic() > deadline:
+            sys.exit("bench: the warm pool did not refill to %d within %d s" % (size, timeout))
+        time.sleep(0.002)
+
+
+def create_ready(sock, n, pool_size=0):
+    """n times: POST /v1/sandboxes timed to its 201 answer, then DELETE (not timed). With a
+    pool, waits until it is full again before each create. Returns (latencies ms, server-side
+    mean ms from /metrics)."""
+    path = "pool" if pool_size else "cold"
+    before = metrics(sock)
+    samples = []
+    for _ in range(n):
+        if pool_size:
+            wait_pool_full(sock, pool_size)
+        t0 = time.perf_counter()
+        status, body = request(sock, "POST", "/v1/sandboxes", {})
+        t1 = time.perf_counter()
+        if status != 201:
+            sys.exit("bench: create failed: %d %s" % (status, body[:300]))
+        samples.append((t1 - t0) * 1000)
+        request(sock, "DELETE", "/v1/sandboxes/%s" % json.loads(body)["id"])
+    after = metrics(sock)
+
+    def delta(name):
+        return (metric(after, name, path=path) or 0) - (metric(before, name, path=path) or 0)
+    count = delta("space_sandbox_create_path_seconds_count")
+    server = delta("space_sandbox_create_path_seconds_sum") * 1000 / count if count else float("nan")
+    return samples, server
+
+
+def cold_steps(sock):
+    """Mean milliseconds per cold create, by step, from /metrics (all cold creates so far)."""
+    text = metrics(sock)
+    steps = []
+    for line in text.splitlines():
+        m = re.match(r'^space_sandbox_create_step_seconds_sum\{step="([^"]*)"\}\s+(\S+)$', line)
+        if m:
+            count = metric(text, "space_sandbox_create_step_count", step=m.group(1)) or 0
+            if count:
+                steps.append((m.group(1), float(m.group(2)) * 1000 / count, int(count)))
+    return steps
+
+
+def cold_rows(n, sock, rows):
+    print("bench: API create -> ready, cold path x%d" % n, file=sys.stderr)
+    samples, server = create_ready(sock, n)
+    rows.append(summarize("API create -> ready, cold path (no pool)",
+                          "Python http.client; spaced's own time, mean: %.2f ms" % server, samples))
+
+
+def pool_rows(args, n, clients, space, sock, env, rows, size):
+    """The rows again against a spaced with a warm pool of `size` for the default template."""
+    import clients as conc
+
+    def with_hits(what, fn):
+        h0, m0 = pool_counts(sock)
+        out = fn()
+        h1, m1 = pool_counts(sock)
+        return out, "%s; pool hits %d of %d" % (what, h1 - h0, (h1 - h0) + (m1 - m0))
+
+    def step(what):
+        print("bench: warm pool: %s" % what, file=sys.stderr)
+
+    wait_pool_full(sock, size, timeout=120)
+    step("API create -> ready x%d" % n)
+    (samples, server), how = with_hits(
+        "Python http.client, pool full before each create; spaced's own time, mean: %.2f ms",
+        lambda: create_ready(sock, n, size))
+    rows.append(summarize("API create -> ready, from a warm pool", how % server, samples))
+
+    wait_pool_full(sock, size)
+    step("space run -- true x%d" % n)
+    samples, how = with_hits("C timer spawning the CLI", lambda: timed_spawns(
+        args.timer, n, [space, "run", "--", "true"], env))
+    rows.append(summarize("`space run -- true`, warm pool", how, samples))
+
+    wait_pool_full(sock, size)
+    step("space run -- true x%d, %d clients" % (n, clients))
+    (samples, wall), how = with_hits("%d C timers at once" % clients, lambda: conc.cli_clients(
+        args.timer, n, clients, [space, "run", "--", "true"], env))
+    rows.append(summarize("`space run -- true`, %d clients, warm pool" % clients, how, samples,
+                          len(samples) / wall))
+
+    for c in (1, clients):
+        wait_pool_full(sock, size)
+        step("API create+delete x%d, %d client(s)" % (n, c))
+        who = "Python http.client" if c == 1 else "%d Python threads, a connection each" % c
+        (got, wall), how = with_hits(who, lambda: conc.api_clients(
+            sock, n, c, conc.cycle_create_delete))
+        rows.append(summarize("API create + delete, warm pool" + ("" if c == 1 else
+                                                                  ", %d clients" % c),
+                              how, got["cycle"], len(got["cycle"]) / wall))
+    for c in (1, clients):
+        wait_pool_full(sock, size)
+        step("API create -> first output -> delete x%d, %d client(s)" % (n, c))
+        who = "Python http.client" if c == 1 else "%d Python threads, a connection each" % c
+        (got, wall), how = with_hits(who, lambda: conc.api_clients(
+            sock, n, c, conc.cycle_first_output))
+        tail = ", warm pool" + ("" if c == 1 else ", %d clients" % c)
+        rows.append(summarize("API create -> first output of `echo hi`" + tail, how,
+                              got["first_output"], len(got["cycle"]) / wall))
+        rows.append(summarize("API create -> first output -> delete" + tail, how, got["cycle"],
+                              len(got["cycle"]) / wall))
+
+
 def peer_rows(args, n, env, rows, notes):
     import peers
 
@@ -279,6 +421,7 @@ def main():
     n = int(os.environ.get("BENCH_N", "100"))
     clients = int(os.environ.get("BENCH_CLIENTS", "16"))
     idle = int(os.environ.get("BENCH_IDLE", "16"))
+    pool_size = int(os.environ.get("BENCH_POOL", "16"))
     space, spaced = os.path.join(build, "space"), os.path.join(build, "spaced")
     sock = os.path.join(args.work, "space.sock")
     state = os.path.join(args.work, "state")
@@ -293,11 +436,23 @@ def main():
     daemon = start_daemon(spaced, state, sock, log)
     try:
         space_rows(args, n, clients, space, sock, env, rows)
+        cold_rows(n, sock, rows)
+        steps = cold_steps(sock)
         print("bench: idle memory, %d sandboxes" % idle, file=sys.stderr)
         try:
             memory = idle_memory.measure(sock, daemon.pid, idle)
         except (OSError, RuntimeError) as e:
             memory = {"error": str(e)}
+    finally:
+        stop_daemon(daemon, sock)
+    # The same daemon binary with a warm pool of the default template.
+    config = os.path.join(args.work, "pool.json")
+    with open(config, "w") as f:
+        json.dump({"pools": [{"profile": "test", "size": pool_size}]}, f)
+    pooled_state = os.path.join(args.work, "state-pool")
+    daemon = start_daemon(spaced, pooled_state, sock, log, config)
+    try:
+        pool_rows(args, n, clients, space, sock, env, rows, pool_size)
     finally:
         stop_daemon(daemon, sock)
     # Peers after our daemon is gone, so that it costs them nothing.
@@ -331,6 +486,15 @@ def main():
         lines.append("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.1f |" % (
             r["name"], r["how"], r["n"], r["p50"], r["p90"], r["p99"], r["mean"],
             r["p50"] / floor, r["p50"] / run, r["per_s"]))
+    lines += ["", "## Where cold creation's time goes", "",
+              "Mean milliseconds per step of a cold create (no pool) over the %d cold creates of "
+              "the run, from spaced's `/metrics` (`space_sandbox_create_step_seconds_sum`); "
+              "\"launch\" steps are the runtime's (src/runtime/linux), the rest the daemon's. "
+              "The warm-pool rows ran against a second spaced with `\"pools\": [{\"profile\": "
+              "\"test\", \"size\": %d}]`." % (max((c for _, _, c in steps), default=0), pool_size),
+              "", "| step | mean ms |", "|---|---:|"]
+    lines += ["| %s | %.3f |" % (name, ms) for name, ms, _ in steps]
+    lines.append("| **total** | **%.3f** |" % sum(ms for _, ms, _ in steps))
     lines += ["", "## Host memory per idle sandbox", ""] + memory_lines(memory)
     lines += ["", "## Peers", "",
               "Each peer runs `true` in a fresh sandbox, timed by the same C timer as the floor "

@@ -19,6 +19,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/janitor.h"
 #include "daemon/caller.h"
 
 namespace space::daemon {
@@ -149,6 +150,7 @@ void Daemon::shutdown() {
   for (auto& [id, sb] : all)
     if (sb->conn) sb->conn->close();
   if (gateway_) gateway_->stop();
+  Janitor::instance().drain();
   if (audit_) (void)audit_->flush();
 }
 
@@ -539,6 +541,7 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
           .count());
   metrics_.creates++;
   if (pooled) {
+    pool_cv_.notify_all();  // its replacement
     metrics_.creates_pooled++;
     metrics_.pooled_ns_sum += ns;
   } else {
@@ -548,7 +551,7 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
   spdlog::info("created sandbox {} (image {}, profile {}, agent pid {}{}) in {:.2f} ms: {}", rec.id,
                rec.image, rec.profile, sb->inst->agent_pid(), pooled ? ", warm pool" : "",
                static_cast<double>(ns) / 1e6, times.summary());
-  return info(rec, sb.get());
+  return info(rec, sb.get(), false);
 }
 
 Result<std::shared_ptr<Daemon::Sandbox>> Daemon::live(const std::string& id) {
@@ -610,7 +613,7 @@ Result<SandboxInfo> Daemon::inspect(const std::string& id) {
   return info(*rec, nullptr);
 }
 
-SandboxInfo Daemon::info(const SandboxRecord& rec, const Sandbox* sb) {
+SandboxInfo Daemon::info(const SandboxRecord& rec, const Sandbox* sb, bool usage) {
   json j = {{"id", rec.id},
             {"state", rec.state},
             {"runtime", rec.runtime},
@@ -639,7 +642,8 @@ SandboxInfo Daemon::info(const SandboxRecord& rec, const Sandbox* sb) {
   }
   if (sb && sb->inst && !sb->destroyed) {
     j["host_pid"] = sb->inst->agent_pid();
-    if (auto u = sb->inst->usage(); u) {
+    if (auto u = usage ? sb->inst->usage() : Result<runtime::Usage>(fail(Code::kUnavailable, ""));
+        u) {
       j["usage"] = {{"memory_bytes", u->memory_bytes}, {"memory_limit", u->memory_limit},
                     {"oom_kills", u->oom_kills},       {"pids", u->pids},
                     {"cpu_usage_ns", u->cpu_usage_ns}};
@@ -661,8 +665,12 @@ Result<void> Daemon::destroy_sandbox(const std::shared_ptr<Sandbox>& sb,
     spdlog::error("destroying sandbox {}: {}", sb->rec.id, r.error().message());
     return fail(std::move(r.error()).wrap("destroying sandbox " + sb->rec.id));
   }
-  std::error_code ec;
-  fs::remove_all(cfg_.state_dir / "sandboxes" / sb->rec.id, ec);
+  // Its state directory (the CA, empty mount points) goes in the background; a spaced that
+  // stops first removes it at its next start (reconcile).
+  Janitor::instance().post([dir = cfg_.state_dir / "sandboxes" / sb->rec.id] {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  });
   sb->rec.state = "destroyed";
   sb->rec.destroyed_at = now_s();
   sb->rec.reason = reason;

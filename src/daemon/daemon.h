@@ -4,6 +4,7 @@
 // the agent inside; Store keeps the metadata.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -180,7 +181,8 @@ class Daemon : public SandboxService {
                                std::string_view bytes);
   // The runtime's exec-event callback for a sandbox: appends "proc.exec" audit events.
   std::function<void(nlohmann::json)> exec_sink(const std::string& id);
-  SandboxInfo info(const SandboxRecord& rec, const Sandbox* sb);
+  // With `usage`, the cgroup's current usage too (a few file reads: not for a create's answer).
+  SandboxInfo info(const SandboxRecord& rec, const Sandbox* sb, bool usage = true);
   // Snapshots (daemon/snapshots.cc).
   Result<snapshot::Store*> snapshot_store(const std::string& profile);
   // Takes a snapshot of a live sandbox, its processes frozen meanwhile. Caller holds sb.mu.
@@ -242,6 +244,7 @@ class Daemon : public SandboxService {
   std::condition_variable pool_cv_;
   std::deque<Pool> pools_;  // filled at start, never resized after
   bool pools_stopping_ = false;
+  std::chrono::steady_clock::time_point last_claim_{};
   std::thread pool_filler_;
 
   std::mutex trust_mu_;
@@ -260,13 +263,16 @@ class Daemon : public SandboxService {
     std::atomic<uint64_t> creates_pooled{0}, pooled_ns_sum{0};
     // Where creation time goes, by step (StepTimes names): count and nanoseconds.
     std::mutex steps_mu;
-    std::map<std::string, std::pair<uint64_t, int64_t>, std::less<>> create_steps;
+    // In the order the steps first ran.
+    std::vector<std::pair<std::string, std::pair<uint64_t, int64_t>>> create_steps;
     void add_steps(const StepTimes& t) {
       std::lock_guard lock(steps_mu);
       for (auto& [name, ns] : t.steps()) {
-        auto& slot = create_steps[name];
-        slot.first++;
-        slot.second += ns;
+        auto it = std::find_if(create_steps.begin(), create_steps.end(),
+                               [&](const auto& e) { return e.first == name; });
+        if (it == create_steps.end()) it = create_steps.emplace(create_steps.end(), name, std::pair{0, 0});
+        it->second.first++;
+        it->second.second += ns;
       }
     }
   } metrics_;

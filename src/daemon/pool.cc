@@ -23,22 +23,30 @@ std::optional<Daemon::Prepared> Daemon::claim_pooled(const Template& t) {
       out = std::move(pool.ready.front());
       pool.ready.pop_front();
       pool.hits++;
+      last_claim_ = std::chrono::steady_clock::now();
       break;
     }
   }
-  if (out) pool_cv_.notify_all();  // refill
+  // The filler notices on its own, a little later (pool_loop): making the replacement right
+  // now would compete with the rest of this create for the CPU and the store.
   return out;
 }
 
 void Daemon::pool_loop() {
   std::unique_lock lock(pool_mu_);
   while (!pools_stopping_) {
+    // Refills wait until creates pause for kRefillDelay (or a pool is at most half full):
+    // a claim should not share the CPU and the store with the making of its replacement.
+    constexpr auto kRefillDelay = std::chrono::milliseconds(5);
+    auto quiet_at = last_claim_ + kRefillDelay;
+    bool quiet = std::chrono::steady_clock::now() >= quiet_at;
     // The pool furthest below its size (relative to it) is filled first.
     Pool* next = nullptr;
     double now = now_s();
-    double wake = now + 1;
+    double wake = now + (quiet ? 1 : 0.005);
     for (auto& pool : pools_) {
       if (pool.ready.size() + pool.filling >= pool.cfg.size) continue;
+      if (!quiet && pool.ready.size() * 2 > pool.cfg.size) continue;
       if (pool.retry_at > now) {
         wake = std::min(wake, pool.retry_at);
         continue;
@@ -50,7 +58,7 @@ void Daemon::pool_loop() {
       if (!next || short_of(pool) > short_of(*next)) next = &pool;
     }
     if (!next) {
-      pool_cv_.wait_for(lock, std::chrono::duration<double>(std::max(0.01, wake - now)));
+      pool_cv_.wait_for(lock, std::chrono::duration<double>(std::max(0.001, wake - now)));
       continue;
     }
     Pool& pool = *next;

@@ -11,6 +11,7 @@
 #include <cctype>
 #include <utility>
 
+#include "common/janitor.h"
 #include "runtime/linux/agent_image.h"
 #include "runtime/linux/exec_supervisor.h"
 #include "runtime/linux/host_files.h"
@@ -165,14 +166,19 @@ Result<void> LinuxInstance::destroy() {
   // namespace) makes the kernel kill the rest of the namespace too.
   p_->cgroup->kill_all();
   TRY_VOID_CTX(kill_and_reap(p_->pidfd.get(), p_->is_child, p_->stop_timeout), ctx);
-  p_->exec_supervisor.reset();
   if (p_->paused) {  // v1-frozen tasks die only once thawed
     (void)p_->cgroup->thaw();
     p_->paused = false;
   }
   TRY_VOID_CTX(p_->cgroup->wait_empty(p_->stop_timeout), ctx);
   TRY_VOID_CTX(p_->cgroup->remove(), ctx);
+  // (The staging directory is removed now, not later: a rollback makes it again at once.)
   remove_stage(p_->stage);
+  // Every process is gone: joining the exec supervisor's thread need not hold up the caller.
+  Janitor::instance().post(
+      [sup = std::shared_ptr<ExecSupervisor>(std::move(p_->exec_supervisor))]() mutable {
+        sup.reset();
+      });
   p_->channel.reset();
   p_->netns.reset();
   p_->pidfd.reset();
