@@ -46,7 +46,8 @@ void Agent::start_exec(uint32_t stream, std::string_view payload) {
               EEXIST));
   auto spec = parse_exec_spec(payload);
   if (!spec) return send_start_error(channel_.get(), stream, 125, spec.error());
-  auto h = spawn_shim(*spec);
+  want_spare_ = true;
+  auto h = spawn_shim(*spec, payload, &spare_);
   if (!h) return send_start_error(channel_.get(), stream, 125, h.error());
 
   auto e = std::make_unique<Exec>();
