@@ -1,6 +1,5 @@
 // The per-exec shim: one for every exec, forked by the agent ahead of time (SpareShim) or on
-// demand. The shim becomes a session leader and
-// a child subreaper, forks the worker (vfork: it only execs), reports {started pid} or
+// demand. The shim becomes a session leader and a child subreaper, forks the worker (vfork: it only execs), reports {started pid} or
 // {failed step, errno} and later the worker's wait status to the agent over the status pipe,
 // and keeps reaping re-parented orphans of the exec's tree until it has no children left.
 // Signal numbers the agent writes to the control pipe are delivered to the whole tree:

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -108,6 +109,11 @@ int run(int argc, char** argv) {
     return 2;
   }
   setup_logging(cfg, log_format == "json");
+  // spaced holds secrets and CA keys: no core dumps, and no ptrace or /proc/PID/mem access but
+  // with CAP_SYS_PTRACE. (The launcher's CLONE_VM children share spaced's memory until they exec
+  // the agent; their setresuid would make it non-dumpable anyway: this makes it so from the
+  // start.)
+  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 
   // One daemon per state directory.
   std::error_code ec;
