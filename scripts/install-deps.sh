@@ -34,6 +34,8 @@ PACKAGES=(
   libfmt-dev libspdlog-dev
   libzstd-dev             # snapshot chunks
   libarchive-dev          # image import, cp of directories
+  # the static libraries libarchive needs, for the statically linked CLI (CMakeLists.txt)
+  libacl1-dev liblz4-dev liblzma-dev libbz2-dev zlib1g-dev
   libgtest-dev libgmock-dev
   libbenchmark-dev        # bench/ microbenchmarks
   # runtime tools used by the daemon, the tests, the demo and the bench

@@ -4,12 +4,30 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstring>
+#include <memory>
 #include <sstream>
 
 #include "common/units.h"
 
 namespace space::cli {
 namespace {
+
+// Which commands to define: all, or only the one being run (see parse_args).
+class Want {
+ public:
+  explicit Want(std::string only) : only_(std::move(only)) {}
+  bool operator()(std::string_view command) {
+    bool yes = only_.empty() || only_ == command;
+    matched_ = matched_ || yes;
+    return yes;
+  }
+  // With `only` set: whether it named a command.
+  bool matched() const { return matched_; }
+
+ private:
+  std::string only_;
+  bool matched_ = false;
+};
 
 void add_sandbox_flags(CLI::App* sub, SandboxFlags& f) {
   sub->add_option("--runtime", f.runtime, "linux | qemu | firecracker (default linux)");
@@ -33,33 +51,44 @@ void add_sandbox_flags(CLI::App* sub, SandboxFlags& f) {
 
 // Snapshots (docs/snapshots.md). `snapshot` takes a sandbox id, or `rm` and snapshot ids; its
 // ID is checked after parsing, since CLI11 cannot require it only without the subcommand.
-CLI::App* add_snapshot_commands(CLI::App& app, Args& a) {
-  auto* snapshot = app.add_subcommand(
-      "snapshot", "snapshot a sandbox's files and print the snapshot id (or: snapshot rm SNAP...)");
-  snapshot->add_option("id", a.id, "sandbox id");
-  snapshot->add_option("--name", a.name, "name it (unique in the profile), e.g. before-migrate");
-  snapshot->add_flag("--json", a.json, "print the snapshot as JSON");
-  snapshot->footer("Usage: space snapshot ID [--name N] [--json] | space snapshot rm SNAP...");
-  auto* rm = snapshot->add_subcommand("rm", "delete snapshots");
-  rm->add_option("snaps", a.snaps, "snapshot ids or names")->required();
-  auto* snapshots =
-      app.add_subcommand("snapshots", "list a sandbox's snapshots (no ID: every snapshot)");
-  snapshots->add_option("id", a.id, "sandbox id (also once destroyed)");
-  snapshots->add_flag("--json", a.json, "print JSON");
-  auto* rollback = app.add_subcommand(
-      "rollback", "put a sandbox's files back to a snapshot, in place (processes restart)");
-  rollback->add_option("id", a.id, "sandbox id")->required();
-  rollback->add_option("snap", a.snap, "snapshot id or name")->required();
-  rollback->add_flag("--json", a.json, "print the sandbox as JSON");
-  auto* restore = app.add_subcommand("restore", "new sandbox from a snapshot; prints its id");
-  restore->add_option("snap", a.snap, "snapshot id or name")->required();
-  restore->add_option("--profile", a.sandbox.profile,
-                      "profile (must be the snapshot's own; default: the snapshot's)");
-  restore->add_flag("--json", a.json, "print the sandbox as JSON");
+CLI::App* add_snapshot_commands(CLI::App& app, Args& a, Want& want) {
+  CLI::App* snapshot = nullptr;
+  if (want("snapshot")) {
+    snapshot = app.add_subcommand(
+        "snapshot",
+        "snapshot a sandbox's files and print the snapshot id (or: snapshot rm SNAP...)");
+    snapshot->add_option("id", a.id, "sandbox id");
+    snapshot->add_option("--name", a.name, "name it (unique in the profile), e.g. before-migrate");
+    snapshot->add_flag("--json", a.json, "print the snapshot as JSON");
+    snapshot->footer("Usage: space snapshot ID [--name N] [--json] | space snapshot rm SNAP...");
+    auto* rm = snapshot->add_subcommand("rm", "delete snapshots");
+    rm->add_option("snaps", a.snaps, "snapshot ids or names")->required();
+  }
+  if (want("snapshots")) {
+    auto* snapshots =
+        app.add_subcommand("snapshots", "list a sandbox's snapshots (no ID: every snapshot)");
+    snapshots->add_option("id", a.id, "sandbox id (also once destroyed)");
+    snapshots->add_flag("--json", a.json, "print JSON");
+  }
+  if (want("rollback")) {
+    auto* rollback = app.add_subcommand(
+        "rollback", "put a sandbox's files back to a snapshot, in place (processes restart)");
+    rollback->add_option("id", a.id, "sandbox id")->required();
+    rollback->add_option("snap", a.snap, "snapshot id or name")->required();
+    rollback->add_flag("--json", a.json, "print the sandbox as JSON");
+  }
+  if (want("restore")) {
+    auto* restore = app.add_subcommand("restore", "new sandbox from a snapshot; prints its id");
+    restore->add_option("snap", a.snap, "snapshot id or name")->required();
+    restore->add_option("--profile", a.sandbox.profile,
+                        "profile (must be the snapshot's own; default: the snapshot's)");
+    restore->add_flag("--json", a.json, "print the sandbox as JSON");
+  }
   return snapshot;
 }
 
-void add_audit(CLI::App& app, Args& a) {
+void add_audit(CLI::App& app, Args& a, Want& want) {
+  if (!want("audit")) return;
   auto* audit = app.add_subcommand("audit", "audit log of a sandbox (also once destroyed)");
   audit->add_option("id", a.id, "sandbox id")->required();
   audit->add_flag("--json", a.json, "print JSON Lines, one event per line");
@@ -68,7 +97,8 @@ void add_audit(CLI::App& app, Args& a) {
 }
 
 // API tokens (docs/api-auth.md).
-CLI::App* add_token(CLI::App& app, Args& a) {
+CLI::App* add_token(CLI::App& app, Args& a, Want& want) {
+  if (!want("token")) return nullptr;
   auto* token = app.add_subcommand("token", "manage API tokens (docs/api-auth.md)");
   token->require_subcommand(1);
   auto* create = token->add_subcommand("create", "make an API token; its text is shown once");
@@ -96,6 +126,132 @@ CLI::App* add_token(CLI::App& app, Args& a) {
 
 bool is_command_taking(const std::string& command) { return command == "run" || command == "exec"; }
 
+struct Commands {
+  std::unique_ptr<CLI::App> app;  // null: `only` named no command
+  CLI::App* image = nullptr;      // the commands with subcommands, where defined
+  CLI::App* snapshot = nullptr;
+  CLI::App* token = nullptr;
+};
+
+// The `space` app with every command, or with `only` set just that one.
+Commands define_commands(Args& a, const std::string& only) {
+  Commands c;
+  Want want(only);
+  c.app = std::make_unique<CLI::App>(
+      "space: disposable, isolated sandboxes for agent code.\n"
+      "Talks to spaced over $SPACE_SOCKET (default /run/space/space.sock), or over\n"
+      "$SPACE_API (http://127.0.0.1:PORT, its TCP listener); sends $SPACE_TOKEN if set.",
+      "space");
+  CLI::App& app = *c.app;
+  app.set_version_flag("--version", "space 0.1.0");
+  app.require_subcommand(1);
+  app.footer(
+      "Exit codes: the command's own; 125 when SPACE itself failed; 126/127 when the "
+      "command could not be run.");
+
+  if (want("run")) {
+    auto* run = app.add_subcommand("run", "create a sandbox, run CMD in it, destroy it");
+    add_sandbox_flags(run, a.sandbox);
+    run->add_option("cmd", a.cmd, "command and arguments (after --)");
+    run->footer("Usage: space run [OPTIONS] -- CMD [ARGS...]");
+  }
+
+  if (want("create")) {
+    auto* create = app.add_subcommand("create", "create a sandbox and print its id");
+    add_sandbox_flags(create, a.sandbox);
+    create->add_flag("--json", a.json, "print the sandbox as JSON");
+  }
+
+  if (want("exec")) {
+    auto* exec = app.add_subcommand("exec", "run CMD in an existing sandbox");
+    exec->add_option("id", a.id, "sandbox id")->required();
+    exec->add_option("cmd", a.cmd, "command and arguments (after --)");
+    exec->add_option("--timeout", a.timeout, "kill the command after this long, e.g. 30s");
+    exec->add_option("--env", a.env, "K=V (repeatable)")->allow_extra_args(false);
+    exec->add_option("--cwd", a.cwd, "working directory inside the sandbox");
+    exec->add_flag("--detach", a.detach, "start in the background and print its pid");
+    exec->add_flag("--snapshot", a.snapshot, "snapshot the sandbox before running CMD");
+    exec->footer("Usage: space exec ID [OPTIONS] -- CMD [ARGS...]");
+  }
+
+  if (want("ps")) {
+    auto* ps = app.add_subcommand("ps", "list the processes of a sandbox");
+    ps->add_option("id", a.id, "sandbox id")->required();
+    ps->add_flag("--json", a.json, "print JSON");
+  }
+
+  if (want("kill")) {
+    auto* kill = app.add_subcommand("kill", "send a signal to a process in a sandbox");
+    kill->add_option("id", a.id, "sandbox id")->required();
+    kill->add_option("pid", a.pid, "pid inside the sandbox (see `space ps ID`)")->required();
+    kill->add_option("--signal,-s", a.signal, "signal number or name (default TERM)");
+  }
+
+  if (want("cp")) {
+    auto* cp = app.add_subcommand("cp", "copy files or directories; either side may be ID:/path");
+    cp->add_option("src", a.src, "source: a local path or ID:/path")->required();
+    cp->add_option("dst", a.dst, "destination: a local path or ID:/path")->required();
+  }
+
+  if (want("ls")) {
+    auto* ls = app.add_subcommand("ls", "list sandboxes");
+    ls->add_flag("--json", a.json, "print JSON");
+  }
+
+  if (want("inspect")) {
+    auto* inspect = app.add_subcommand("inspect", "show a sandbox as JSON");
+    inspect->add_option("id", a.id, "sandbox id")->required();
+    inspect->add_flag("--json", a.json, "print JSON (the default)");
+  }
+
+  if (want("rm")) {
+    auto* rm = app.add_subcommand("rm", "destroy a sandbox");
+    rm->add_option("id", a.id, "sandbox id")->required();
+    rm->add_flag("--force,-f", a.force, "also while commands run");
+  }
+
+  if (want("pause")) {
+    auto* pause = app.add_subcommand("pause", "freeze every process of a sandbox");
+    pause->add_option("id", a.id, "sandbox id")->required();
+  }
+  if (want("resume")) {
+    auto* resume = app.add_subcommand("resume", "thaw a paused sandbox");
+    resume->add_option("id", a.id, "sandbox id")->required();
+  }
+
+  if (want("diff")) {
+    auto* diff = app.add_subcommand(
+        "diff", "files added (A), changed (C), deleted (D) since creation or --since");
+    diff->add_option("id", a.id, "sandbox id")->required();
+    diff->add_option("--since", a.since, "compare with this snapshot (id or name) instead");
+    diff->add_flag("--json", a.json, "print JSON");
+  }
+
+  if (want("doctor")) {
+    auto* doctor = app.add_subcommand("doctor", "what this host supports");
+    doctor->add_flag("--json", a.json, "print the raw JSON report");
+  }
+
+  if (want("image")) {
+    c.image = app.add_subcommand("image", "manage images");
+    c.image->require_subcommand(1);
+    auto* image_import = c.image->add_subcommand("import", "import a root filesystem");
+    image_import->add_option("name", a.name, "image name")->required();
+    image_import->add_option("path", a.path, "a directory, or a tarball (plain, gz, xz, zst)")
+        ->required();
+    auto* image_ls = c.image->add_subcommand("ls", "list images");
+    image_ls->add_flag("--json", a.json, "print JSON");
+    auto* image_rm = c.image->add_subcommand("rm", "remove an image");
+    image_rm->add_option("name", a.name, "image name")->required();
+  }
+
+  c.snapshot = add_snapshot_commands(app, a, want);
+  add_audit(app, a, want);
+  c.token = add_token(app, a, want);
+  if (!only.empty() && !want.matched()) c.app.reset();
+  return c;
+}
+
 }  // namespace
 
 ParseOutcome parse_args(const std::vector<std::string>& argv) {
@@ -116,88 +272,16 @@ ParseOutcome parse_args(const std::vector<std::string>& argv) {
     }
   }
 
-  CLI::App app(
-      "space: disposable, isolated sandboxes for agent code.\n"
-      "Talks to spaced over $SPACE_SOCKET (default /run/space/space.sock), or over\n"
-      "$SPACE_API (http://127.0.0.1:PORT, its TCP listener); sends $SPACE_TOKEN if set.",
-      "space");
-  app.set_version_flag("--version", "space 0.1.0");
-  app.require_subcommand(1);
-  app.footer(
-      "Exit codes: the command's own; 125 when SPACE itself failed; 126/127 when the "
-      "command could not be run.");
-
-  auto* run = app.add_subcommand("run", "create a sandbox, run CMD in it, destroy it");
-  add_sandbox_flags(run, a.sandbox);
-  run->add_option("cmd", a.cmd, "command and arguments (after --)");
-  run->footer("Usage: space run [OPTIONS] -- CMD [ARGS...]");
-
-  auto* create = app.add_subcommand("create", "create a sandbox and print its id");
-  add_sandbox_flags(create, a.sandbox);
-  create->add_flag("--json", a.json, "print the sandbox as JSON");
-
-  auto* exec = app.add_subcommand("exec", "run CMD in an existing sandbox");
-  exec->add_option("id", a.id, "sandbox id")->required();
-  exec->add_option("cmd", a.cmd, "command and arguments (after --)");
-  exec->add_option("--timeout", a.timeout, "kill the command after this long, e.g. 30s");
-  exec->add_option("--env", a.env, "K=V (repeatable)")->allow_extra_args(false);
-  exec->add_option("--cwd", a.cwd, "working directory inside the sandbox");
-  exec->add_flag("--detach", a.detach, "start in the background and print its pid");
-  exec->add_flag("--snapshot", a.snapshot, "snapshot the sandbox before running CMD");
-  exec->footer("Usage: space exec ID [OPTIONS] -- CMD [ARGS...]");
-
-  auto* ps = app.add_subcommand("ps", "list the processes of a sandbox");
-  ps->add_option("id", a.id, "sandbox id")->required();
-  ps->add_flag("--json", a.json, "print JSON");
-
-  auto* kill = app.add_subcommand("kill", "send a signal to a process in a sandbox");
-  kill->add_option("id", a.id, "sandbox id")->required();
-  kill->add_option("pid", a.pid, "pid inside the sandbox (see `space ps ID`)")->required();
-  kill->add_option("--signal,-s", a.signal, "signal number or name (default TERM)");
-
-  auto* cp = app.add_subcommand("cp", "copy files or directories; either side may be ID:/path");
-  cp->add_option("src", a.src, "source: a local path or ID:/path")->required();
-  cp->add_option("dst", a.dst, "destination: a local path or ID:/path")->required();
-
-  auto* ls = app.add_subcommand("ls", "list sandboxes");
-  ls->add_flag("--json", a.json, "print JSON");
-
-  auto* inspect = app.add_subcommand("inspect", "show a sandbox as JSON");
-  inspect->add_option("id", a.id, "sandbox id")->required();
-  inspect->add_flag("--json", a.json, "print JSON (the default)");
-
-  auto* rm = app.add_subcommand("rm", "destroy a sandbox");
-  rm->add_option("id", a.id, "sandbox id")->required();
-  rm->add_flag("--force,-f", a.force, "also while commands run");
-
-  auto* pause = app.add_subcommand("pause", "freeze every process of a sandbox");
-  pause->add_option("id", a.id, "sandbox id")->required();
-  auto* resume = app.add_subcommand("resume", "thaw a paused sandbox");
-  resume->add_option("id", a.id, "sandbox id")->required();
-
-  auto* diff = app.add_subcommand(
-      "diff", "files added (A), changed (C), deleted (D) since creation or --since");
-  diff->add_option("id", a.id, "sandbox id")->required();
-  diff->add_option("--since", a.since, "compare with this snapshot (id or name) instead");
-  diff->add_flag("--json", a.json, "print JSON");
-
-  auto* doctor = app.add_subcommand("doctor", "what this host supports");
-  doctor->add_flag("--json", a.json, "print the raw JSON report");
-
-  auto* image = app.add_subcommand("image", "manage images");
-  image->require_subcommand(1);
-  auto* image_import = image->add_subcommand("import", "import a root filesystem");
-  image_import->add_option("name", a.name, "image name")->required();
-  image_import->add_option("path", a.path, "a directory, or a tarball (plain, gz, xz, zst)")
-      ->required();
-  auto* image_ls = image->add_subcommand("ls", "list images");
-  image_ls->add_flag("--json", a.json, "print JSON");
-  auto* image_rm = image->add_subcommand("rm", "remove an image");
-  image_rm->add_option("name", a.name, "image name")->required();
-
-  CLI::App* snapshot = add_snapshot_commands(app, a);
-  add_audit(app, a);
-  CLI::App* token = add_token(app, a);
+  // Only the command being run is defined: CLI11 builds every option up front, and all ~25
+  // commands cost ~100 us of each `space` start. Parsing is the same (the app takes exactly one
+  // command, so no token after it can select another). Without a command first (--help,
+  // --version, a typo) every command is defined, for the full help and the usual errors.
+  Commands defined = define_commands(a, head.empty() ? "" : head.front());
+  if (!defined.app) defined = define_commands(a, "");
+  CLI::App& app = *defined.app;
+  CLI::App* image = defined.image;
+  CLI::App* snapshot = defined.snapshot;
+  CLI::App* token = defined.token;
 
   std::vector<std::string> reversed(head.rbegin(), head.rend());
   try {

@@ -218,8 +218,8 @@ Result<void> Connection::send(std::string_view method, const std::string& target
     head += "Content-Length: " + std::to_string(body.size()) + "\r\n";
   }
   head += "\r\n";
-  TRY_VOID(write(head, "sending the request"));
-  return write(body, "sending the request");
+  head += body;  // one write: the daemon reads head and body in one go
+  return write(head, "sending the request");
 }
 
 Result<void> Connection::start_chunked(std::string_view method, const std::string& target,
@@ -292,12 +292,15 @@ Result<std::string> Connection::read_body(size_t limit) {
   }
 }
 
-Result<nlohmann::json> Client::call(std::string_view method, const std::string& target,
-                                    const std::optional<nlohmann::json>& body) const {
-  Connection c = TRY(connect());
-  TRY_VOID(c.send(method, target, body ? body->dump() : ""));
-  int status = TRY(c.read_head());
-  std::string text = TRY(c.read_body());
+bool Connection::reusable() const {
+  return parser_ && parser_->is_done() && parser_->get().keep_alive();
+}
+
+Result<nlohmann::json> Connection::call(std::string_view method, const std::string& target,
+                                        const std::optional<nlohmann::json>& body) {
+  TRY_VOID(send(method, target, body ? body->dump() : ""));
+  int status = TRY(read_head());
+  std::string text = TRY(read_body());
   if (status >= 400) return fail(api_error(status, text));
   if (status == 204 || text.empty()) return nlohmann::json(nullptr);
   auto j = nlohmann::json::parse(text, nullptr, false);
@@ -306,6 +309,12 @@ Result<nlohmann::json> Client::call(std::string_view method, const std::string& 
                                      std::string(method) + " " + target);
   }
   return j;
+}
+
+Result<nlohmann::json> Client::call(std::string_view method, const std::string& target,
+                                    const std::optional<nlohmann::json>& body) const {
+  Connection c = TRY(connect());
+  return c.call(method, target, body);
 }
 
 }  // namespace space::cli

@@ -64,6 +64,14 @@ class Connection {
   Result<size_t> read_some(char* out, size_t n);
   Result<std::string> read_body(size_t limit = 64u << 20);
 
+  // One JSON round trip (see Client::call). Afterwards the connection can carry the next
+  // request if reusable().
+  Result<nlohmann::json> call(std::string_view method, const std::string& target,
+                              const std::optional<nlohmann::json>& body = std::nullopt);
+  // Whether the last response was read to its end and the daemon keeps the connection open
+  // (HTTP/1.1 keep-alive), so another request may follow on it.
+  bool reusable() const;
+
   FdStream& stream() { return *stream_; }
 
  private:
@@ -87,9 +95,11 @@ class Client {
 
   const std::string& socket_path() const { return socket_path_; }
   const std::string& token() const { return token_; }
+  int stop_fd() const { return stop_fd_; }
   Result<Connection> connect() const { return Connection::open(socket_path_, stop_fd_, token_); }
 
-  // One JSON round trip: the response body as JSON (null for 204), or the API's error.
+  // One JSON round trip on a new connection: the response body as JSON (null for 204), or the
+  // API's error.
   Result<nlohmann::json> call(std::string_view method, const std::string& target,
                               const std::optional<nlohmann::json>& body = std::nullopt) const;
 

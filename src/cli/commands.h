@@ -32,11 +32,15 @@ Result<int> cmd_doctor(const Args& a, const Client& c);
 // run and exec (commands_exec.cc)
 Result<int> cmd_run(const Args& a, const Client& c);
 Result<int> cmd_exec(const Args& a, const Client& c);
-// Streams one exec: stdout/stderr to ours as they arrive, our stdin to it if
+// Streams one exec over `conn`: stdout/stderr to ours as they arrive, our stdin to it if
 // `forward_stdin`. Returns the command's exit code (126/127 if it could not start,
 // 128+signal if it was killed, 128+our signal if we were interrupted).
-Result<int> stream_exec(const Client& c, const std::string& id, nlohmann::json body,
+Result<int> stream_exec(Connection conn, const std::string& id, nlohmann::json body,
                         bool forward_stdin);
+// Whether an exec gets our stdin: not when it is a terminal (the command gets /dev/null), nor
+// when it is /dev/null itself (the daemon gives the command /dev/null without a chunked body
+// and a thread to pump it).
+bool should_forward_stdin();
 // The shell-style exit code of an exit event, printing its notes (error, timeout, OOM).
 int exit_code_of(const nlohmann::json& exit_event);
 

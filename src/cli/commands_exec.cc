@@ -9,6 +9,8 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -127,8 +129,14 @@ int exit_code_of(const json& ev) {
   return kExitSpaceFailed;
 }
 
-Result<int> stream_exec(const Client& c, const std::string& id, json body, bool forward_stdin) {
-  Connection conn = TRY(c.connect());
+bool should_forward_stdin() {
+  if (::isatty(STDIN_FILENO)) return false;
+  struct stat st;
+  return !(::fstat(STDIN_FILENO, &st) == 0 && S_ISCHR(st.st_mode) &&
+           st.st_rdev == makedev(1, 3));  // /dev/null
+}
+
+Result<int> stream_exec(Connection conn, const std::string& id, json body, bool forward_stdin) {
   const std::string target = sandbox_target(id, "/exec");
   std::optional<StdinPump> pump;
   if (forward_stdin) {
@@ -189,25 +197,35 @@ Result<int> cmd_exec(const Args& a, const Client& c) {
     }
     return exit_code_of(res.value("exit", json::object()));
   }
-  return stream_exec(c, a.id, std::move(body), !::isatty(STDIN_FILENO));
+  return stream_exec(TRY(c.connect()), a.id, std::move(body), should_forward_stdin());
 }
 
 Result<int> cmd_run(const Args& a, const Client& c) {
   json create = TRY(create_body(a.sandbox));
   json exec = {{"cmd", a.cmd}};
   if (create.contains("timeout")) exec["timeout"] = create["timeout"];  // the lifetime bounds it
-  TRY_VOID(ensure_daemon(c));
+  // One connection carries the create and then the exec (HTTP keep-alive); the destroy gets
+  // its own, since an exec's connection is closed mid-stream when we stop early.
+  Connection conn = TRY(ensure_daemon(c));
 
   // Creating and destroying are not interruptible, so a Ctrl-C never leaves a sandbox behind
   // that we created but do not know the id of.
   Client steady(c.socket_path(), -1, c.token());
-  json sandbox = TRY(steady.call("POST", "/v1/sandboxes", create));
+  conn.stream().set_stop_fd(-1);
+  json sandbox = TRY(conn.call("POST", "/v1/sandboxes", create));
   std::string id = sandbox.value("id", "");
   if (id.empty()) return fail(Code::kProtocol, "the daemon created a sandbox without an id");
 
-  Result<int> result = received_signal() != 0
-                           ? Result<int>(128 + received_signal())
-                           : stream_exec(c, id, std::move(exec), !::isatty(STDIN_FILENO));
+  auto exec_stream = [&]() -> Result<int> {
+    if (conn.reusable()) {
+      conn.stream().set_stop_fd(c.stop_fd());
+    } else {
+      conn = TRY(c.connect());
+    }
+    return stream_exec(std::move(conn), id, std::move(exec), should_forward_stdin());
+  };
+  Result<int> result =
+      received_signal() != 0 ? Result<int>(128 + received_signal()) : exec_stream();
   auto destroyed = steady.call("DELETE", sandbox_target(id, "?force=true"));
   if (!destroyed) {
     write_all(STDERR_FILENO, "space: could not destroy sandbox " + id + ": " +

@@ -58,8 +58,8 @@ void render_report(const json& j, int indent, std::string& out) {
 
 Result<int> cmd_create(const Args& a, const Client& c) {
   json body = TRY(create_body(a.sandbox));
-  TRY_VOID(ensure_daemon(c));
-  json sandbox = TRY(c.call("POST", "/v1/sandboxes", body));
+  Connection conn = TRY(ensure_daemon(c));
+  json sandbox = TRY(conn.call("POST", "/v1/sandboxes", body));
   if (a.json) {
     print_json(sandbox);
   } else {

@@ -43,13 +43,13 @@ Result<fs::path> find_spaced() {
               "or start the daemon yourself");
 }
 
-Result<void> ensure_daemon(const Client& client) {
+Result<Connection> ensure_daemon(const Client& client) {
   const std::string& socket = client.socket_path();
-  auto probe = Connection::open(socket);
-  if (probe) return {};
-  if (probe.error().code() != Code::kUnavailable) return fail(std::move(probe.error()));
+  auto conn = client.connect();
+  if (conn) return conn;
+  if (conn.error().code() != Code::kUnavailable) return fail(std::move(conn.error()));
   // A daemon behind a TCP address is someone else's to start.
-  if (is_tcp_address(socket)) return fail(std::move(probe.error()));
+  if (is_tcp_address(socket)) return fail(std::move(conn.error()));
 
   fs::path spaced = TRY_CTX(find_spaced(), "no daemon at " + socket);
   // Detached: own session, stdio on /dev/null, default signal dispositions and mask (ours
@@ -97,7 +97,7 @@ Result<void> ensure_daemon(const Client& client) {
     if (health) {
       write_all(STDERR_FILENO,
                 "space: started spaced (pid " + std::to_string(pid) + ") on " + socket + "\n");
-      return {};
+      return client.connect();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

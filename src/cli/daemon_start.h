@@ -12,8 +12,10 @@
 
 namespace space::cli {
 
-// Succeeds when a daemon answers on client.socket_path(), starting one if none does.
-Result<void> ensure_daemon(const Client& client);
+// A connection to the daemon on client.socket_path() (with the client's stop fd and token),
+// starting the daemon if none answers. The caller sends its first request on it: no separate
+// probe connection.
+Result<Connection> ensure_daemon(const Client& client);
 
 // Where spaced is: next to /proc/self/exe, else the first executable `spaced` in $PATH.
 Result<std::filesystem::path> find_spaced();
