@@ -84,7 +84,8 @@ Result<sqlite3*> open_db(const fs::path& file) {
     return fail(Code::kUnavailable, "opening audit database " + file.string() + ": " + msg);
   }
   daemon::set_busy_wait(db, 10000);
-  if (auto r = exec_sql(db, "PRAGMA synchronous=NORMAL"); !r) {
+  // Checkpoints are the daemon's (Store::checkpoint), never a commit's.
+  if (auto r = exec_sql(db, "PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0"); !r) {
     sqlite3_close(db);
     return fail(std::move(r.error()));
   }

@@ -721,9 +721,18 @@ Result<void> Daemon::resume(const std::string& id) {
 
 void Daemon::reaper() {
   std::unique_lock lock(mu_);
+  auto next_checkpoint = std::chrono::steady_clock::now();
   while (!stopping_) {
     reaper_cv_.wait_for(lock, std::chrono::milliseconds(200));
     if (stopping_) break;
+    if (auto now = std::chrono::steady_clock::now(); now >= next_checkpoint) {
+      next_checkpoint = now + std::chrono::seconds(1);
+      lock.unlock();
+      if (auto r = store_->checkpoint(); !r)
+        spdlog::warn("database checkpoint: {}", r.error().message());
+      lock.lock();
+      if (stopping_) break;
+    }
     std::vector<std::pair<std::shared_ptr<Sandbox>, std::string>> doomed;
     double now = now_s();
     for (auto& [id, sb] : sandboxes_) {

@@ -88,6 +88,13 @@ class Store {
                                                 const std::string& profile);
   Result<void> delete_snapshot(const std::string& id);
 
+ 
+  // Copies the write-ahead log into the database file (a passive checkpoint, on a connection of
+  // its own: writers go on meanwhile). Every connection to space.db runs with
+  // wal_autocheckpoint=0, so that the checkpoint's fsync is never paid by a request that happens
+  // to commit the 1000th page; the daemon calls this about once a second instead.
+  Result<void> checkpoint();
+
  private:
   explicit Store(sqlite3* db) : db_(db) {}
   Result<void> migrate();
@@ -95,6 +102,8 @@ class Store {
 
   std::mutex mu_;
   sqlite3* db_;
+  std::mutex ckpt_mu_;
+  sqlite3* ckpt_db_ = nullptr;  // opened on first use
 };
 
 }  // namespace space::daemon

@@ -102,7 +102,9 @@ Result<std::unique_ptr<TokenStore>> TokenStore::open(const std::filesystem::path
     sqlite3_close(db);
     return fail(Code::kUnavailable, "opening database " + db_file.string() + ": " + msg);
   }
-  sqlite3_busy_timeout(db, 5000);
+  set_busy_wait(db, 5000);
+  // Checkpoints are the daemon's (Store::checkpoint), never a commit's.
+  sqlite3_exec(db, "PRAGMA wal_autocheckpoint=0", nullptr, nullptr, nullptr);
   std::unique_ptr<TokenStore> s(new TokenStore(db));
   Stmt q(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'api_tokens'");
   if (!q.ok() || q.step() != SQLITE_ROW)
