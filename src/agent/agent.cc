@@ -323,24 +323,8 @@ void Agent::on_sigchld() {
     if (pid < 0 && errno == EINTR) continue;
     if (pid <= 0) return;
     if (shims_.erase(pid) > 0) continue;  // its control pipe closes with it
-    if (spare_ && spare_->pid == pid) {     // killed from inside the sandbox: make another
-      spare_.reset();
-      continue;
-    }
     on_worker_reaped(pid, status);        // a worker whose shim died; else a silent orphan
   }
-}
-
-void Agent::maybe_fork_spare() {
-  // Only between execs: forking while one runs would delay its output and exit.
-  if (spare_ || !want_spare_ || !execs_.empty() || Clock::now() < spare_retry_at_) return;
-  if (channel_ && channel_->queued() > 0) return;  // the daemon gets its frames first
-  auto s = fork_spare_shim();
-  if (!s) {
-    spare_retry_at_ = Clock::now() + std::chrono::seconds(1);
-    return;
-  }
-  spare_ = std::move(*s);
 }
 
 int Agent::next_timeout_ms() const {
@@ -361,7 +345,6 @@ Result<void> Agent::run() {
     if (reopen_at_ && Clock::now() >= *reopen_at_) try_reopen_channel();
     if (channel_ && channel_->broken()) channel_lost("write failed");
     update_channel_interest();
-    if (!busy) maybe_fork_spare();
     int n = ::epoll_wait(epoll_.get(), events, 64, busy ? 0 : next_timeout_ms());
     if (n < 0) {
       if (errno == EINTR) continue;

@@ -19,7 +19,6 @@
 #include <unordered_map>
 
 #include "agent/channel.h"
-#include "agent/shim.h"
 #include "agent/exec_spec.h"
 #include "agent/file_ops.h"
 #include "agent/options.h"
@@ -167,12 +166,6 @@ class Agent {
   std::unordered_map<uint32_t, uint64_t> stream_execs_;  // attached, unfinished execs
   std::unordered_map<pid_t, uint64_t> worker_execs_;     // worker pid -> exec without status
   std::map<pid_t, ShimInfo> shims_;                      // live shims (outlive their execs)
-  // A shim forked ahead for the next exec (shim.h), made once an exec has been asked for and
-  // none is running; `spare_retry_at_` after a failed fork.
-  std::optional<SpareShim> spare_;
-  bool want_spare_ = false;
-  Clock::time_point spare_retry_at_{};
-  void maybe_fork_spare();
 
   std::map<uint32_t, ReadTransfer> reads_;
   std::map<uint32_t, WalkTransfer> walks_;

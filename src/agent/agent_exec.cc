@@ -46,8 +46,7 @@ void Agent::start_exec(uint32_t stream, std::string_view payload) {
               EEXIST));
   auto spec = parse_exec_spec(payload);
   if (!spec) return send_start_error(channel_.get(), stream, 125, spec.error());
-  want_spare_ = true;
-  auto h = spawn_shim(*spec, payload, &spare_);
+  auto h = spawn_shim(*spec);
   if (!h) return send_start_error(channel_.get(), stream, 125, h.error());
 
   auto e = std::make_unique<Exec>();

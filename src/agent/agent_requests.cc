@@ -109,7 +109,6 @@ Result<json> Agent::do_ps() {
   size_t used = 0;
   bool truncated = false;
   for (const ProcEntry& p : procs) {
-    if (spare_ && p.pid == spare_->pid) continue;  // the spare shim is the agent's, not an exec
     // The exec a process belongs to: the nearest shim among its ancestors (or itself).
     json stream = nullptr;
     pid_t cur = p.pid;

@@ -13,7 +13,6 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -21,12 +20,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
-#include <string>
 #include <vector>
 
 #include "agent/proc_table.h"
-#include "proto/frame.h"
 
 namespace space::agent {
 namespace {
@@ -268,152 +264,9 @@ Result<void> set_nonblocking(const UniqueFd& fd) {
   return {};
 }
 
-// The shim's own set-up, before it knows its exec: a new session, subreaper for the exec's
-// orphans, its name, and the signals it ignores.
-void shim_prologue() {
-  ::setsid();
-  // The exec's orphans (double forks, setsid) are re-parented here, not to the agent.
-  ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-  ::prctl(PR_SET_NAME, "space-shim", 0, 0, 0);
-  for (int sig : kShimIgnored) ::signal(sig, SIG_IGN);
-}
-
-// In the shim: builds the worker's plan for `spec` over the given pipe ends and runs.
-[[noreturn]] void become_shim(const ExecSpec& spec, int status_w, int control_r, int stdin_r,
-                              int stdout_w, int stderr_w) {
-  WorkerPlan plan;
-  plan.candidates = exec_candidates(spec);
-  for (const std::string& c : plan.candidates) plan.candidate_ptrs.push_back(c.c_str());
-  for (const std::string& a : spec.argv) plan.argv.push_back(const_cast<char*>(a.c_str()));
-  plan.argv.push_back(nullptr);
-  for (const std::string& e : spec.env) plan.envp.push_back(const_cast<char*>(e.c_str()));
-  plan.envp.push_back(nullptr);
-  plan.cwd = spec.cwd.c_str();
-  plan.uid = spec.uid;
-  plan.gid = spec.gid;
-  plan.stdin_fd = stdin_r;
-  plan.stdout_fd = stdout_w;
-  plan.stderr_fd = stderr_w;
-  plan.status_fd = status_w;
-  Shim shim(status_w, control_r);
-  shim.run(plan);
-}
-
-// What the agent sends a spare: this header with the fds present (in this order: status,
-// control, stdin, stdout, stderr; `mask` bit i set = fd i sent), then `len` bytes of payload.
-struct SpareHeader {
-  uint32_t len;
-  uint32_t mask;
-};
-constexpr size_t kSpareFds = 5;
-
-bool read_full(int fd, char* p, size_t n) {
-  while (n > 0) {
-    ssize_t r = ::read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-// The spare, until it has its exec.
-[[noreturn]] void spare_main(int sock) {
-  shim_prologue();
-  SpareHeader h{};
-  iovec iov{&h, sizeof h};
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * kSpareFds)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = ctrl;
-  msg.msg_controllen = sizeof ctrl;
-  ssize_t n;
-  do {
-    n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
-  } while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(sizeof h)) _exit(0);  // the agent closed us: not needed
-  int fds[kSpareFds] = {-1, -1, -1, -1, -1};
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  size_t got = 0;
-  if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-    got = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-  int received[kSpareFds];
-  ::memcpy(received, CMSG_DATA(c), std::min(got, kSpareFds) * sizeof(int));
-  size_t next = 0;
-  for (size_t i = 0; i < kSpareFds; ++i)
-    if (h.mask & (1u << i)) {
-      if (next >= got) _exit(1);
-      fds[i] = received[next++];
-    }
-  if (fds[0] < 0 || fds[1] < 0 || h.len > proto::kMaxPayload) _exit(1);
-  std::string payload(h.len, '\0');
-  if (!read_full(sock, payload.data(), payload.size())) _exit(1);
-  ::close(sock);
-  auto spec = parse_exec_spec(payload);
-  if (!spec) {  // the agent parsed the same bytes: cannot happen
-    write_record(fds[0], {ShimRecord::kFailed, static_cast<int32_t>(WorkerStep::kNone), EINVAL});
-    _exit(0);
-  }
-  become_shim(*spec, fds[0], fds[1], fds[2], fds[3], fds[4]);
-}
-
-// Sends `payload` and the fds to a spare. false if it is gone (the caller forks instead).
-bool hand_to_spare(const SpareShim& spare, std::string_view payload, const int (&fds)[kSpareFds]) {
-  SpareHeader h{static_cast<uint32_t>(payload.size()), 0};
-  int sent[kSpareFds];
-  size_t count = 0;
-  for (size_t i = 0; i < kSpareFds; ++i)
-    if (fds[i] >= 0) {
-      h.mask |= 1u << i;
-      sent[count++] = fds[i];
-    }
-  iovec iov{&h, sizeof h};
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * kSpareFds)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = ctrl;
-  msg.msg_controllen = CMSG_SPACE(sizeof(int) * count);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int) * count);
-  ::memcpy(CMSG_DATA(c), sent, sizeof(int) * count);
-  ssize_t n;
-  do {
-    n = ::sendmsg(spare.sock.get(), &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(sizeof h)) return false;
-  // The payload follows on the blocking socket; the spare reads it at once.
-  while (!payload.empty()) {
-    n = ::send(spare.sock.get(), payload.data(), payload.size(), MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;  // it died half-way: its pipes close, the exec fails cleanly
-    payload.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
-
 }  // namespace
 
-Result<SpareShim> fork_spare_shim() {
-  int sv[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-    return fail_sys("socketpair", "spare shim");
-  UniqueFd mine(sv[0]), theirs(sv[1]);
-  pid_t pid = ::fork();
-  if (pid < 0) return fail_sys("fork", "spare shim");
-  if (pid == 0) {
-    close_all_except({theirs.get()});
-    spare_main(theirs.release());
-  }
-  return SpareShim{pid, std::move(mine)};
-}
-
-Result<ShimHandle> spawn_shim(const ExecSpec& spec, std::string_view payload,
-                              std::optional<SpareShim>* spare) {
+Result<ShimHandle> spawn_shim(const ExecSpec& spec) {
   ShimHandle h;
   UniqueFd status_w, control_r, stdin_r, stdout_w, stderr_w;
   TRY_VOID(make_pipe(h.status, status_w));
@@ -426,26 +279,36 @@ Result<ShimHandle> spawn_shim(const ExecSpec& spec, std::string_view payload,
   for (const UniqueFd* fd : {&h.status, &h.control, &h.stdin_w, &h.stdout_r, &h.stderr_r})
     if (fd->valid()) TRY_VOID(set_nonblocking(*fd));
 
-  if (spare && *spare) {
-    SpareShim s = std::move(**spare);
-    spare->reset();
-    const int fds[kSpareFds] = {status_w.get(), control_r.get(), stdin_r.get(), stdout_w.get(),
-                                stderr_w.get()};
-    if (hand_to_spare(s, payload, fds)) {
-      h.pid = s.pid;
-      return h;  // our ends of its pipe halves close here; it holds its own
-    }
-    ::kill(s.pid, SIGKILL);  // reaped by the agent's SIGCHLD handling
-  }
+  WorkerPlan plan;
+  plan.candidates = exec_candidates(spec);
+  for (const std::string& c : plan.candidates) plan.candidate_ptrs.push_back(c.c_str());
+  for (const std::string& a : spec.argv) plan.argv.push_back(const_cast<char*>(a.c_str()));
+  plan.argv.push_back(nullptr);
+  for (const std::string& e : spec.env) plan.envp.push_back(const_cast<char*>(e.c_str()));
+  plan.envp.push_back(nullptr);
+  plan.cwd = spec.cwd.c_str();
+  plan.uid = spec.uid;
+  plan.gid = spec.gid;
+  plan.stdin_fd = stdin_r.get();
+  plan.stdout_fd = stdout_w.get();
+  plan.stderr_fd = stderr_w.get();
 
   pid_t pid = ::fork();
   if (pid < 0) return fail_sys("fork", "exec shim");
   if (pid == 0) {
     close_all_except(
         {status_w.get(), control_r.get(), stdin_r.get(), stdout_w.get(), stderr_w.get()});
-    shim_prologue();
-    become_shim(spec, status_w.release(), control_r.release(), stdin_r.release(),
-                stdout_w.release(), stderr_w.release());
+    ::setsid();
+    // The exec's orphans (double forks, setsid) are re-parented here, not to the agent.
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    ::prctl(PR_SET_NAME, "space-shim", 0, 0, 0);
+    for (int sig : kShimIgnored) ::signal(sig, SIG_IGN);
+    plan.status_fd = status_w.get();
+    Shim shim(status_w.release(), control_r.release());
+    stdin_r.release();
+    stdout_w.release();
+    stderr_w.release();
+    shim.run(plan);
   }
   h.pid = pid;
   return h;

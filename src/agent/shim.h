@@ -1,5 +1,5 @@
-// The per-exec shim: one for every exec, forked by the agent ahead of time (SpareShim) or on
-// demand. The shim becomes a session leader and a child subreaper, forks the worker (vfork: it only execs), reports {started pid} or
+// The per-exec shim: the agent forks one for every exec. The shim becomes a session leader and
+// a child subreaper, forks the worker (vfork: it only execs), reports {started pid} or
 // {failed step, errno} and later the worker's wait status to the agent over the status pipe,
 // and keeps reaping re-parented orphans of the exec's tree until it has no children left.
 // Signal numbers the agent writes to the control pipe are delivered to the whole tree:
@@ -11,8 +11,6 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <optional>
-#include <string_view>
 
 #include "agent/exec_spec.h"
 #include "common/error.h"
@@ -41,22 +39,8 @@ struct ShimHandle {
   UniqueFd stderr_r;  // valid unless spec.detach
 };
 
-// A shim forked ahead of time, while the agent is idle, that waits for its exec: the next exec
-// then costs no fork of the agent (~1 ms and more on a small VM). It has done everything a shim
-// does before it knows its exec (session, subreaper, name, signals) and blocks reading its
-// socket; the agent sends the exec frame's payload and the exec's pipe ends over it. If the
-// agent's end closes first, it exits.
-struct SpareShim {
-  pid_t pid = -1;
-  UniqueFd sock;  // the agent's end
-};
-// Same preconditions as spawn_shim.
-Result<SpareShim> fork_spare_shim();
-
-// Starts the shim for spec (parsed from `payload`, the exec frame's): hands it to `*spare` if
-// there is one (and clears it), else forks one. Must be called from a single-threaded process
-// with SIGCHLD blocked (the shim inherits the mask and takes SIGCHLD through its own signalfd).
-Result<ShimHandle> spawn_shim(const ExecSpec& spec, std::string_view payload,
-                              std::optional<SpareShim>* spare = nullptr);
+// Forks the shim for spec. Must be called from a single-threaded process with SIGCHLD blocked
+// (the shim inherits the mask and takes SIGCHLD through its own signalfd).
+Result<ShimHandle> spawn_shim(const ExecSpec& spec);
 
 }  // namespace space::agent

@@ -4,8 +4,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "agent_client.h"
@@ -295,62 +293,6 @@ TEST_F(AgentExecTest, ShimKilledFromInsideStillYieldsExit) {
   ::usleep(100000);
   agent_->send_json(FrameType::kSignal, 2, {{"signal", SIGKILL}});
   EXPECT_EQ(agent_->collect(2, 3000ms).exit.value("signal", 0), SIGKILL);
-}
-
-// Children of `parent` named space-shim (comm), from /proc.
-std::vector<int> shim_children(int parent) {
-  std::vector<int> out;
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    std::string name = e.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream f(e.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(f)), {});
-    auto open = stat.find('('), close = stat.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    std::string comm = stat.substr(open + 1, close - open - 1);
-    int ppid = std::atoi(stat.c_str() + close + 4);  // ") S <ppid>"
-    if (comm == "space-shim" && ppid == parent) out.push_back(std::stoi(name));
-  }
-  return out;
-}
-
-TEST_F(AgentExecTest, SpareShimServesTheNextExecAndIsReplacedWhenKilled) {
-  // No spare before the first exec: a sandbox that never execs pays for none.
-  EXPECT_TRUE(shim_children(agent_->pid()).empty());
-  EXPECT_EQ(agent_->run(1, sh("true")).exit, json({{"exit_code", 0}}));
-  // Between execs the agent forks one shim ahead.
-  std::vector<int> spare;
-  for (int i = 0; i < 200 && (spare = shim_children(agent_->pid())).size() != 1; ++i)
-    ::usleep(10000);
-  ASSERT_EQ(spare.size(), 1u);
-  // ps does not show it: it belongs to no exec and is the agent's own.
-  json ps = agent_->request(2, {{"op", "ps"}});
-  for (const json& p : ps.at("processes")) EXPECT_NE(p.at("pid").get<int>(), spare[0]) << ps;
-  // The next exec runs under it (the worker's parent is its shim).
-  ExecResult r = agent_->run(3, sh("echo $PPID"));
-  EXPECT_EQ(r.out, std::to_string(spare[0]) + "\n");
-  EXPECT_EQ(r.exit, json({{"exit_code", 0}}));
-  // stdin reaches a process started by a spare too.
-  for (int i = 0; i < 200 && (spare = shim_children(agent_->pid())).size() != 1; ++i)
-    ::usleep(10000);
-  ASSERT_EQ(spare.size(), 1u);
-  agent_->send_json(FrameType::kExec, 4, {{"argv", {"cat"}}, {"stdin", true}});
-  agent_->send(FrameType::kStdin, 4, "through the spare");
-  agent_->send(FrameType::kStdin, 4, "");
-  ExecResult c = agent_->collect(4);
-  EXPECT_EQ(c.out, "through the spare");
-  // A spare killed (say, by a process inside) is replaced, and execs keep working meanwhile.
-  for (int i = 0; i < 200 && (spare = shim_children(agent_->pid())).size() != 1; ++i)
-    ::usleep(10000);
-  ASSERT_EQ(spare.size(), 1u);
-  ASSERT_EQ(::kill(spare[0], SIGKILL), 0);
-  ::usleep(50000);
-  EXPECT_EQ(agent_->run(5, sh("echo still")).out, "still\n");
-  std::vector<int> next;
-  for (int i = 0; i < 200 && (next = shim_children(agent_->pid())).size() != 1; ++i)
-    ::usleep(10000);
-  ASSERT_EQ(next.size(), 1u);
-  EXPECT_NE(next[0], spare[0]);
 }
 
 // The agent is non-dumpable, so a process of the same uid can neither read its fds (where the
