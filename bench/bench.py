@@ -282,24 +282,31 @@ def create_ready(sock, n, pool_size=0):
     return samples, server
 
 
-def cold_steps(sock):
-    """Mean milliseconds per cold create, by step, from /metrics (all cold creates so far)."""
-    text = metrics(sock)
+def cold_steps(before, after):
+    """Mean milliseconds per cold create, by step, between two /metrics texts."""
     steps = []
-    for line in text.splitlines():
+    for line in after.splitlines():
         m = re.match(r'^space_sandbox_create_step_seconds_sum\{step="([^"]*)"\}\s+(\S+)$', line)
-        if m:
-            count = metric(text, "space_sandbox_create_step_count", step=m.group(1)) or 0
-            if count:
-                steps.append((m.group(1), float(m.group(2)) * 1000 / count, int(count)))
+        if not m:
+            continue
+        step = m.group(1)
+        count = ((metric(after, "space_sandbox_create_step_count", step=step) or 0) -
+                 (metric(before, "space_sandbox_create_step_count", step=step) or 0))
+        total = float(m.group(2)) - (metric(before, "space_sandbox_create_step_seconds_sum",
+                                            step=step) or 0)
+        if count:
+            steps.append((step, total * 1000 / count, int(count)))
     return steps
 
 
 def cold_rows(n, sock, rows):
+    """The cold create row; returns the steps of its creates (cold_steps)."""
     print("bench: API create -> ready, cold path x%d" % n, file=sys.stderr)
+    before = metrics(sock)
     samples, server = create_ready(sock, n)
     rows.append(summarize("API create -> ready, cold path (no pool)",
                           "Python http.client; spaced's own time, mean: %.2f ms" % server, samples))
+    return cold_steps(before, metrics(sock))
 
 
 def pool_rows(args, n, clients, space, sock, env, rows, size):
@@ -436,8 +443,7 @@ def main():
     daemon = start_daemon(spaced, state, sock, log)
     try:
         space_rows(args, n, clients, space, sock, env, rows)
-        cold_rows(n, sock, rows)
-        steps = cold_steps(sock)
+        steps = cold_rows(n, sock, rows)
         print("bench: idle memory, %d sandboxes" % idle, file=sys.stderr)
         try:
             memory = idle_memory.measure(sock, daemon.pid, idle)
@@ -487,8 +493,9 @@ def main():
             r["name"], r["how"], r["n"], r["p50"], r["p90"], r["p99"], r["mean"],
             r["p50"] / floor, r["p50"] / run, r["per_s"]))
     lines += ["", "## Where cold creation's time goes", "",
-              "Mean milliseconds per step of a cold create (no pool) over the %d cold creates of "
-              "the run, from spaced's `/metrics` (`space_sandbox_create_step_seconds_sum`); "
+              "Mean milliseconds per step of a cold create (no pool) over the %d sequential creates "
+              "of the row \"API create -> ready, cold path\", from spaced's `/metrics` "
+              "(`space_sandbox_create_step_seconds_sum` and `_count` before and after it); "
               "\"launch\" steps are the runtime's (src/runtime/linux), the rest the daemon's. "
               "The warm-pool rows ran against a second spaced with `\"pools\": [{\"profile\": "
               "\"test\", \"size\": %d}]`." % (max((c for _, _, c in steps), default=0), pool_size),
