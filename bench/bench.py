@@ -399,7 +399,8 @@ def memory_lines(m):
         "",
         "| what | MiB per idle sandbox |",
         "|---|---:|",
-        "| **per idle sandbox: spaced PSS + new processes' PSS + cgroup file/tmpfs pages** | "
+        "| **per idle sandbox: spaced PSS + new processes' PSS + cgroup file/tmpfs pages + "
+        "writable layer** | "
         "**%s** |" % fmt_mib(m["total"]),
         "| spaced RSS growth | %s |" % fmt_mib(m["spaced_rss"]),
         "| spaced PSS growth | %s |" % fmt_mib(m["spaced_pss"]),
@@ -412,6 +413,8 @@ def memory_lines(m):
             "| cgroup anonymous pages | %s |" % fmt_mib(m["cgroup_anon"]),
             "| cgroup file + tmpfs pages | %s |" % fmt_mib(m["cgroup_file"]),
         ]
+    lines.append("| writable layer in use (the CA and trust store spaced writes; charged to spaced's "
+                 "memory cgroup) | %s |" % fmt_mib(m.get("layer", 0)))
     lines.append("| host MemAvailable drop (host-wide, noisy) | %s |" % fmt_mib(m["mem_available"]))
     if m.get("note"):
         lines += ["", m["note"]]

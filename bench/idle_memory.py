@@ -13,12 +13,17 @@ settle, and measures from the host, before and after:
                usage (v1 memory.usage_in_bytes, v2 memory.current), and from memory.stat the
                anonymous and file/tmpfs pages. Kernel memory (page tables, the sandbox's mount
                and namespace objects) is in usage only where the kernel accounts it
+  layer        each sandbox's writable layer (a tmpfs; statvfs of the agent's fd 6): what is
+               stored there, i.e. the CA and trust store spaced writes before the sandbox starts
+               (their pages are charged to spaced's memory cgroup, the writer's, and show in no
+               process's RSS)
   MemAvailable /proc/meminfo before minus after: everything, host-wide; noisy on a shared host
 
 All figures are divided by K. The headline "per idle sandbox" is spaced's PSS growth plus the
-new processes' PSS plus the cgroups' file/tmpfs pages: user-space memory the host gives up for
-each idle sandbox, counting no page twice (the cgroups' anonymous pages are the processes' own
-and already in their PSS). The sandboxes are destroyed afterwards.
+new processes' PSS plus the cgroups' file/tmpfs pages plus the writable layers' contents:
+user-space memory the host gives up for each idle sandbox, counting no page twice (the cgroups'
+anonymous pages are the processes' own and already in their PSS; an idle sandbox's layer holds
+only what spaced wrote, which is charged to spaced's cgroup, not the sandbox's). The sandboxes are destroyed afterwards.
 """
 
 import json
@@ -150,6 +155,13 @@ def measure(sock, daemon_pid, k, cgroup_name="space", settle_s=2.0):
         for cg in cgroups:
             new |= cg["pids"]
         procs = [m for m in (smaps(p) for p in sorted(new)) if m]
+        layers = []
+        for sid in ids:
+            status, body = request(sock, "GET", "/v1/sandboxes/%s" % sid)
+            pid = json.loads(body).get("host_pid") if status == 200 else None
+            if pid:
+                st = os.statvfs("/proc/%d/fd/6" % pid)
+                layers.append((st.f_blocks - st.f_bfree) * st.f_frsize)
     finally:
         for sid in ids:
             request(sock, "DELETE", "/v1/sandboxes/%s?force=true" % sid)
@@ -163,6 +175,7 @@ def measure(sock, daemon_pid, k, cgroup_name="space", settle_s=2.0):
         "mem_available": (avail0 - avail1) / k,
         "cgroup_version": version,
         "cgroups_found": len(cgroups),
+        "layer": sum(layers) / len(layers) if layers else 0,
     }
     if cgroups:
         for key in ("usage", "anon", "file"):
@@ -170,5 +183,6 @@ def measure(sock, daemon_pid, k, cgroup_name="space", settle_s=2.0):
     if missing:
         out["note"] = "no memory cgroup found for %d of %d sandboxes under %s/%s (e.g. %s)" % (
             len(missing), k, mount, cgroup_name, missing[0])
-    out["total"] = out["spaced_pss"] + out["procs_pss"] + out.get("cgroup_file", 0)
+    out["total"] = (out["spaced_pss"] + out["procs_pss"] + out.get("cgroup_file", 0) +
+                    out["layer"])
     return out
