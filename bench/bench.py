@@ -342,26 +342,20 @@ def pool_rows(args, n, clients, space, sock, env, rows, size):
     rows.append(summarize("`space run -- true`, %d clients, warm pool" % clients, how, samples,
                           len(samples) / wall))
 
-    for c in (1, clients):
-        wait_pool_full(sock, size)
-        step("API create+delete x%d, %d client(s)" % (n, c))
-        who = "Python http.client" if c == 1 else "%d Python threads, a connection each" % c
-        (got, wall), how = with_hits(who, lambda: conc.api_clients(
-            sock, n, c, conc.cycle_create_delete))
-        rows.append(summarize("API create + delete, warm pool" + ("" if c == 1 else
-                                                                  ", %d clients" % c),
-                              how, got["cycle"], len(got["cycle"]) / wall))
-    for c in (1, clients):
-        wait_pool_full(sock, size)
-        step("API create -> first output -> delete x%d, %d client(s)" % (n, c))
-        who = "Python http.client" if c == 1 else "%d Python threads, a connection each" % c
-        (got, wall), how = with_hits(who, lambda: conc.api_clients(
-            sock, n, c, conc.cycle_first_output))
-        tail = ", warm pool" + ("" if c == 1 else ", %d clients" % c)
-        rows.append(summarize("API create -> first output of `echo hi`" + tail, how,
-                              got["first_output"], len(got["cycle"]) / wall))
-        rows.append(summarize("API create -> first output -> delete" + tail, how, got["cycle"],
-                              len(got["cycle"]) / wall))
+    # (cycle, what it times, [(row name, key of the latency)])
+    cycles = [(conc.cycle_create_delete, "API create+delete", [("API create + delete", "cycle")]),
+              (conc.cycle_first_output, "API create -> first output -> delete",
+               [("API create -> first output of `echo hi`", "first_output"),
+                ("API create -> first output -> delete", "cycle")])]
+    for cycle, what, names in cycles:
+        for c in (1, clients):
+            wait_pool_full(sock, size)
+            step("%s x%d, %d client(s)" % (what, n, c))
+            who = "Python http.client" if c == 1 else "%d Python threads, a connection each" % c
+            (got, wall), how = with_hits(who, lambda: conc.api_clients(sock, n, c, cycle))
+            tail = ", warm pool" + ("" if c == 1 else ", %d clients" % c)
+            for name, key in names:
+                rows.append(summarize(name + tail, how, got[key], len(got["cycle"]) / wall))
 
 
 def peer_rows(args, n, env, rows, notes):

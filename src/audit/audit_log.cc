@@ -2,8 +2,6 @@
 // and verification. See audit_log.h for the contract and docs/audit.md for the format.
 #include "audit/audit_log.h"
 
-#include "daemon/sqlite_stmt.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "api/base64.h"
+#include "daemon/sqlite_stmt.h"
 
 namespace space::audit {
 namespace fs = std::filesystem;

@@ -19,8 +19,8 @@ class StepTimes {
   // Ends the current step and names it; the next step starts now.
   void mark(const char* step) {
     auto now = Clock::now();
-    steps_.emplace_back(step, std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_)
-                                  .count());
+    steps_.emplace_back(step,
+                        std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_).count());
     last_ = now;
   }
   // Restarts the clock without recording (time spent elsewhere, e.g. waiting for a lock).

@@ -202,10 +202,14 @@ Result<void> Config::load_pools(const nlohmann::json& v, std::vector<std::array<
       return x.get<std::string>();
     };
     for (auto& [k, pv] : p.items()) {
-      if (k == "runtime") pool.runtime = TRY(str(pv, k));
-      else if (k == "image") pool.image = TRY(str(pv, k));
-      else if (k == "profile") pool.profile = TRY(str(pv, k));
-      else if (k == "workdir") pool.workdir = TRY(str(pv, k));
+      if (k == "runtime")
+        pool.runtime = TRY(str(pv, k));
+      else if (k == "image")
+        pool.image = TRY(str(pv, k));
+      else if (k == "profile")
+        pool.profile = TRY(str(pv, k));
+      else if (k == "workdir")
+        pool.workdir = TRY(str(pv, k));
       else if (k == "size" && pv.is_number_unsigned()) {
         pool.size = pv.get<size_t>();
         sized = true;

@@ -2,9 +2,9 @@
 // The file format is documented in docs/configuration.md.
 #pragma once
 
+#include <array>
 #include <filesystem>
 #include <map>
-#include <array>
 #include <set>
 #include <string>
 #include <vector>
@@ -45,7 +45,7 @@ struct PoolConfig {
   std::string runtime = "linux";
   std::string image = "host";
   std::string profile = "test";
-  runtime::Limits limits;  // unset fields: the config's "defaults"
+  runtime::Limits limits;         // unset fields: the config's "defaults"
   std::string workdir = "/root";  // created in advance; a request for another one makes its own
   size_t size = 0;
   static constexpr size_t kMaxSize = 256;

@@ -6,8 +6,8 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/random.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -245,6 +245,23 @@ bool Daemon::Template::same_kind(const Template& o) const {
          limits.disk_inodes == o.limits.disk_inodes;
 }
 
+Error Daemon::abandon_create(Sandbox& sb, Error e) {
+  SandboxRecord& rec = sb.rec;
+  metrics_.create_failures++;
+  stop_egress(rec.id);
+  if (sb.conn) sb.conn->close();
+  if (sb.inst) (void)sb.inst->destroy();
+  std::error_code ec;
+  fs::remove_all(cfg_.state_dir / "sandboxes" / rec.id, ec);
+  rec.state = "destroyed";
+  rec.destroyed_at = now_s();
+  rec.reason = "creation failed: " + e.message();
+  (void)store_->put_sandbox(rec);
+  audit(rec.id, "sandbox.create_failed", {{"reason", rec.reason}});
+  spdlog::warn("creating sandbox {} failed: {}", rec.id, e.message());
+  return std::move(e).wrap("creating sandbox " + rec.id);
+}
+
 Result<Daemon::Prepared> Daemon::prepare_sandbox(
     const Template& t, runtime::Runtime* rt,
     const std::function<Result<void>(int, uint32_t)>& populate, std::chrono::seconds ca_life,
@@ -285,19 +302,7 @@ Result<Daemon::Prepared> Daemon::prepare_sandbox(
     return fail(std::move(r.error()));
   }
   times.mark("record");
-  auto failed = [&](Error e) -> Result<Prepared> {
-    metrics_.create_failures++;
-    if (sb.conn) sb.conn->close();
-    if (sb.inst) (void)sb.inst->destroy();
-    undo_dir();
-    rec.state = "destroyed";
-    rec.destroyed_at = now_s();
-    rec.reason = "creation failed: " + e.message();
-    (void)store_->put_sandbox(rec);
-    audit(rec.id, "sandbox.create_failed", {{"reason", rec.reason}});
-    spdlog::warn("creating sandbox {} failed: {}", rec.id, e.message());
-    return fail(std::move(e).wrap("creating sandbox " + rec.id));
-  };
+  auto failed = [&](Error e) -> Result<Prepared> { return fail(abandon_create(sb, std::move(e))); };
 
   // The sandbox's own CA for the gateway's TLS interception, kept beside its state so that a
   // restarted spaced serves it again.
@@ -343,8 +348,8 @@ Result<Daemon::Prepared> Daemon::prepare_sandbox(
   if (!t.workdir.empty() && !populate && image_has_dir(spec.image.rootfs, t.workdir)) {
     p.workdir = t.workdir;
   } else if (!t.workdir.empty()) {
-    auto r = sb.conn->request({{"op", "mkdir"}, {"path", t.workdir}, {"mode", 0755},
-                               {"parents", true}});
+    auto r =
+        sb.conn->request({{"op", "mkdir"}, {"path", t.workdir}, {"mode", 0755}, {"parents", true}});
     if (!r && r.error().code() != Code::kAlreadyExists)
       return failed(std::move(r.error()).wrap("creating workdir " + t.workdir));
     p.workdir = t.workdir;
@@ -469,24 +474,12 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
   egress_plan.id = rec.id;
   egress_plan.ca = prepared->ca;
   auto failed = [&](Error e) -> Result<SandboxInfo> {
-    metrics_.create_failures++;
-    stop_egress(rec.id);
     prepared->listeners = {};
-    if (sb->conn) sb->conn->close();
-    if (sb->inst) (void)sb->inst->destroy();
-    std::error_code ec;
-    fs::remove_all(cfg_.state_dir / "sandboxes" / rec.id, ec);
-    rec.state = "destroyed";
-    rec.destroyed_at = now_s();
-    rec.reason = "creation failed: " + e.message();
-    (void)store_->put_sandbox(rec);
-    audit(rec.id, "sandbox.create_failed", {{"reason", rec.reason}});
-    spdlog::warn("creating sandbox {} failed: {}", rec.id, e.message());
-    return fail(std::move(e).wrap("creating sandbox " + rec.id));
+    return fail(abandon_create(*sb, std::move(e)));
   };
   if (req.workdir != prepared->workdir && !req.workdir.empty()) {
-    auto r = sb->conn->request({{"op", "mkdir"}, {"path", req.workdir}, {"mode", 0755},
-                                {"parents", true}});
+    auto r = sb->conn->request(
+        {{"op", "mkdir"}, {"path", req.workdir}, {"mode", 0755}, {"parents", true}});
     if (!r && r.error().code() != Code::kAlreadyExists)
       return failed(std::move(r.error()).wrap("creating workdir " + req.workdir));
     times.mark("workdir");
@@ -517,14 +510,19 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
   rec.state = "running";
   if (auto r = store_->put_sandbox(rec); !r) return failed(std::move(r.error()));
   times.mark("record running");
-  json create_event = {{"runtime", rec.runtime}, {"image", rec.image}, {"profile", rec.profile},
-                       {"limits", limits_json(req.limits)}, {"workdir", req.workdir},
-                       {"env_names", [&] {
+  json create_event = {{"runtime", rec.runtime},
+                       {"image", rec.image},
+                       {"profile", rec.profile},
+                       {"limits", limits_json(req.limits)},
+                       {"workdir", req.workdir},
+                       {"env_names",
+                        [&] {
                           json names = json::array();
                           for (auto& kv : req.env) names.push_back(kv.substr(0, kv.find('=')));
                           return names;
                         }()},
-                       {"allow", req.allow}, {"secrets", req.secrets},
+                       {"allow", req.allow},
+                       {"secrets", req.secrets},
                        {"agent_pid", sb->inst->agent_pid()}};
   if (pooled) create_event["warm_pool"] = true;
   create_event.update(audit_extra);
@@ -608,8 +606,8 @@ Result<SandboxInfo> Daemon::inspect(const std::string& id) {
   }
   auto rec = TRY(store_->get_sandbox(id));
   if (!rec || rec->state == "pooled")  // a warm pool's sandbox is nobody's yet
-    return fail(Code::kNotFound, "unknown sandbox " + id.substr(0, 80) +
-                                     "; `space ls` lists sandboxes");
+    return fail(Code::kNotFound,
+                "unknown sandbox " + id.substr(0, 80) + "; `space ls` lists sandboxes");
   return info(*rec, nullptr);
 }
 
@@ -932,8 +930,7 @@ std::string Daemon::metrics() {
   o << "# HELP space_sandbox_create_seconds_sum Total time spent creating sandboxes.\n"
     << "# TYPE space_sandbox_create_seconds_sum counter\n"
     << "space_sandbox_create_seconds_sum "
-    << static_cast<double>(metrics_.create_ns_sum + metrics_.pooled_ns_sum) / 1e9
-    << '\n';
+    << static_cast<double>(metrics_.create_ns_sum + metrics_.pooled_ns_sum) / 1e9 << '\n';
   o << "# HELP space_sandbox_create_path_seconds_count Sandboxes created, by path.\n"
     << "# TYPE space_sandbox_create_path_seconds_count counter\n"
     << "space_sandbox_create_path_seconds_count{path=\"cold\"} "

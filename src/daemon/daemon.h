@@ -126,8 +126,8 @@ class Daemon : public SandboxService {
     std::shared_ptr<Sandbox> sb;
     std::shared_ptr<egress::SandboxCa> ca;
     egress::BoundListeners listeners;
-    std::string workdir;         // created already
-    bool ca_installed = false;   // the CA files are in its writable layer
+    std::string workdir;        // created already
+    bool ca_installed = false;  // the CA files are in its writable layer
     double prepared_at = 0;
   };
   // The cold path: makes a sandbox of template `t` (state "creating", or "pooled" for a warm
@@ -137,6 +137,9 @@ class Daemon : public SandboxService {
                                    const std::function<Result<void>(int, uint32_t)>& populate,
                                    std::chrono::seconds ca_life, const std::string& state,
                                    StepTimes& times);
+  // A create that failed after its record was written: removes what exists of the sandbox,
+  // records it destroyed with the reason, audits it; returns `e` in context.
+  Error abandon_create(Sandbox& sb, Error e);
   // Removes a prepared sandbox no request got (pool drained at shutdown, refill failed late).
   void discard_prepared(Prepared& p, const std::string& why);
   // Warm pools (daemon/pool.cc).
@@ -270,7 +273,8 @@ class Daemon : public SandboxService {
       for (auto& [name, ns] : t.steps()) {
         auto it = std::find_if(create_steps.begin(), create_steps.end(),
                                [&](const auto& e) { return e.first == name; });
-        if (it == create_steps.end()) it = create_steps.emplace(create_steps.end(), name, std::pair{0, 0});
+        if (it == create_steps.end())
+          it = create_steps.emplace(create_steps.end(), name, std::pair{0, 0});
         it->second.first++;
         it->second.second += ns;
       }

@@ -69,8 +69,8 @@ void Daemon::pool_loop() {
 
     auto t0 = std::chrono::steady_clock::now();
     StepTimes times;
-    Result<Prepared> made = fail(Code::kUnavailable, "runtime \"" + t.runtime +
-                                                         "\" is not available in this spaced");
+    Result<Prepared> made =
+        fail(Code::kUnavailable, "runtime \"" + t.runtime + "\" is not available in this spaced");
     if (rt_it != runtimes_.end())
       made = prepare_sandbox(t, rt_it->second.get(), {}, std::chrono::seconds(365 * 86400),
                              "pooled", times);
@@ -83,8 +83,8 @@ void Daemon::pool_loop() {
     if (!made) {
       pool.refill_failures++;
       pool.retry_at = now_s() + 5;
-      spdlog::warn("warm pool {}/{}: could not start a sandbox (retrying in 5 s): {}",
-                   t.profile, t.image, made.error().message());
+      spdlog::warn("warm pool {}/{}: could not start a sandbox (retrying in 5 s): {}", t.profile,
+                   t.image, made.error().message());
       continue;
     }
     pool.refills++;
@@ -124,8 +124,8 @@ void Daemon::pool_metrics(std::ostream& o) {
   std::lock_guard lock(pool_mu_);
   if (pools_.empty()) return;
   auto label = [](const Pool& p) {
-    return "{profile=\"" + p.t.profile + "\",image=\"" + p.t.image + "\",runtime=\"" +
-           p.t.runtime + "\",memory=\"" + std::to_string(p.t.limits.memory_bytes) + "\"}";
+    return "{profile=\"" + p.t.profile + "\",image=\"" + p.t.image + "\",runtime=\"" + p.t.runtime +
+           "\",memory=\"" + std::to_string(p.t.limits.memory_bytes) + "\"}";
   };
   auto family = [&](const char* name, const char* type, const char* help, auto value) {
     o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';

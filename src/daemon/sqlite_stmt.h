@@ -26,7 +26,9 @@ inline void set_busy_wait(sqlite3* db, int timeout_ms) {
         // Elapsed time so far, approximately: 40 tries of 50 us, then 1 ms each.
         long elapsed_us = tries < 40 ? tries * 50L : 2000L + (tries - 40) * 1000L;
         if (elapsed_us >= total_ms * 1000L) return 0;
-        struct timespec ts{0, tries < 40 ? 50'000L : 1'000'000L};
+        struct timespec ts {
+          0, tries < 40 ? 50'000L : 1'000'000L
+        };
         nanosleep(&ts, nullptr);
         return 1;
       },

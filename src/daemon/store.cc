@@ -87,8 +87,9 @@ Result<std::unique_ptr<Store>> Store::open(const std::filesystem::path& file) {
   }
   set_busy_wait(db, 5000);
   std::unique_ptr<Store> s(new Store(db));
-  TRY_VOID(s->exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
-                   "PRAGMA wal_autocheckpoint=0;"));
+  TRY_VOID(
+      s->exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
+              "PRAGMA wal_autocheckpoint=0;"));
   TRY_VOID_CTX(s->migrate(), "migrating database " + file.string());
   return s;
 }
@@ -111,8 +112,8 @@ Result<void> Store::checkpoint() {
     }
     sqlite3_exec(ckpt_db_, "PRAGMA wal_autocheckpoint=0", nullptr, nullptr, nullptr);
   }
-  int rc = sqlite3_wal_checkpoint_v2(ckpt_db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr,
-                                     nullptr);
+  int rc =
+      sqlite3_wal_checkpoint_v2(ckpt_db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
   if (rc != SQLITE_OK && rc != SQLITE_BUSY)
     return fail(Code::kUnavailable, std::string("checkpoint: ") + sqlite3_errmsg(ckpt_db_));
   return {};

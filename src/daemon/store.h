@@ -88,7 +88,6 @@ class Store {
                                                 const std::string& profile);
   Result<void> delete_snapshot(const std::string& id);
 
- 
   // Copies the write-ahead log into the database file (a passive checkpoint, on a connection of
   // its own: writers go on meanwhile). Every connection to space.db runs with
   // wal_autocheckpoint=0, so that the checkpoint's fsync is never paid by a request that happens

@@ -11,7 +11,8 @@ import signal
 import subprocess
 import time
 
-from harness import SPACED, Daemon, SpaceTestCase, main, safe_rmtree, wait_for
+from harness import (SPACED, Daemon, SpaceTestCase, main, proc_cmdline, proc_pids, proc_ppid,
+                     safe_rmtree, wait_for)
 
 POOL_SIZE = 2
 SECRET = "s3cr3t-pool-value"
@@ -200,16 +201,21 @@ class PoolLifecycleTest(SpaceTestCase):
             self.assert_no_leaks(before)
         finally:
             if d.alive():
-                d.stop(signal.SIGKILL)
+                d.stop(signal.SIGTERM)  # removes its pool
 
     def metrics(self, d):
         r = self.api("GET", "/metrics", daemon=d)
         return r.body.decode() if r.status == 200 else ""
 
     def pool_agents(self, d):
-        """Host pids of agents in the daemon's sandboxes' cgroups (here: the pool's)."""
-        snap = self.snapshot_host(daemon=d)
-        return [int(p.split()[0]) for p in snap["processes"] if "space-agent" in p]
+        """Host pids of the agents this daemon started (its children: other suites may run
+        sandboxes at the same time)."""
+        out = []
+        for pid in proc_pids():
+            if os.path.basename((proc_cmdline(pid) or [""])[0]) == "space-agent" and \
+                    proc_ppid(pid) == d.pid:
+                out.append(pid)
+        return out
 
     def test_bad_pool_configs_are_refused(self):
         cases = [

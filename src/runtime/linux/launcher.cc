@@ -16,12 +16,12 @@
 #include <unistd.h>
 
 #include <array>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
 #include <cerrno>
+#include <condition_variable>
 #include <csignal>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "runtime/linux/namespaces.h"
 #include "runtime/linux/syscalls.h"
@@ -508,9 +508,8 @@ class Spawner {
     } res;
     std::mutex mu;
     std::condition_variable cv;
-    thread_ = std::thread([&, netns_fd, plan, done = done_.get(), stack_top =
-                                                                     static_cast<char*>(stack_) +
-                                                                     kStackSize] {
+    thread_ = std::thread([&, netns_fd, plan, done = done_.get(),
+                           stack_top = static_cast<char*>(stack_) + kStackSize] {
       sigset_t all;
       sigfillset(&all);
       pthread_sigmask(SIG_SETMASK, &all, nullptr);

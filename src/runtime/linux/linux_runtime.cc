@@ -175,10 +175,8 @@ Result<void> LinuxInstance::destroy() {
   // (The staging directory is removed now, not later: a rollback makes it again at once.)
   remove_stage(p_->stage);
   // Every process is gone: joining the exec supervisor's thread need not hold up the caller.
-  Janitor::instance().post(
-      [sup = std::shared_ptr<ExecSupervisor>(std::move(p_->exec_supervisor))]() mutable {
-        sup.reset();
-      });
+  Janitor::instance().post([sup = std::shared_ptr<ExecSupervisor>(
+                                std::move(p_->exec_supervisor))]() mutable { sup.reset(); });
   p_->channel.reset();
   p_->netns.reset();
   p_->pidfd.reset();
