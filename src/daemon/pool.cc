@@ -27,8 +27,9 @@ std::optional<Daemon::Prepared> Daemon::claim_pooled(const Template& t) {
       break;
     }
   }
-  // The filler notices on its own, a little later (pool_loop): making the replacement right
-  // now would compete with the rest of this create for the CPU and the store.
+  // Not woken here: create_sandbox wakes the filler once the claim is registered, and the
+  // filler still waits for a pause in creates (pool_loop), so that making the replacement does
+  // not compete with this create for the CPU and the store.
   return out;
 }
 
