@@ -23,8 +23,6 @@ class StepTimes {
                         std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_).count());
     last_ = now;
   }
-  // Restarts the clock without recording (time spent elsewhere, e.g. waiting for a lock).
-  void skip() { last_ = Clock::now(); }
 
   const std::vector<std::pair<const char*, int64_t>>& steps() const { return steps_; }
   int64_t total_ns() const {

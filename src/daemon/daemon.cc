@@ -245,6 +245,15 @@ bool Daemon::Template::same_kind(const Template& o) const {
          limits.disk_inodes == o.limits.disk_inodes;
 }
 
+void Daemon::record_destroyed(SandboxRecord& rec, const std::string& reason,
+                              const char* audit_kind) {
+  rec.state = "destroyed";
+  rec.destroyed_at = now_s();
+  rec.reason = reason;
+  (void)store_->put_sandbox(rec);
+  audit(rec.id, audit_kind, {{"reason", reason}});
+}
+
 Error Daemon::abandon_create(Sandbox& sb, Error e) {
   SandboxRecord& rec = sb.rec;
   metrics_.create_failures++;
@@ -253,11 +262,7 @@ Error Daemon::abandon_create(Sandbox& sb, Error e) {
   if (sb.inst) (void)sb.inst->destroy();
   std::error_code ec;
   fs::remove_all(cfg_.state_dir / "sandboxes" / rec.id, ec);
-  rec.state = "destroyed";
-  rec.destroyed_at = now_s();
-  rec.reason = "creation failed: " + e.message();
-  (void)store_->put_sandbox(rec);
-  audit(rec.id, "sandbox.create_failed", {{"reason", rec.reason}});
+  record_destroyed(rec, "creation failed: " + e.message(), "sandbox.create_failed");
   spdlog::warn("creating sandbox {} failed: {}", rec.id, e.message());
   return std::move(e).wrap("creating sandbox " + rec.id);
 }
@@ -368,7 +373,6 @@ Result<Daemon::Prepared> Daemon::prepare_sandbox(
     // Recorded with its runtime state, so that a restarted spaced can remove it.
     if (auto r = store_->put_sandbox(rec); !r) return failed(std::move(r.error()));
   }
-  p.prepared_at = now_s();
   return p;
 }
 
@@ -386,11 +390,7 @@ void Daemon::discard_prepared(Prepared& p, const std::string& why) {
   }
   std::error_code ec;
   fs::remove_all(cfg_.state_dir / "sandboxes" / sb.rec.id, ec);
-  sb.rec.state = "destroyed";
-  sb.rec.destroyed_at = now_s();
-  sb.rec.reason = why;
-  (void)store_->put_sandbox(sb.rec);
-  audit(sb.rec.id, "sandbox.destroy", {{"reason", why}});
+  record_destroyed(sb.rec, why);
   p.sb.reset();
 }
 
@@ -458,7 +458,6 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
   if (pooled) {
     times.mark("pool claim");
   } else {
-    (void)TRY(images_.resolve(req.image));  // a clear error before anything is made
     // The CA lives as long as the sandbox may: its lifetime, or a year.
     auto life = std::chrono::seconds(365 * 86400);
     if (req.timeout_s) life = std::chrono::seconds(static_cast<int64_t>(*req.timeout_s) + 86400);
@@ -669,11 +668,7 @@ Result<void> Daemon::destroy_sandbox(const std::shared_ptr<Sandbox>& sb,
     std::error_code ec;
     fs::remove_all(dir, ec);
   });
-  sb->rec.state = "destroyed";
-  sb->rec.destroyed_at = now_s();
-  sb->rec.reason = reason;
-  (void)store_->put_sandbox(sb->rec);
-  audit(sb->rec.id, "sandbox.destroy", {{"reason", reason}});
+  record_destroyed(sb->rec, reason);
   {
     std::lock_guard l(mu_);
     sandboxes_.erase(sb->rec.id);
@@ -757,11 +752,7 @@ Result<void> Daemon::reconcile() {
     auto sb = std::make_shared<Sandbox>();
     sb->rec = rec;
     auto mark_gone = [&](const std::string& why) {
-      rec.state = "destroyed";
-      rec.destroyed_at = now_s();
-      rec.reason = why;
-      (void)store_->put_sandbox(rec);
-      audit(rec.id, "sandbox.destroy", {{"reason", why}});
+      record_destroyed(rec, why);
       std::error_code ec;
       fs::remove_all(cfg_.state_dir / "sandboxes" / rec.id, ec);
       metrics_.cleaned_up++;

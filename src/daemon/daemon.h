@@ -137,6 +137,10 @@ class Daemon : public SandboxService {
                                    const std::function<Result<void>(int, uint32_t)>& populate,
                                    std::chrono::seconds ca_life, const std::string& state,
                                    StepTimes& times);
+  // Marks a sandbox's record destroyed with `reason`, saves it and appends the audit event
+  // `audit_kind` ({"reason": ...}).
+  void record_destroyed(SandboxRecord& rec, const std::string& reason,
+                        const char* audit_kind = "sandbox.destroy");
   // A create that failed after its record was written: removes what exists of the sandbox,
   // records it destroyed with the reason, audits it; returns `e` in context.
   Error abandon_create(Sandbox& sb, Error e);

@@ -529,12 +529,8 @@ Result<SandboxInfo> Daemon::rollback(const std::string& id, const std::string& s
                           saved->id + ")"));
   }
   // Neither came up: the sandbox is gone, its state before is kept as a snapshot.
-  old->rec.state = "destroyed";
-  old->rec.destroyed_at = now_s();
-  old->rec.reason = "rollback to " + rec.id + " failed: " + r.error().message() +
-                    "; its state before is snapshot " + saved->id;
-  (void)store_->put_sandbox(old->rec);
-  audit(id, "sandbox.destroy", {{"reason", old->rec.reason}});
+  record_destroyed(old->rec, "rollback to " + rec.id + " failed: " + r.error().message() +
+                                "; its state before is snapshot " + saved->id);
   {
     std::lock_guard l(mu_);
     sandboxes_.erase(id);
