@@ -3,6 +3,7 @@
 #
 #   make run         deps + build + a demo task in a fresh sandbox
 #   make test        deps + build + every test suite (unit, integration) through ctest
+#   make guest       only the microVM guest kernel + initramfs ($(BUILD_DIR)/guest; `build` makes it too)
 #   make bench       bench deps (install-deps.sh --bench: mitmproxy, bwrap, crun, runsc) +
 #                    release build + bench/run.sh (writes bench/results/<date>.md,
 #                    egress-<date>.md, snapshot-<date>.md)
@@ -27,7 +28,7 @@ CTEST_JOBS  ?= 2
 NINJA_FLAGS := $(if $(JOBS),-j$(JOBS),)
 CLANG_FORMAT ?= clang-format
 
-.PHONY: all deps deps-bench configure build run test bench clean check-asan format fuzz
+.PHONY: all deps deps-bench configure build guest run test bench clean check-asan format fuzz
 
 all: build
 
@@ -45,6 +46,13 @@ configure: deps $(BUILD_DIR)/build.ninja
 
 build: configure
 	ninja -C $(BUILD_DIR) $(NINJA_FLAGS)
+	@scripts/guest-kernel.sh $(BUILD_DIR)/guest $(BUILD_DIR)/space-vminit
+
+# Only the microVM guest (kernel + initramfs, docs/vm-guest.md) in $(BUILD_DIR)/guest: Debian's
+# kernel package is downloaded once and cached there; later runs only compare timestamps.
+guest: configure
+	ninja -C $(BUILD_DIR) $(NINJA_FLAGS) space-vminit
+	@scripts/guest-kernel.sh $(BUILD_DIR)/guest $(BUILD_DIR)/space-vminit
 
 run: build
 	@BUILD_DIR=$(BUILD_DIR) scripts/demo.sh

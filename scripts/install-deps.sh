@@ -45,6 +45,8 @@ PACKAGES=(
   python3-requests python3-pip git nodejs openssl
   iproute2                # ip: network namespace checks
   e2fsprogs               # mkfs.ext4: VM disks
+  qemu-system-x86 qemu-utils  # the qemu runtime (-M microvm; TCG where there is no KVM)
+  cpio kmod               # scripts/guest-kernel.sh: the guest's initramfs, depmod for modules.dep
   procps                  # ps, pgrep
   util-linux              # unshare, nsenter, mount
 )

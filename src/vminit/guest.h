@@ -1,0 +1,42 @@
+// The parts of space-vminit (the microVM's PID 1, src/vminit/main.cc) that need no kernel:
+// parsing the kernel command line, reading an ext4 label from a superblock, and building the
+// agent's argv. Kept apart so that unit tests (tests/unit/vminit) exercise them on the host.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+
+namespace space::vminit {
+
+// The space.* keys of the kernel command line (docs/vm-guest.md). Unknown space.* keys are
+// errors (a typo must not silently drop a limit); other kernel arguments are ignored.
+struct BootParams {
+  std::string hostname;               // space.hostname=ID (empty: keep the kernel's)
+  std::optional<uint32_t> pids;       // space.pids=N: pids.max of the sandbox cgroup
+  std::optional<uint16_t> egress;     // space.egress=PORT: the agent's egress listener
+};
+
+// Parses /proc/cmdline's content (space-separated words, a trailing newline allowed).
+[[nodiscard]] Result<BootParams> parse_cmdline(std::string_view cmdline);
+
+// ext4 superblock facts (the superblock is at byte 1024 of the device).
+inline constexpr size_t kSuperblockOffset = 1024;
+inline constexpr size_t kMagicOffset = 56;        // __le16 s_magic, 0xEF53
+inline constexpr size_t kVolumeNameOffset = 120;  // char s_volume_name[16]
+inline constexpr uint16_t kExt4Magic = 0xEF53;
+
+// The volume label of an ext2/3/4 filesystem, given at least the device's first 2048 bytes;
+// nullopt when they hold no ext superblock (a too-short buffer, a wrong magic).
+std::optional<std::string> ext4_label(std::string_view first_bytes);
+// Reads the first 2048 bytes of the block device `path` and returns ext4_label() of them.
+[[nodiscard]] Result<std::optional<std::string>> read_ext4_label(const std::string& path);
+
+// argv of the agent: /.space/space-agent --channel DEV [--egress-listen 127.0.0.1:PORT].
+std::vector<std::string> agent_argv(const std::string& channel_dev, const BootParams& p);
+
+}  // namespace space::vminit

@@ -1,0 +1,88 @@
+// space-vminit's host-testable parts: kernel command line, ext4 labels, the agent's argv.
+#include "vminit/guest.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace space::vminit {
+namespace {
+
+TEST(VminitCmdline, ParsesSpaceKeysAndIgnoresOthers) {
+  auto p = parse_cmdline(
+      "console=ttyS0 tsc_early_khz=2000000 space.hostname=sb_1a2b space.pids=256 "
+      "space.egress=3128 quiet\n");
+  ASSERT_TRUE(p) << p.error().message();
+  EXPECT_EQ(p->hostname, "sb_1a2b");
+  ASSERT_TRUE(p->pids);
+  EXPECT_EQ(*p->pids, 256u);
+  ASSERT_TRUE(p->egress);
+  EXPECT_EQ(*p->egress, 3128);
+}
+
+TEST(VminitCmdline, AbsentKeysStayUnset) {
+  auto p = parse_cmdline("console=ttyS0");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->hostname, "");
+  EXPECT_FALSE(p->pids);
+  EXPECT_FALSE(p->egress);
+  EXPECT_TRUE(parse_cmdline(""));
+}
+
+TEST(VminitCmdline, RejectsBadValues) {
+  EXPECT_FALSE(parse_cmdline("space.pids=0"));
+  EXPECT_FALSE(parse_cmdline("space.pids=12x"));
+  EXPECT_FALSE(parse_cmdline("space.pids=-1"));
+  EXPECT_FALSE(parse_cmdline("space.egress=65536"));
+  EXPECT_FALSE(parse_cmdline("space.egress="));
+  EXPECT_FALSE(parse_cmdline("space.hostname=a/b"));
+  EXPECT_FALSE(parse_cmdline("space.hostname"));
+  auto typo = parse_cmdline("space.pid=5");
+  ASSERT_FALSE(typo);
+  EXPECT_NE(typo.error().message().find("unknown kernel parameter space.pid"), std::string::npos);
+}
+
+TEST(VminitAgentArgv, EgressOnlyWhenGiven) {
+  BootParams p;
+  EXPECT_EQ(agent_argv("/dev/vport1p1", p),
+            (std::vector<std::string>{"/.space/space-agent", "--channel", "/dev/vport1p1"}));
+  p.egress = 3128;
+  EXPECT_EQ(agent_argv("/dev/vport1p1", p),
+            (std::vector<std::string>{"/.space/space-agent", "--channel", "/dev/vport1p1",
+                                      "--egress-listen", "127.0.0.1:3128"}));
+}
+
+TEST(VminitLabel, ReadsSyntheticSuperblock) {
+  std::string b(2048, '\0');
+  EXPECT_FALSE(ext4_label(b));  // no magic
+  b[kSuperblockOffset + kMagicOffset] = '\x53';
+  b[kSuperblockOffset + kMagicOffset + 1] = '\xef';
+  EXPECT_EQ(ext4_label(b), "");
+  std::string full = "0123456789abcdef";  // 16 bytes, no terminator
+  b.replace(kSuperblockOffset + kVolumeNameOffset, 16, full);
+  EXPECT_EQ(ext4_label(b), full);
+  EXPECT_FALSE(ext4_label(b.substr(0, 1100)));  // too short
+}
+
+// The real thing: a file formatted by mke2fs (e2fsprogs is a dependency).
+TEST(VminitLabel, ReadsMke2fsLabel) {
+  char tmpl[] = "/tmp/space-vminit-label-XXXXXX";
+  int fd = ::mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  std::string path = tmpl;
+  std::filesystem::resize_file(path, 8 << 20);
+  std::string cmd = "mke2fs -q -F -t ext4 -L space-rw " + path + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "mke2fs failed";
+  auto label = read_ext4_label(path);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(label) << label.error().message();
+  EXPECT_EQ(*label, "space-rw");
+  EXPECT_FALSE(read_ext4_label("/nonexistent/disk"));
+}
+
+}  // namespace
+}  // namespace space::vminit
