@@ -124,6 +124,7 @@ Result<void> Agent::init() {
   epoll_.reset(ep);
   TRY_VOID(epoll_add(sigfd_.get(), EPOLLIN, key(kSignalFd, 0)));
   if (opts_.spare_agent_fd >= 0) TRY_VOID(epoll_add(opts_.spare_agent_fd, EPOLLIN, key(kSpare, 0)));
+  if (opts_.egress_listen) TRY_VOID_CTX(start_egress_listener(), "egress listener");
   set_channel(std::move(channel));
   return {};
 }
@@ -181,6 +182,7 @@ void Agent::channel_lost(std::string_view why) {
   // Processes keep running; their output is drained and discarded until a daemon reattaches.
   detach_execs();
   drop_transfers();
+  drop_egress();
   if (!opts_.channel_path.empty()) {
     reopen_at_ = Clock::now() + std::chrono::milliseconds(reopen_backoff_ms_);
     reopen_backoff_ms_ = std::min(reopen_backoff_ms_ * 2, 1000);
@@ -279,6 +281,10 @@ void Agent::on_channel_event(uint32_t events) {
 
 void Agent::dispatch(proto::Frame& f) {
   using proto::FrameType;
+  if (proto::is_agent_stream(f.stream)) {
+    on_egress_frame(f);
+    return;
+  }
   switch (f.type) {
     case FrameType::kRequest:
       on_request(f.stream, f.payload);
@@ -345,6 +351,7 @@ Result<void> Agent::run() {
     if (reopen_at_ && Clock::now() >= *reopen_at_) try_reopen_channel();
     if (channel_ && channel_->broken()) channel_lost("write failed");
     update_channel_interest();
+    update_egress_interest();
     int n = ::epoll_wait(epoll_.get(), events, 64, busy ? 0 : next_timeout_ms());
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -369,6 +376,12 @@ Result<void> Agent::run() {
         case kExecStderr:
         case kExecStdin:
           on_exec_event(kind, id);
+          break;
+        case kEgressListen:
+          on_egress_accept();
+          break;
+        case kEgressConn:
+          on_egress_event(id, events[i].events);
           break;
       }
     }

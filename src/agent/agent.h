@@ -4,7 +4,8 @@
 // inside the root (file_ops.h) and, as PID 1, reaps every child.
 //
 // The implementation is split by concern: agent.cc (start-up, loop, channel, reattach,
-// reaping), agent_exec.cc (exec streams), agent_requests.cc (requests and file transfers).
+// reaping), agent_exec.cc (exec streams), agent_requests.cc (requests and file transfers),
+// agent_egress.cc (guest TCP connections carried to the daemon's egress gateway).
 #pragma once
 
 #include <sys/types.h>
@@ -17,6 +18,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "agent/channel.h"
 #include "agent/exec_spec.h"
@@ -63,6 +65,8 @@ class Agent {
     kExecStdout = 5,
     kExecStderr = 6,
     kExecStdin = 7,
+    kEgressListen = 8,
+    kEgressConn = 9,
   };
   static uint64_t key(Kind k, uint64_t id) { return (static_cast<uint64_t>(k) << 56) | id; }
 
@@ -104,6 +108,23 @@ class Agent {
     UniqueFd fd;
     uint64_t size = 0;
   };
+  // One guest connection accepted on the egress listener, carried on an agent stream.
+  struct EgressConn {
+    uint64_t serial = 0;
+    uint32_t stream = 0;
+    UniqueFd fd;
+    bool connected = false;  // the daemon answered the connect with ok
+    bool guest_eof = false;  // the guest shut down its side; an empty data frame went out
+    bool daemon_eof = false;  // the daemon sent an empty data frame
+    bool shut_wr = false;     // ...and everything before it reached the guest: SHUT_WR done
+    std::string to_guest;     // bytes from the daemon not yet written to the guest socket
+    size_t to_guest_off = 0;
+    uint64_t unacked = 0;  // bytes sent to the daemon and not yet credited
+    uint32_t polled = 0;   // the epoll events currently registered
+    bool in_epoll = false;
+    bool hup = false;     // EPOLLHUP seen while it could not read: parked out of epoll
+    bool closed = false;  // finished or aborted; erased from egress_ by the loop
+  };
 
   // agent.cc
   Result<void> epoll_add(int fd, uint32_t events, uint64_t k);
@@ -139,6 +160,18 @@ class Agent {
   void detach_execs();
   Exec* exec_for_stream(uint32_t stream);
 
+  // agent_egress.cc
+  Result<void> start_egress_listener();
+  void on_egress_accept();
+  void on_egress_event(uint64_t serial, uint32_t events);
+  void on_egress_frame(proto::Frame& f);
+  void egress_read_guest(EgressConn& c);
+  void egress_write_guest(EgressConn& c);
+  void egress_abort(EgressConn& c, bool tell_daemon);
+  void egress_maybe_done(EgressConn& c);
+  void update_egress_interest();
+  void drop_egress();
+
   // agent_requests.cc
   void on_request(uint32_t stream, std::string_view payload);
   void on_data_frame(uint32_t stream, std::string&& payload);
@@ -171,6 +204,12 @@ class Agent {
   std::map<uint32_t, WalkTransfer> walks_;
   std::map<uint32_t, WriteTransfer> writes_;
   std::set<uint32_t> failed_writes_;  // write streams answered with an error: data ignored
+
+  UniqueFd egress_listener_;
+  uint32_t next_egress_stream_ = 0;
+  std::map<uint64_t, std::unique_ptr<EgressConn>> egress_;  // by serial
+  std::unordered_map<uint32_t, uint64_t> egress_streams_;    // stream -> serial
+  std::vector<uint64_t> egress_closing_;                     // finished; erased in the loop
 };
 
 // Logs one line to stderr ("space-agent: ..."). Used sparingly: stderr may be /dev/null.

@@ -1,6 +1,8 @@
 // Parsing of the agent's command line (see options.h for the contract).
 #include "agent/options.h"
 
+#include <arpa/inet.h>
+
 #include <charconv>
 #include <string_view>
 
@@ -25,6 +27,30 @@ Result<std::vector<int>> parse_fd_list(std::string_view s, std::string_view flag
     s.remove_prefix(comma + 1);
   }
   return out;
+}
+
+// "A.B.C.D:PORT" with an IPv4 literal and a port in 1..65535.
+Result<Options::ListenAddr> parse_listen_addr(std::string_view s, std::string_view flag) {
+  auto bad = [&](std::string_view why) {
+    return fail(Code::kInvalidArgument, std::string(flag) + ": \"" + std::string(s) + "\" " +
+                                            std::string(why) + " (expected IPV4:PORT, e.g. " +
+                                            "127.0.0.1:3128)");
+  };
+  size_t colon = s.rfind(':');
+  if (colon == std::string_view::npos) return bad("has no port");
+  std::string ip(s.substr(0, colon));
+  std::string_view port_text = s.substr(colon + 1);
+  Options::ListenAddr a;
+  in_addr in{};
+  if (::inet_pton(AF_INET, ip.c_str(), &in) != 1) return bad("is not an IPv4 literal");
+  a.ip = in.s_addr;
+  unsigned port = 0;
+  auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc() || p != port_text.data() + port_text.size() || port == 0 || port > 65535)
+    return bad("has no valid port");
+  a.port = static_cast<uint16_t>(port);
+  a.text = std::string(s);
+  return a;
 }
 
 }  // namespace
@@ -61,6 +87,9 @@ Result<Options> parse_options(int argc, const char* const* argv) {
     } else if (arg == "--hold-fds") {
       auto fds = TRY(parse_fd_list(TRY(need_value()), arg));
       o.hold_fds.insert(o.hold_fds.end(), fds.begin(), fds.end());
+    } else if (arg == "--egress-listen") {
+      if (o.egress_listen) return fail(Code::kInvalidArgument, "--egress-listen given twice");
+      o.egress_listen = TRY(parse_listen_addr(TRY(need_value()), arg));
     } else {
       return fail(Code::kInvalidArgument, "unknown argument \"" + std::string(arg) + "\"");
     }

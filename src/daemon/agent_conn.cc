@@ -1,7 +1,8 @@
 // Agent channel: frame routing, validation and bounded writes. Everything read here comes from
 // inside a sandbox and is treated as hostile: frame headers are validated by the decoder,
 // frames for unknown streams are dropped, a stream whose agent overruns the flow-control window
-// or a malformed hello closes the channel.
+// or a malformed hello closes the channel. Agent-initiated (egress) streams follow the same
+// rule: a malformed connect, a reused id or more than kMaxEgressConns open closes the channel.
 #include "daemon/agent_conn.h"
 
 #include <poll.h>
@@ -147,6 +148,7 @@ void AgentConn::lose(const Error& e) {
     lost_error_ = e;
     lost_ = true;
     streams.swap(streams_);
+    agent_streams_ = 0;
     cb = std::move(on_lost_);
     hello_cv_.notify_all();
   }
@@ -156,7 +158,12 @@ void AgentConn::lose(const Error& e) {
 }
 
 std::shared_ptr<Stream> AgentConn::open_stream() {
-  auto s = std::make_shared<Stream>(next_stream_.fetch_add(1));
+  // Daemon-chosen ids never have kAgentStreamBit (nor are 0, the control stream).
+  uint32_t id;
+  do {
+    id = next_stream_.fetch_add(1) & ~proto::kAgentStreamBit;
+  } while (id == 0);
+  auto s = std::make_shared<Stream>(id);
   std::lock_guard lock(mu_);
   if (lost_error_) s->fail(*lost_error_);
   else streams_[s->id()] = s;
@@ -165,7 +172,66 @@ std::shared_ptr<Stream> AgentConn::open_stream() {
 
 void AgentConn::close_stream(uint32_t id) {
   std::lock_guard lock(mu_);
-  streams_.erase(id);
+  if (streams_.erase(id) > 0 && proto::is_agent_stream(id)) --agent_streams_;
+}
+
+size_t AgentConn::agent_streams() const {
+  std::lock_guard lock(mu_);
+  return agent_streams_;
+}
+
+void AgentConn::set_on_agent_stream(AgentStreamHandler h) {
+  std::lock_guard hl(handler_mu_);
+  on_agent_stream_ = std::move(h);
+  if (!on_agent_stream_) return;
+  auto pending = std::move(pending_agent_streams_);
+  pending_agent_streams_.clear();
+  for (auto& [s, port] : pending) on_agent_stream_(std::move(s), port);
+}
+
+void AgentConn::on_connect(Frame f) {
+  auto bad = [&](const std::string& why) {
+    lose(Error(Code::kProtocol, "the agent sent a bad connect on stream " +
+                                    std::to_string(f.stream) + ": " + why));
+  };
+  if (!proto::is_agent_stream(f.stream)) return bad("the id is not in the agent's range");
+  auto j = nlohmann::json::parse(f.payload, nullptr, false);
+  if (!j.is_object() || !j.contains("port") || !j["port"].is_number_integer())
+    return bad("the payload is not {\"port\":N}");
+  int64_t port = j["port"].get<int64_t>();
+  if (port < 1 || port > 65535) return bad("port " + std::to_string(port) + " is out of range");
+  auto s = std::make_shared<Stream>(f.stream);
+  bool reused = false, full = false;
+  {
+    std::lock_guard lock(mu_);
+    if (lost_error_) return;
+    if (streams_.contains(f.stream))
+      reused = true;
+    else if (agent_streams_ >= proto::kMaxEgressConns)
+      full = true;
+    else {
+      streams_[f.stream] = s;
+      ++agent_streams_;
+    }
+  }
+  if (reused) return bad("the stream is already open");
+  if (full) {
+    // Not a violation: the agent keeps the same bound, but its count drops as soon as it closes
+    // a connection and ours only when the relay has finished with the stream. Refused here, on
+    // the reader thread (one small frame; send's wait is bounded).
+    (void)send_json(FrameType::kResponse, f.stream,
+                    {{"ok", false},
+                     {"error",
+                      {{"code", "resource_exhausted"},
+                       {"message", "more than " + std::to_string(proto::kMaxEgressConns) +
+                                       " egress connections are open"}}}});
+    return;
+  }
+  std::lock_guard hl(handler_mu_);
+  if (on_agent_stream_)
+    on_agent_stream_(std::move(s), static_cast<uint16_t>(port));
+  else
+    pending_agent_streams_.emplace_back(std::move(s), static_cast<uint16_t>(port));
 }
 
 Result<void> AgentConn::send(FrameType type, uint32_t stream, std::string_view payload) {
@@ -268,6 +334,9 @@ void AgentConn::route(Frame f) {
     }
     case FrameType::kPong:
       return;
+    case FrameType::kConnect:
+      on_connect(std::move(f));
+      return;
     case FrameType::kCredit: {
       // The agent moved this many stdin bytes into the process's pipe.
       auto j = nlohmann::json::parse(f.payload, nullptr, false);
@@ -289,7 +358,12 @@ void AgentConn::route(Frame f) {
     case FrameType::kStdout:
     case FrameType::kStderr:
     case FrameType::kExit:
+    case FrameType::kReset:
     case FrameType::kData: {
+      if (f.type == FrameType::kReset && !proto::is_agent_stream(f.stream)) {
+        lose(Error(Code::kProtocol, "the agent sent a reset on a daemon stream"));
+        return;
+      }
       std::shared_ptr<Stream> s;
       {
         std::lock_guard lock(mu_);

@@ -1,7 +1,8 @@
 // The daemon's side of one agent channel: a reader thread that decodes and validates frames
 // from the (untrusted) agent and routes them to per-stream queues, and a writer that encodes
 // frames onto the channel with a bounded wait. Streams carry one request, exec or file
-// transfer each; their ids are allocated here.
+// transfer each; their ids are allocated here. Streams the agent opens (egress connections,
+// ids with proto::kAgentStreamBit) are announced to an owner-set handler (EgressRelay).
 #pragma once
 
 #include <atomic>
@@ -15,6 +16,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -54,6 +57,9 @@ class Stream {
   // Stdin flow control ("stdin_credit" execs): waits until `n` more bytes fit in the agent's
   // stdin window, then reserves them. False if the stream ended or broke meanwhile.
   bool reserve_stdin(size_t n);
+  // Fails the stream from the consumer's side: every waiter (pop, reserve_stdin) wakes with e.
+  // Frames already queued are still returned by pop first.
+  void abort(const Error& e) { fail(e); }
 
  private:
   friend class AgentConn;
@@ -93,6 +99,20 @@ class AgentConn {
   std::shared_ptr<Stream> open_stream();
   void close_stream(uint32_t id);
 
+  // Agent-initiated streams: the agent sent `connect` {"port"} on a new stream with
+  // kAgentStreamBit set. The stream is registered (its data, credit and reset frames are
+  // routed to it) and handed to `h` on the reader thread, so `h` must not block; the consumer
+  // answers with a `response` and calls close_stream() when done. Connects that arrive before
+  // a handler is set wait (at most kMaxEgressConns of them) and are handed over by this call.
+  // set_on_agent_stream(nullptr) returns only once no call of the previous handler is running.
+  // At most kMaxEgressConns agent streams are open; a connect beyond that is answered with an
+  // error response here. Protocol violations close the channel (as for every other stream): a
+  // malformed connect, a connect on a daemon-range or already-open id, a reset on a
+  // daemon-range stream, or a window overrun.
+  using AgentStreamHandler = std::function<void(std::shared_ptr<Stream>, uint16_t port)>;
+  void set_on_agent_stream(AgentStreamHandler h);
+  size_t agent_streams() const;
+
   Result<void> send(proto::FrameType type, uint32_t stream, std::string_view payload);
   Result<void> send_json(proto::FrameType type, uint32_t stream, const nlohmann::json& j);
   // Grants flow-control credit for `bytes` data bytes of `stream`.
@@ -113,6 +133,7 @@ class AgentConn {
   void reader();
   void lose(const Error& e);
   void route(proto::Frame f);
+  void on_connect(proto::Frame f);
 
   const int fd_;
   const std::string name_;
@@ -125,12 +146,18 @@ class AgentConn {
 
   std::mutex write_mu_;
 
-  std::mutex mu_;  // guards streams_, hello_, on_lost_, lost_error_
+  mutable std::mutex mu_;  // guards streams_, hello_, on_lost_, lost_error_, agent_streams_
   std::condition_variable hello_cv_;
   bool hello_ = false;
   std::map<uint32_t, std::shared_ptr<Stream>> streams_;
   std::function<void(const Error&)> on_lost_;
   std::optional<Error> lost_error_;
+  size_t agent_streams_ = 0;  // open streams with kAgentStreamBit
+
+  // Held while the agent-stream handler runs, so resetting it waits for a running call.
+  std::mutex handler_mu_;
+  AgentStreamHandler on_agent_stream_;
+  std::vector<std::pair<std::shared_ptr<Stream>, uint16_t>> pending_agent_streams_;
 };
 
 }  // namespace space::daemon

@@ -35,11 +35,13 @@ const char* frame_type_name(FrameType t) {
     case FrameType::kData: return "data";
     case FrameType::kPing: return "ping";
     case FrameType::kPong: return "pong";
+    case FrameType::kConnect: return "connect";
+    case FrameType::kReset: return "reset";
   }
   return "unknown";
 }
 
-bool is_valid_type(uint8_t t) { return t >= 1 && t <= 14; }
+bool is_valid_type(uint8_t t) { return t >= 1 && t <= 16; }
 
 Result<void> encode(FrameType type, uint32_t stream, std::string_view payload, std::string& out) {
   if (payload.size() > kMaxPayload)

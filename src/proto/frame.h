@@ -7,7 +7,8 @@
 //   u8  type     one of FrameType; anything else is a protocol error
 //   u8  flags    must be 0 (reserved)
 //   u16 reserved must be 0
-//   u32 stream   request/exec/transfer id chosen by the daemon; 0 = control
+//   u32 stream   request/exec/transfer id chosen by the daemon (high bit clear); 0 = control;
+//                ids with the high bit set (kAgentStreamBit) are chosen by the agent (egress)
 // Every field is validated by the decoder; a bad frame poisons the decoder (the channel must be
 // closed), it never crashes the process.
 #pragma once
@@ -30,6 +31,13 @@ inline constexpr uint32_t kMaxPayload = 1u << 20;  // 1 MiB
 // Flow control: the agent sends at most this many unacknowledged data bytes per stream
 // (stdout+stderr of an exec, or a file read) before it waits for a kCredit frame.
 inline constexpr uint32_t kStreamWindow = 1u << 20;
+// Streams the agent opens (egress connections) have this bit set in their id; the daemon's
+// ids never do, so the two never collide.
+inline constexpr uint32_t kAgentStreamBit = 0x80000000u;
+// At most this many egress connections are open per agent at once. The agent refuses more
+// (closes the guest's connection); a daemon treats more as a protocol violation.
+inline constexpr size_t kMaxEgressConns = 256;
+inline constexpr bool is_agent_stream(uint32_t stream) { return (stream & kAgentStreamBit) != 0; }
 
 enum class FrameType : uint8_t {
   kHello = 1,        // a->d, stream 0, JSON {"version","pid"}: first frame after start/reattach
@@ -46,6 +54,9 @@ enum class FrameType : uint8_t {
   kData = 12,        // both ways, raw bytes of a file transfer; empty payload = end
   kPing = 13,        // d->a, answered by kPong with the same payload
   kPong = 14,        // a->d
+  kConnect = 15,     // a->d, JSON {"port"}, agent stream: a guest connection to the egress
+                     // listener; the daemon answers kResponse ok or error on the same stream
+  kReset = 16,       // both ways, empty, egress stream: abort the connection
 };
 
 const char* frame_type_name(FrameType t);

@@ -1,6 +1,7 @@
 // The agent's command-line contract.
 #include "agent/options.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -30,6 +31,23 @@ TEST(Options, DevicePathAndEqualsForm) {
   EXPECT_EQ(o->channel_fd, -1);
   EXPECT_EQ(o->spare_agent_fd, -1);
   EXPECT_EQ(o->hold_fds, (std::vector<int>{7, 8}));
+}
+
+TEST(Options, EgressListen) {
+  auto o = parse({"--channel", "/dev/vport0p1", "--egress-listen", "127.0.0.1:3128"});
+  ASSERT_TRUE(o) << o.error().message();
+  ASSERT_TRUE(o->egress_listen);
+  EXPECT_EQ(o->egress_listen->port, 3128);
+  EXPECT_EQ(o->egress_listen->ip, htonl(INADDR_LOOPBACK));
+  EXPECT_FALSE(parse({"--channel-fd", "3"})->egress_listen);
+  for (const char* bad : {"127.0.0.1", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:65536",
+                          "localhost:3128", "::1:3128", "127.0.0.1:31x", "1.2.3:80"}) {
+    auto r = parse({"--channel-fd", "3", "--egress-listen", bad});
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message().find("IPV4:PORT"), std::string::npos) << r.error().message();
+  }
+  EXPECT_FALSE(parse({"--channel-fd", "3", "--egress-listen=127.0.0.1:1",
+                      "--egress-listen=127.0.0.1:2"}));
 }
 
 TEST(Options, RejectsBadCommandLines) {

@@ -41,15 +41,15 @@ TEST(Frame, RoundTripsEveryTypeAndBinaryPayloads) {
   std::string wire;
   std::string binary;
   for (int i = 0; i < 256; ++i) binary.push_back(static_cast<char>(i));
-  for (uint8_t t = 1; t <= 14; ++t) {
+  for (uint8_t t = 1; t <= 16; ++t) {
     ASSERT_TRUE(is_valid_type(t));
     ASSERT_TRUE(encode(static_cast<FrameType>(t), t * 1000u, t % 2 ? binary : "", wire));
   }
   Decoder d;
   d.feed(wire);
   auto frames = decode_all(d);
-  ASSERT_EQ(frames.size(), 14u);
-  for (uint8_t t = 1; t <= 14; ++t) {
+  ASSERT_EQ(frames.size(), 16u);
+  for (uint8_t t = 1; t <= 16; ++t) {
     const Frame& f = frames[t - 1];
     EXPECT_EQ(static_cast<uint8_t>(f.type), t);
     EXPECT_EQ(f.stream, t * 1000u);
@@ -167,7 +167,9 @@ TEST(Frame, TypeNames) {
   EXPECT_STREQ(frame_type_name(FrameType::kHello), "hello");
   EXPECT_STREQ(frame_type_name(FrameType::kPong), "pong");
   EXPECT_FALSE(is_valid_type(0));
-  EXPECT_FALSE(is_valid_type(15));
+  EXPECT_FALSE(is_valid_type(17));
+  EXPECT_STREQ(frame_type_name(FrameType::kConnect), "connect");
+  EXPECT_STREQ(frame_type_name(FrameType::kReset), "reset");
 }
 
 }  // namespace
