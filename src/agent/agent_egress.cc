@@ -65,7 +65,7 @@ Result<void> Agent::start_egress_listener() {
   sa.sin_addr.s_addr = addr.ip;
   sa.sin_port = htons(addr.port);
   int r = ::bind(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa);
-  if (r < 0 && errno == EADDRNOTAVAIL) {
+  if (r < 0 && errno == EADDRNOTAVAIL && (ntohl(addr.ip) >> 24) == 127) {
     bring_up_loopback();
     r = ::bind(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa);
   }
