@@ -69,6 +69,33 @@ Result<BootParams> parse_cmdline(std::string_view cmdline) {
   return p;
 }
 
+std::string module_params(std::string_view cmdline, std::string_view module) {
+  auto norm = [](std::string_view s) {
+    std::string o(s);
+    for (char& c : o)
+      if (c == '-') c = '_';
+    return o;
+  };
+  std::string want = norm(module) + ".";
+  std::string out;
+  size_t i = 0;
+  while (i < cmdline.size()) {
+    while (i < cmdline.size() && std::isspace(static_cast<unsigned char>(cmdline[i]))) ++i;
+    size_t j = i;
+    while (j < cmdline.size() && !std::isspace(static_cast<unsigned char>(cmdline[j]))) ++j;
+    std::string_view word = cmdline.substr(i, j - i);
+    i = j;
+    size_t dot = word.find('.');
+    if (dot == std::string_view::npos || dot + 1 >= word.size()) continue;
+    size_t eq = word.find('=');
+    if (eq != std::string_view::npos && eq < dot) continue;  // a '.' inside a value
+    if (norm(word.substr(0, dot + 1)) != want) continue;
+    if (!out.empty()) out += ' ';
+    out += word.substr(dot + 1);
+  }
+  return out;
+}
+
 std::optional<std::string> ext4_label(std::string_view b) {
   if (b.size() < kSuperblockOffset + kVolumeNameOffset + 16) return std::nullopt;
   const auto* sb = reinterpret_cast<const unsigned char*>(b.data() + kSuperblockOffset);

@@ -36,6 +36,13 @@ std::optional<std::string> ext4_label(std::string_view first_bytes);
 // Reads the first 2048 bytes of the block device `path` and returns ext4_label() of them.
 [[nodiscard]] Result<std::optional<std::string>> read_ext4_label(const std::string& path);
 
+// The parameters `cmdline` gives module `module` ("virtio_mmio" or "virtio-mmio"), as
+// modprobe would pass them: every word MODULE.KEY[=VALUE] becomes KEY[=VALUE], space-separated,
+// in order ('-' and '_' in the module name are the same). QEMU's microvm without ACPI
+// describes its virtio-mmio devices this way (virtio_mmio.device=512@0xfeb00e00:12), and
+// finit_module of a module sees only what it is handed, not the kernel command line.
+std::string module_params(std::string_view cmdline, std::string_view module);
+
 // argv of the agent: /.space/space-agent --channel DEV [--egress-listen 127.0.0.1:PORT].
 std::vector<std::string> agent_argv(const std::string& channel_dev, const BootParams& p);
 

@@ -4,7 +4,8 @@
 // so a broken guest never hangs and the host sees why on the serial log.
 //
 //   1. /dev (devtmpfs), /proc, /sys; the console as stdin/stdout/stderr
-//   2. load the modules listed in /modules.order (finit_module)
+//   2. load the modules listed in /modules.order (finit_module, with their parameters from
+//      the kernel command line, as modprobe would)
 //   3. find the disks by ext4 label: space-image (read-only), space-rw (writable)
 //   4. overlay of the two -> /newroot; free the initramfs; move /newroot to / and chroot
 //   5. in the new root: /proc /sys /dev /dev/pts /dev/shm /tmp /run, cgroup2
@@ -46,11 +47,17 @@ void log(const std::string& msg) {
   (void)!::write(STDERR_FILENO, line.data(), line.size());
 }
 
+// Whether the machine has ACPI (seen in early_mounts). Without it (QEMU's microvm with
+// acpi=off, the qemu runtime's default) the kernel has no way to power off and
+// reboot(RB_POWER_OFF) only halts the CPU, leaving QEMU running: there a reset is what ends
+// the VM, since the runtime starts QEMU with -no-reboot (a reset makes QEMU exit).
+bool g_have_acpi = true;
+
 [[noreturn]] void power_off(const std::string& why) {
   log("fatal: " + why);
-  log("powering off");
+  log(g_have_acpi ? "powering off" : "powering off (no ACPI: by a reset; QEMU runs with -no-reboot)");
   ::sync();
-  ::reboot(RB_POWER_OFF);
+  ::reboot(g_have_acpi ? RB_POWER_OFF : RB_AUTOBOOT);
   // reboot() only returns on failure; PID 1 must not exit (the kernel would panic), so wait.
   for (;;) ::pause();
 }
@@ -111,11 +118,13 @@ Result<void> early_mounts() {
   }
   TRY_VOID(do_mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC));
   TRY_VOID(do_mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC));
+  g_have_acpi = ::access("/sys/firmware/acpi/tables", F_OK) == 0;
   return {};
 }
 
-// 2. Modules, in the order the initramfs lists them (dependencies first).
-Result<void> load_modules() {
+// 2. Modules, in the order the initramfs lists them (dependencies first), each with the
+// parameters the kernel command line gives it (module_params).
+Result<void> load_modules(const std::string& cmdline) {
   auto order = read_file("/modules.order");
   if (!order) return {};  // a kernel with everything built in needs no list
   std::stringstream ss(*order);
@@ -126,8 +135,10 @@ Result<void> load_modules() {
     std::string path = "/lib/modules/" + name;
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) return fail_sys("open", path);
-    if (::syscall(SYS_finit_module, fd.get(), "", 0) != 0 && errno != EEXIST)
-      return fail_sys("finit_module", path);
+    std::string module = name.substr(0, name.find('.'));
+    std::string params = module_params(cmdline, module);
+    if (::syscall(SYS_finit_module, fd.get(), params.c_str(), 0) != 0 && errno != EEXIST)
+      return fail_sys("finit_module", path + (params.empty() ? "" : " \"" + params + "\""));
     ++loaded;
   }
   log("loaded " + std::to_string(loaded) + " modules");
@@ -283,8 +294,9 @@ Result<std::string> find_agent_port() {
     if (!r) power_off(std::string(what) + ": " + r.error().message());
   };
   step("early mounts", early_mounts());
-  step("loading modules", load_modules());
-  auto params = parse_cmdline(read_file("/proc/cmdline").value_or(""));
+  std::string cmdline = read_file("/proc/cmdline").value_or("");
+  step("loading modules", load_modules(cmdline));
+  auto params = parse_cmdline(cmdline);
   if (!params) power_off("kernel command line: " + params.error().message());
   auto disks = find_disks();
   if (!disks) power_off("finding disks: " + disks.error().message());

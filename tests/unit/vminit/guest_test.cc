@@ -45,6 +45,18 @@ TEST(VminitCmdline, RejectsBadValues) {
   EXPECT_NE(typo.error().message().find("unknown kernel parameter space.pid"), std::string::npos);
 }
 
+TEST(VminitModuleParams, CollectsModuleWordsLikeModprobe) {
+  std::string cmdline =
+      "console=ttyS0 virtio_mmio.device=512@0xfeb00e00:12 virtio-mmio.device=512@0xfeb00c00:11 "
+      "ext4.x=1 virtio_mmio_extra.y=2 space.hostname=a.b foo=virtio_mmio.z virtio_mmio.flag\n";
+  EXPECT_EQ(module_params(cmdline, "virtio_mmio"),
+            "device=512@0xfeb00e00:12 device=512@0xfeb00c00:11 flag");
+  EXPECT_EQ(module_params(cmdline, "virtio-mmio"),
+            "device=512@0xfeb00e00:12 device=512@0xfeb00c00:11 flag");
+  EXPECT_EQ(module_params(cmdline, "ext4"), "x=1");
+  EXPECT_EQ(module_params(cmdline, "overlay"), "");
+}
+
 TEST(VminitAgentArgv, EgressOnlyWhenGiven) {
   BootParams p;
   EXPECT_EQ(agent_argv("/dev/vport1p1", p),
