@@ -123,7 +123,7 @@ TEST_P(FrameHeaderTest, RejectedBeforePayloadArrivesAndDecoderStaysFailed) {
 INSTANTIATE_TEST_SUITE_P(AllFields, FrameHeaderTest,
                          ::testing::Values(Corruption{"length over max (top byte)", 3, 0x01},
                                            Corruption{"length over max (0x00100001)", 2, 0x10},
-                                           Corruption{"type 0", 4, 0}, Corruption{"type 15", 4, 15},
+                                           Corruption{"type 0", 4, 0}, Corruption{"type 17", 4, 17},
                                            Corruption{"type 255", 4, 255},
                                            Corruption{"flags", 5, 1},
                                            Corruption{"flags high bit", 5, 0x80},
