@@ -128,6 +128,10 @@ class ScopedService : public daemon::SandboxService {
                                       const daemon::ChunkSource& source) override;
   Result<nlohmann::json> list_images() override;
   Result<void> remove_image(const std::string& name) override;
+  Result<nlohmann::json> build_image_vm(
+      const std::string& name, const std::function<void(const std::string&)>& progress) override {
+    return inner_.build_image_vm(name, progress);
+  }
   Result<nlohmann::json> audit_events(const std::string& id, int64_t after, size_t limit) override;
   Result<nlohmann::json> audit_verify(const std::string& id) override;
   nlohmann::json health() override;

@@ -41,6 +41,7 @@ Result<void> restore_snapshot(Exchange& ex, ApiContext& ctx);
 Result<void> import_image(Exchange& ex, ApiContext& ctx);
 Result<void> list_images(Exchange& ex, ApiContext& ctx);
 Result<void> delete_image(Exchange& ex, ApiContext& ctx);
+Result<void> build_image_vm(Exchange& ex, ApiContext& ctx);
 
 Result<void> create_token(Exchange& ex, ApiContext& ctx);
 Result<void> list_tokens(Exchange& ex, ApiContext& ctx);

@@ -1,5 +1,5 @@
 // Handlers for images: import a root filesystem tarball (streamed, any compression libarchive
-// reads), list, remove.
+// reads), list, remove, and build the VM disk (progress streamed as NDJSON).
 #include "api/handlers.h"
 
 namespace space::api::handlers {
@@ -22,6 +22,43 @@ Result<void> delete_image(Exchange& ex, ApiContext& ctx) {
   TRY_VOID(check_image_name(name));
   TRY_VOID(ctx.service.remove_image(name));
   return ex.respond_no_content();
+}
+
+// POST /v1/images/{name}/vm. Errors found before any work starts (unknown image, the host
+// image, no agent) are plain error responses; once the build has begun the response is a
+// stream of NDJSON events, as exec's: {"type":"progress","message":...} per step, then
+// {"type":"done","disk":{...}} or {"type":"error","error":{"code","message"}}.
+Result<void> build_image_vm(Exchange& ex, ApiContext& ctx) {
+  const std::string& name = ex.param("name");
+  TRY_VOID(check_image_name(name));
+  bool streaming = false, broken = false;
+  auto emit = [&](const nlohmann::json& event) {
+    if (broken) return;  // the client left; the build still finishes and is cached
+    if (!streaming) {
+      if (!ex.begin_chunked(http::status::ok, "application/x-ndjson",
+                            {{"Cache-Control", "no-store"}})) {
+        broken = true;
+        return;
+      }
+      streaming = true;
+    }
+    if (!ex.write_chunk(event.dump() + "\n")) broken = true;
+  };
+  auto disk = ctx.service.build_image_vm(name, [&](const std::string& message) {
+    emit({{"type", "progress"}, {"message", message}});
+  });
+  if (!disk) {
+    Error e = std::move(disk.error()).wrap("building the VM disk of image " + name);
+    if (!streaming) return fail(std::move(e));
+    emit({{"type", "error"}, {"error", error_body(e)["error"]}});
+  } else {
+    emit({{"type", "done"}, {"disk", *disk}});
+  }
+  if (broken) {
+    ex.mark_broken();
+    return {};
+  }
+  return ex.end_chunked();
 }
 
 }  // namespace space::api::handlers

@@ -60,6 +60,7 @@ const std::vector<Route>& routes() {
       {verb::put, "/v1/images/{name}", h::import_image, Op::kImages},
       {verb::get, "/v1/images", h::list_images, Op::kRead},
       {verb::delete_, "/v1/images/{name}", h::delete_image, Op::kImages},
+      {verb::post, "/v1/images/{name}/vm", h::build_image_vm, Op::kImages},
       {verb::post, "/v1/tokens", h::create_token, Op::kAdmin},
       {verb::get, "/v1/tokens", h::list_tokens, Op::kAdmin},
       {verb::delete_, "/v1/tokens/{id}", h::revoke_token, Op::kAdmin},

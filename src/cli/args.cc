@@ -243,6 +243,10 @@ Commands define_commands(Args& a, const std::string& only) {
     image_ls->add_flag("--json", a.json, "print JSON");
     auto* image_rm = c.image->add_subcommand("rm", "remove an image");
     image_rm->add_option("name", a.name, "image name")->required();
+    auto* image_vm = c.image->add_subcommand(
+        "build-vm", "build (or reuse) the image's ext4 disk for VM runtimes (--runtime qemu)");
+    image_vm->add_option("name", a.name, "image name")->required();
+    image_vm->add_flag("--json", a.json, "print the disk as JSON");
   }
 
   c.snapshot = add_snapshot_commands(app, a, want);

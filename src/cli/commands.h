@@ -58,6 +58,7 @@ Result<int> cmd_cp(const Args& a, const Client& c);
 Result<int> cmd_image_import(const Args& a, const Client& c);
 Result<int> cmd_image_ls(const Args& a, const Client& c);
 Result<int> cmd_image_rm(const Args& a, const Client& c);
+Result<int> cmd_image_build_vm(const Args& a, const Client& c);
 
 // snapshots (commands_snapshot.cc)
 Result<int> cmd_snapshot(const Args& a, const Client& c);

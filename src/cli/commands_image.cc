@@ -1,7 +1,8 @@
-// `space image import|ls|rm`. Import streams a root filesystem to the daemon: a tarball as it
-// is (any compression the daemon's libarchive reads), a directory as a tar built on the fly,
-// with numeric owners kept. Progress goes to stderr when it is a terminal (a few updates a
-// second), and a summary line always.
+// `space image import|ls|rm|build-vm`. Import streams a root filesystem to the daemon: a
+// tarball as it is (any compression the daemon's libarchive reads), a directory as a tar built
+// on the fly, with numeric owners kept. Progress goes to stderr when it is a terminal (a few
+// updates a second), and a summary line always. build-vm prints the daemon's progress events
+// (NDJSON) to stderr as they come, then the same kind of summary line.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -121,6 +122,53 @@ Result<int> cmd_image_ls(const Args& a, const Client& c) {
 Result<int> cmd_image_rm(const Args& a, const Client& c) {
   TRY(c.call("DELETE", "/v1/images/" + url_encode(a.name)));
   return 0;
+}
+
+Result<int> cmd_image_build_vm(const Args& a, const Client& c) {
+  Connection conn = TRY(c.connect());
+  TRY_VOID(conn.send("POST", "/v1/images/" + url_encode(a.name) + "/vm", ""));
+  int status = TRY(conn.read_head());
+  if (status >= 400) {
+    std::string body = TRY(conn.read_body(1 << 20));
+    return fail(api_error(status, body));
+  }
+  auto start = Clock::now();
+  std::string pending;
+  char buf[4096];
+  for (;;) {
+    size_t n = TRY(conn.read_some(buf, sizeof buf));
+    if (n == 0) break;
+    pending.append(buf, n);
+    size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos) {
+      json ev = json::parse(pending.substr(0, nl), nullptr, false);
+      pending.erase(0, nl + 1);
+      if (!ev.is_object()) continue;
+      std::string type = ev.value("type", "");
+      if (type == "progress" && ev.contains("message") && ev["message"].is_string()) {
+        write_all(STDERR_FILENO, "space: " + ev["message"].get<std::string>() + "\n");
+      } else if (type == "error") {
+        return fail(api_error(500, json{{"error", ev.value("error", json::object())}}.dump()));
+      } else if (type == "done") {
+        json disk = ev.value("disk", json::object());
+        if (a.json) {
+          print_json(disk);
+          return 0;
+        }
+        double secs = std::chrono::duration<double>(Clock::now() - start).count();
+        uint64_t size = disk.contains("size_bytes") && disk["size_bytes"].is_number_unsigned()
+                            ? disk["size_bytes"].get<uint64_t>()
+                            : 0;
+        bool cached = disk.value("cached", false);
+        write_all(STDERR_FILENO, "space: VM disk of image " + a.name + " " +
+                                     (cached ? "is current" : "built") + " (" + format_size(size) +
+                                     (cached ? "" : " in " + format_duration(secs)) + "): " +
+                                     disk.value("path", std::string("?")) + "\n");
+        return 0;
+      }
+    }
+  }
+  return fail(Code::kProtocol, "the daemon ended the build-vm stream without a result; see spaced's log");
 }
 
 }  // namespace space::cli

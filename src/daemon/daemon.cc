@@ -854,6 +854,13 @@ Result<void> Daemon::remove_image(const std::string& name) {
   return images_.remove(name);
 }
 
+Result<nlohmann::json> Daemon::build_image_vm(
+    const std::string& name, const std::function<void(const std::string&)>& progress) {
+  auto disk = TRY(images_.build_vm(name, cfg_.agent, progress));
+  return json{{"name", name}, {"path", disk.path.string()}, {"size_bytes", disk.size_bytes},
+              {"cached", disk.cached}};
+}
+
 json Daemon::health() {
   size_t n;
   {

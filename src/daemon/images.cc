@@ -1,5 +1,5 @@
-// Image handling: the host skeleton and tar imports (libarchive, with the secure extraction
-// flags: archives are untrusted input).
+// Image handling: the host skeleton, tar imports (libarchive, with the secure extraction
+// flags: archives are untrusted input) and VM disks (build_vm: mke2fs -d + debugfs, no mounts).
 #include "daemon/images.h"
 
 #include "daemon/archive_names.h"
@@ -7,13 +7,18 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <random>
 #include <regex>
+#include <sstream>
 
 #include <spdlog/spdlog.h>
 
@@ -137,6 +142,8 @@ Result<runtime::Image> Images::resolve(const std::string& name) {
     std::error_code ec;
     for (const char* b : kHostBinds)
       if (fs::is_directory(b, ec)) img.ro_binds.emplace_back(b);
+  } else {
+    img.vm_disk = current_vm_disk(*rec);
   }
   return img;
 }
@@ -241,5 +248,277 @@ Result<void> Images::remove(const std::string& name) {
 }
 
 Result<std::vector<ImageRecord>> Images::list() { return store_.images(); }
+
+// --- VM disks -------------------------------------------------------------------------------
+
+namespace {
+
+constexpr int kVmDiskFormat = 1;  // bump when the disk's layout changes
+
+struct ToolResult {
+  int status = -1;     // exit code; -1 if killed by a signal
+  std::string output;  // stdout + stderr, the last 4 KiB
+};
+
+// Runs a host tool (mke2fs, debugfs, e2fsck) with stdout+stderr captured; never through a
+// shell. posix_spawn: the daemon has threads, so nothing may run between fork and exec.
+Result<ToolResult> run_tool(const std::vector<std::string>& argv) {
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) return fail_sys("pipe2");
+  UniqueFd rd(pipefd[0]), wr(pipefd[1]);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, wr.get(), 1);
+  posix_spawn_file_actions_adddup2(&fa, wr.get(), 2);
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  static const char* env[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", nullptr};
+  pid_t pid;
+  int rc = ::posix_spawnp(&pid, cargv[0], &fa, nullptr, cargv.data(), const_cast<char**>(env));
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    errno = rc;
+    return fail_sys("posix_spawn", argv[0] + " (e2fsprogs installed? scripts/install-deps.sh)");
+  }
+  wr.reset();
+  ToolResult r;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(rd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    r.output.append(buf, static_cast<size_t>(n));
+    if (r.output.size() > 8192) r.output.erase(0, r.output.size() - 4096);
+  }
+  int st;
+  while (::waitpid(pid, &st, 0) < 0)
+    if (errno != EINTR) return fail_sys("waitpid", argv[0]);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+Result<void> run_checked(const std::vector<std::string>& argv, const std::string& what) {
+  ToolResult r = TRY(run_tool(argv));
+  if (r.status != 0) {
+    std::string out = r.output;
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    return fail(Code::kInternal, what + ": " + argv[0] + " exited with " +
+                                     std::to_string(r.status) + (out.empty() ? "" : ": " + out));
+  }
+  return {};
+}
+
+Result<std::string> sha256_file(const fs::path& p) {
+  UniqueFd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return fail_sys("open", p.string());
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) != 1) abort();
+  char buf[64 * 1024];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      EVP_MD_CTX_free(ctx);
+      return fail_sys("read", p.string());
+    }
+    if (n == 0) break;
+    EVP_DigestUpdate(ctx, buf, static_cast<size_t>(n));
+  }
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned len = 0;
+  EVP_DigestFinal_ex(ctx, md, &len);
+  EVP_MD_CTX_free(ctx);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < len; ++i) {
+    out += hex[md[i] >> 4];
+    out += hex[md[i] & 15];
+  }
+  return out;
+}
+
+// The agent as the stamp records it: content hash for build_vm, size + mtime for resolve's
+// cheap check.
+struct AgentId {
+  std::string sha256;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+};
+
+Result<AgentId> agent_stat(const fs::path& agent) {
+  struct stat st;
+  if (::stat(agent.c_str(), &st) != 0)
+    return fail_sys("stat", agent.string() + " (the space-agent binary)");
+  if (!S_ISREG(st.st_mode))
+    return fail(Code::kUnavailable, "the space-agent binary " + agent.string() +
+                                        " is not a regular file");
+  return AgentId{"", static_cast<uint64_t>(st.st_size),
+                 st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec};
+}
+
+// Bytes and inodes the tree needs on an ext4 disk: allocated blocks (st_blocks) rounded up to
+// 4 KiB, plus a block per directory and symlink target over 60 bytes.
+struct TreeSize {
+  uint64_t bytes = 0;
+  uint64_t inodes = 0;
+};
+Result<TreeSize> measure_tree(const fs::path& root) {
+  TreeSize t;
+  std::error_code ec;
+  auto it = fs::recursive_directory_iterator(root, fs::directory_options::none, ec);
+  if (ec) return fail(Code::kInternal, "reading " + root.string() + ": " + ec.message());
+  for (auto end = fs::recursive_directory_iterator(); it != end; it.increment(ec)) {
+    if (ec) return fail(Code::kInternal, "reading " + root.string() + ": " + ec.message());
+    struct stat st;
+    if (::lstat(it->path().c_str(), &st) != 0) continue;
+    ++t.inodes;
+    uint64_t b = static_cast<uint64_t>(st.st_size);
+    if (S_ISREG(st.st_mode)) b = std::min<uint64_t>(b, static_cast<uint64_t>(st.st_blocks) * 512);
+    t.bytes += (b + 4095) / 4096 * 4096 + (S_ISDIR(st.st_mode) ? 4096 : 0);
+  }
+  return t;
+}
+
+}  // namespace
+
+std::string Images::vm_image_id(const ImageRecord& rec) {
+  return "format " + std::to_string(kVmDiskFormat) + "\nimage " + rec.name + " " + rec.kind +
+         " " + std::to_string(static_cast<int64_t>(rec.created_at * 1e6)) + " " +
+         std::to_string(rec.files) + " " + std::to_string(rec.size_bytes) + "\n";
+}
+
+// Stamp file: vm_image_id(rec), then "agent PATH SIZE MTIME_NS SHA256".
+fs::path Images::current_vm_disk(const ImageRecord& rec) {
+  fs::path base = fs::path(rec.path).parent_path();
+  fs::path disk = base / "vm.ext4";
+  std::ifstream f(base / "vm.stamp");
+  if (!f) return {};
+  std::string stamp((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string id = vm_image_id(rec);
+  if (stamp.rfind(id, 0) != 0) return {};
+  std::istringstream rest(stamp.substr(id.size()));
+  std::string word, agent, sha;
+  uint64_t size = 0;
+  int64_t mtime = 0;
+  if (!(rest >> word >> agent >> size >> mtime >> sha) || word != "agent") return {};
+  auto now = agent_stat(agent);
+  if (!now || now->size != size || now->mtime_ns != mtime) return {};
+  std::error_code ec;
+  if (!fs::is_regular_file(disk, ec)) return {};
+  return disk;
+}
+
+Result<Images::VmDisk> Images::build_vm(const std::string& name, const fs::path& agent,
+                                        const Progress& progress) {
+  TRY_VOID(validate_name(name));
+  auto rec = TRY(store_.get_image(name));
+  if (!rec)
+    return fail(Code::kNotFound, "unknown image \"" + name +
+                                     "\"; `space image ls` lists images, `space image import "
+                                     "NAME PATH` adds one");
+  if (rec->kind == "host")
+    return fail(Code::kInvalidArgument,
+                "the host image has no root filesystem of its own (it binds the host's /usr "
+                "read-only), so it cannot become a VM disk; import a root filesystem instead "
+                "(e.g. `debootstrap bookworm DIR` then `space image import NAME DIR`) and run "
+                "`space image build-vm NAME`");
+  std::lock_guard lock(vm_mu_);
+  fs::path rootfs = rec->path;
+  fs::path base = rootfs.parent_path();
+  fs::path disk = base / "vm.ext4";
+  AgentId aid = TRY_CTX(agent_stat(agent), "the VM disk needs the agent");
+  aid.sha256 = TRY(sha256_file(agent));
+  std::string stamp_text = vm_image_id(*rec) + "agent " + agent.string() + " " +
+                           std::to_string(aid.size) + " " + std::to_string(aid.mtime_ns) + " " +
+                           aid.sha256 + "\n";
+  std::error_code ec;
+  {
+    // A disk built for this image with an agent of the same content is current, even if the
+    // agent was rebuilt (new mtime) in between: refresh the stamp and reuse it.
+    std::ifstream f(base / "vm.stamp");
+    std::string old((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::string id = vm_image_id(*rec);
+    if (!old.empty()) {
+      bool same_image = old.rfind(id, 0) == 0;
+      bool same_agent = old.size() > 65 && old.find(" " + aid.sha256 + "\n") != std::string::npos;
+      if (same_image && same_agent && fs::is_regular_file(disk, ec)) {
+        if (old != stamp_text) TRY_VOID(write_file(base / "vm.stamp", stamp_text, 0644));
+        progress("VM disk of " + name + " is up to date");
+        return VmDisk{disk, static_cast<uint64_t>(fs::file_size(disk, ec)), true};
+      }
+    }
+  }
+
+  progress("measuring " + name + "'s tree");
+  TreeSize t = TRY(measure_tree(rootfs));
+  // Slack: ext4 metadata (~5%), the agent, and room for debugfs; at least 64 MiB.
+  uint64_t bytes = t.bytes + t.bytes / 8 + aid.size + (64ull << 20);
+  bytes = (bytes + (1 << 20) - 1) / (1 << 20) * (1 << 20);
+  uint64_t inodes = t.inodes + t.inodes / 4 + 1024;
+
+  fs::path tmp = base / (".vm.ext4.tmp" + std::to_string(::getpid()));
+  fs::remove(tmp, ec);
+  struct Cleanup {
+    fs::path p;
+    bool armed = true;
+    ~Cleanup() {
+      std::error_code e;
+      if (armed) fs::remove(p, e);
+    }
+  } cleanup{tmp};
+  {
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!fd) return fail_sys("open", tmp.string());
+    if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
+      return fail_sys("ftruncate", tmp.string());
+  }
+  progress("formatting ext4 (" + std::to_string(bytes >> 20) + " MiB, " +
+           std::to_string(t.inodes) + " files) from " + name + "'s tree");
+  // -d copies the tree with its owners, modes, xattrs and hard links as they are on disk:
+  // imported images keep the archive's ids there (the linux runtime shifts them with an
+  // idmapped mount), which is what the VM's real root should see. No journal: the disk is
+  // mounted read-only in the guest.
+  TRY_VOID(run_checked({"mke2fs", "-q", "-F", "-t", "ext4", "-L", "space-image", "-O",
+                        "^has_journal", "-m", "0", "-N", std::to_string(inodes), "-E",
+                        "root_owner=0:0", "-d", rootfs.string(), tmp.string()},
+                       "formatting the VM disk"));
+  progress("adding the agent at /.space/space-agent");
+  // debugfs keeps going after a failed command and exits 0, so its result is checked below.
+  fs::path cmds = base / (".vm.debugfs" + std::to_string(::getpid()));
+  TRY_VOID(write_file(cmds,
+                      "mkdir /.space\n"
+                      "set_inode_field /.space mode 040755\n"
+                      "set_inode_field /.space uid 0\n"
+                      "set_inode_field /.space gid 0\n"
+                      "rm /.space/space-agent\n"
+                      "write " + agent.string() + " /.space/space-agent\n"
+                      "set_inode_field /.space/space-agent mode 0100755\n"
+                      "set_inode_field /.space/space-agent uid 0\n"
+                      "set_inode_field /.space/space-agent gid 0\n",
+                      0600));
+  auto wrote = run_tool({"debugfs", "-w", "-f", cmds.string(), tmp.string()});
+  fs::remove(cmds, ec);
+  if (!wrote) return fail(wrote.error());
+  auto st = TRY(run_tool({"debugfs", "-R", "stat /.space/space-agent", tmp.string()}));
+  std::string want_size = "Size: " + std::to_string(aid.size);
+  if (st.status != 0 || st.output.find("Mode:  0755") == std::string::npos ||
+      st.output.find(want_size) == std::string::npos)
+    return fail(Code::kInternal, "adding the agent to the VM disk with debugfs failed: " +
+                                     wrote->output.substr(0, 2000));
+  progress("checking the filesystem (e2fsck -fn)");
+  TRY_VOID(run_checked({"e2fsck", "-fn", tmp.string()}, "checking the VM disk"));
+  if (::chmod(tmp.c_str(), 0644) != 0) return fail_sys("chmod", tmp.string());
+  // Stamp last: a crash between the rename and the stamp leaves a disk that is rebuilt.
+  fs::remove(base / "vm.stamp", ec);
+  fs::rename(tmp, disk, ec);
+  if (ec) return fail(Code::kInternal, "installing " + disk.string() + ": " + ec.message());
+  cleanup.armed = false;
+  TRY_VOID(write_file(base / "vm.stamp", stamp_text, 0644));
+  progress("built " + disk.string());
+  spdlog::info("built the VM disk of image {}: {} MiB", name, bytes >> 20);
+  return VmDisk{disk, bytes, false};
+}
 
 }  // namespace space::daemon

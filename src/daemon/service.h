@@ -197,6 +197,13 @@ class SandboxService {
   virtual Result<nlohmann::json> import_image(const std::string& name, const ChunkSource& source) = 0;
   virtual Result<nlohmann::json> list_images() = 0;  // JSON array, schema Image
   virtual Result<void> remove_image(const std::string& name) = 0;
+  // Builds (or reuses) the image's ext4 disk for VM runtimes (Images::build_vm); `progress`
+  // gets one line per step, on the calling thread. Returns {"name", "path", "size_bytes",
+  // "cached"}.
+  virtual Result<nlohmann::json> build_image_vm(
+      const std::string& name, const std::function<void(const std::string&)>& progress) {
+    return fail(Code::kUnimplemented, "building VM disks is not supported by this service");
+  }
 
   // The audit log of a sandbox, live or destroyed (docs/audit.md): events with seq > after,
   // oldest first, at most `limit` (JSON array of schema AuditEvent); and a verification of

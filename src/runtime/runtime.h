@@ -36,6 +36,9 @@ struct Image {
   // lower layer. The "host" image uses {/usr, /etc/ssl, /etc/alternatives}; its rootfs is a
   // generated skeleton holding a minimal /etc and the host's top-level symlinks (/bin -> usr/bin).
   std::vector<std::filesystem::path> ro_binds;
+  // The image as an ext4 disk for microVMs (`space image build-vm`), with space-agent at
+  // /.space/space-agent; empty if it has not been built (or is out of date).
+  std::filesystem::path vm_disk;
 };
 
 struct SandboxSpec {
