@@ -115,8 +115,7 @@ void Agent::on_egress_accept() {
     }
     c->in_epoll = true;
     egress_streams_[stream] = c->serial;
-    send(proto::FrameType::kConnect, stream,
-         dump_json({{"port", opts_.egress_listen->port}}));
+    send(proto::FrameType::kConnect, stream, dump_json({{"port", opts_.egress_listen->port}}));
     egress_.emplace(c->serial, std::move(c));
   }
 }

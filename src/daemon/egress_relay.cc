@@ -21,10 +21,9 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <spdlog/spdlog.h>
 
 #include <thread>
 
@@ -43,8 +42,8 @@ Result<UniqueFd> connect_in_netns(int netns_fd, const std::string& ip, uint16_t 
   sa.sin_port = htons(port);
   if (::inet_pton(AF_INET, ip.c_str(), &sa.sin_addr) != 1)
     return fail(Code::kInvalidArgument, "\"" + ip + "\" is not an IPv4 address");
-  const std::string where = ip + ":" + std::to_string(port) + " in netns fd " +
-                            std::to_string(netns_fd);
+  const std::string where =
+      ip + ":" + std::to_string(port) + " in netns fd " + std::to_string(netns_fd);
   // A socket belongs to the network namespace of the thread that made it. setns() changes only
   // the calling thread, and this thread exits right after, so the daemon's other threads never
   // run in the sandbox's namespace.

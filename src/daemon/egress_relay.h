@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -52,7 +53,7 @@ class EgressRelay {
   // was lost, and idempotent. A dial in progress is waited for (bounded by the dial's timeout).
   void stop();
 
-  size_t active() const;  // connections being served now
+  size_t active() const;                              // connections being served now
   uint64_t served() const { return served_.load(); }  // connections accepted since start
 
  private:
