@@ -28,8 +28,8 @@
 namespace space::agent {
 namespace {
 
-// A microVM's loopback interface starts down, with no 127.0.0.1 on it. As init the agent
-// brings it up (the only network configuration it ever does), so it can listen there.
+// A microVM's loopback interface starts down. As init the agent brings it up (the only
+// network configuration it ever does), so guest processes can reach its listener there.
 void bring_up_loopback() {
   int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (s < 0) return;
@@ -64,11 +64,10 @@ Result<void> Agent::start_egress_listener() {
   sa.sin_family = AF_INET;
   sa.sin_addr.s_addr = addr.ip;
   sa.sin_port = htons(addr.port);
+  // In a fresh network namespace (a VM's) 127.0.0.1 binds while lo is down, but nothing can
+  // connect to it; so a loopback listen address brings lo up first (a no-op if it is up).
+  if ((ntohl(addr.ip) >> 24) == 127) bring_up_loopback();
   int r = ::bind(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa);
-  if (r < 0 && errno == EADDRNOTAVAIL && (ntohl(addr.ip) >> 24) == 127) {
-    bring_up_loopback();
-    r = ::bind(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa);
-  }
   if (r < 0)
     return fail_sys("bind", "--egress-listen " + addr.text +
                                 " (is the address configured in the guest and the port free?)");

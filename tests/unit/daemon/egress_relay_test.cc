@@ -530,5 +530,42 @@ TEST(ConnectInNetns, ReachesOnlyTheNamespacesListener) {
   EXPECT_NE(bad_ns.error().message().find("setns"), std::string::npos);
 }
 
+// The microVM situation: the agent starts in a network namespace whose `lo` is down (no
+// 127.0.0.1 yet). It brings lo up, listens, and guest connections made inside that namespace
+// reach the gateway in the daemon's namespace only through the channel.
+TEST(EgressRelay, AgentInFreshNetnsBringsUpLoopback) {
+  SKIP_WITHOUT_AGENT();
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (unshare CLONE_NEWNET)";
+  uint16_t port = free_port();
+  std::unique_ptr<AgentClient> agent;
+  UniqueFd nsfd;
+  std::string why;
+  std::thread([&] {
+    if (::unshare(CLONE_NEWNET) < 0) {
+      why = std::string("unshare: ") + std::strerror(errno);
+      return;
+    }
+    nsfd.reset(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+    // The child inherits this thread's (fresh) network namespace.
+    agent = std::make_unique<AgentClient>(
+        std::vector<std::string>{"--egress-listen", "127.0.0.1:" + std::to_string(port)});
+  }).join();
+  if (!why.empty()) GTEST_SKIP() << why;
+  ASSERT_TRUE(agent && nsfd);
+  auto conn = AgentConn::open(agent->channel_fd(), "egress-test", false, 5s);
+  ASSERT_TRUE(conn) << conn.error().message();
+  Upstream up(echo);
+  EgressRelay relay(**conn, up.dial(), "egress-test");
+  relay.start();
+  auto g = connect_in_netns(nsfd.get(), "127.0.0.1", port);
+  ASSERT_TRUE(g) << g.error().message();
+  ASSERT_TRUE(write_all(g->get(), "from inside"));
+  char buf[16] = {};
+  ASSERT_EQ(::recv(g->get(), buf, 11, MSG_WAITALL), 11);
+  EXPECT_EQ(std::string(buf, 11), "from inside");
+  relay.stop();
+  (*conn)->close();
+}
+
 }  // namespace
 }  // namespace space::daemon
