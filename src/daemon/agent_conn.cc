@@ -175,6 +175,11 @@ void AgentConn::close_stream(uint32_t id) {
   if (streams_.erase(id) > 0 && proto::is_agent_stream(id)) --agent_streams_;
 }
 
+Result<void> AgentConn::accept_agent_stream(Stream& s) {
+  s.accepted_ = true;  // before the ok goes out, so the agent's first data finds it set
+  return send_json(FrameType::kResponse, s.id(), {{"ok", true}});
+}
+
 size_t AgentConn::agent_streams() const {
   std::lock_guard lock(mu_);
   return agent_streams_;
@@ -237,6 +242,7 @@ void AgentConn::on_connect(Frame f) {
 Result<void> AgentConn::send(FrameType type, uint32_t stream, std::string_view payload) {
   std::string buf;
   TRY_VOID(proto::encode(type, stream, payload, buf));
+
   std::lock_guard lock(write_mu_);
   if (lost_) return fail(Code::kUnavailable, "the sandbox's agent is gone");
   size_t off = 0;
@@ -371,6 +377,10 @@ void AgentConn::route(Frame f) {
         if (it != streams_.end()) s = it->second;
       }
       if (!s) return;  // a stream nobody waits for any more (client gone): drop
+      if (f.type == FrameType::kData && proto::is_agent_stream(f.stream) && !s->accepted_) {
+        lose(Error(Code::kProtocol, "the agent sent egress data before its connect was accepted"));
+        return;
+      }
       if (!s->push(std::move(f)))
         lose(Error(Code::kProtocol, "the agent overran the flow-control window"));
       return;

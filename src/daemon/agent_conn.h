@@ -76,6 +76,9 @@ class Stream {
   size_t unacked_ = 0;  // data bytes received and not yet credited back
   size_t stdin_unacked_ = 0;  // stdin bytes sent and not yet credited by the agent
   bool ended_ = false;        // an exit frame arrived
+  // Agent streams only: the daemon answered the connect with ok. Before that the agent may not
+  // send data on it (so a stream nobody serves cannot make the daemon buffer anything).
+  std::atomic<bool> accepted_{false};
   std::optional<Error> err_;
 };
 
@@ -105,13 +108,17 @@ class AgentConn {
   // answers with a `response` and calls close_stream() when done. Connects that arrive before
   // a handler is set wait (at most kMaxEgressConns of them) and are handed over by this call.
   // set_on_agent_stream(nullptr) returns only once no call of the previous handler is running.
-  // At most kMaxEgressConns agent streams are open; a connect beyond that is answered with an
+  // The agent may send data on such a stream only after the daemon accepted it with
+  // accept_agent_stream() (which sends the ok `response`). At most kMaxEgressConns agent streams are
+  // open; a connect beyond that is answered with an
   // error response here. Protocol violations close the channel (as for every other stream): a
-  // malformed connect, a connect on a daemon-range or already-open id, a reset on a
-  // daemon-range stream, or a window overrun.
+  // malformed connect, a connect on a daemon-range or already-open id, data before the ok, a
+  // reset on a daemon-range stream, or a window overrun.
   using AgentStreamHandler = std::function<void(std::shared_ptr<Stream>, uint16_t port)>;
   void set_on_agent_stream(AgentStreamHandler h);
   size_t agent_streams() const;
+  // Sends the ok `response` to the agent's connect on `s` and lets data flow on it.
+  Result<void> accept_agent_stream(Stream& s);
 
   Result<void> send(proto::FrameType type, uint32_t stream, std::string_view payload);
   Result<void> send_json(proto::FrameType type, uint32_t stream, const nlohmann::json& j);

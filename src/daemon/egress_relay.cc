@@ -184,7 +184,7 @@ void EgressRelay::serve(Conn& c) {
       std::lock_guard lock(c.mu);
       if (!c.aborted) c.sock = std::move(*fd);
     }
-    if (c.sock && conn_.send_json(FrameType::kResponse, id, {{"ok", true}})) {
+    if (c.sock && conn_.accept_agent_stream(*c.s)) {
       c.up = std::thread([this, &c] { socket_to_agent(c); });
       agent_to_socket(c);
       c.up.join();

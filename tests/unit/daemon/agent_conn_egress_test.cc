@@ -79,7 +79,6 @@ TEST(AgentConnEgress, ConnectsBeforeTheHandlerAreKeptAndRouted) {
   Peer p;
   ASSERT_TRUE(p.conn);
   p.send(FrameType::kConnect, kA | 7, R"({"port":3128})");
-  p.send(FrameType::kData, kA | 7, "early bytes");
   std::this_thread::sleep_for(50ms);
   EXPECT_EQ(p.conn->agent_streams(), 1u);
   Collected c;
@@ -88,9 +87,15 @@ TEST(AgentConnEgress, ConnectsBeforeTheHandlerAreKeptAndRouted) {
   auto& [s, port] = c.got[0];
   EXPECT_EQ(s->id(), kA | 7);
   EXPECT_EQ(port, 3128);
+  ASSERT_TRUE(p.conn->accept_agent_stream(*s));
+  auto ok = p.recv();
+  EXPECT_EQ(ok.type, FrameType::kResponse);
+  EXPECT_EQ(ok.stream, kA | 7);
+  EXPECT_EQ(nlohmann::json::parse(ok.payload)["ok"], true);
+  p.send(FrameType::kData, kA | 7, "bytes");
   auto f = s->pop(Clock::now() + 2s);
   ASSERT_TRUE(f);
-  EXPECT_EQ(f->payload, "early bytes");
+  EXPECT_EQ(f->payload, "bytes");
   p.send(FrameType::kReset, kA | 7, "");
   f = s->pop(Clock::now() + 2s);
   ASSERT_TRUE(f);
@@ -131,11 +136,21 @@ TEST(AgentConnEgress, MalformedConnectsCloseTheChannel) {
     p.send(FrameType::kConnect, kA | 1, R"({"port":1})");
     EXPECT_TRUE(p.lost_within(2s));
   }
+  {  // Data before the daemon accepted the connection (here: nobody serves it, as on a
+     // sandbox without an egress relay): the daemon must not buffer it.
+    Peer p;
+    p.send(FrameType::kConnect, kA | 1, R"({"port":1})");
+    p.send(FrameType::kData, kA | 1, "unasked");
+    EXPECT_TRUE(p.lost_within(2s));
+  }
   {  // Overrunning the window on an egress stream.
     Peer p;
     Collected c;
     p.conn->set_on_agent_stream(c.handler());
     p.send(FrameType::kConnect, kA | 1, R"({"port":1})");
+    for (int i = 0; i < 200 && c.size() == 0; ++i) std::this_thread::sleep_for(5ms);
+    ASSERT_EQ(c.size(), 1u);
+    ASSERT_TRUE(p.conn->accept_agent_stream(*c.got[0].first));
     std::string chunk(proto::kMaxPayload, 'x');
     p.send(FrameType::kData, kA | 1, chunk);
     p.send(FrameType::kData, kA | 1, "1");
