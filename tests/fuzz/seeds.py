@@ -13,7 +13,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # Frame types (src/proto/frame.h).
 HELLO, REQUEST, RESPONSE, EXEC, STARTED, STDIN, STDOUT, STDERR, EXIT, SIGNAL, CREDIT, DATA, \
-    PING, PONG = range(1, 15)
+    PING, PONG, CONNECT, RESET = range(1, 17)
+AGENT_STREAM = 0x80000000  # egress streams the agent opens
 
 
 def frame(ftype, stream, payload, flags=0, reserved=0, length=None):
@@ -122,6 +123,13 @@ def agent_conn():
         "raw-daemon-only-type": b"\x00" + frame(REQUEST, 1, {"op": "ps"}),
         "raw-second-hello": b"\x00" + frame(HELLO, 0, {"version": 2}),
         "raw-bad-header": b"\x00" + frame(DATA, 1, b"", flags=3),
+        "raw-egress": b"\x00" + frame(CONNECT, AGENT_STREAM | 1, {"port": 3128}) +
+                      frame(CREDIT, AGENT_STREAM | 1, {"bytes": 5}) +
+                      frame(RESET, AGENT_STREAM | 1, b"") +
+                      frame(CONNECT, AGENT_STREAM | 2, {"port": 3128}) +
+                      frame(DATA, AGENT_STREAM | 2, b"before the ok"),
+        "raw-egress-bad-connect": b"\x00" + frame(CONNECT, AGENT_STREAM | 1, {"port": 70000}) +
+                                  frame(CONNECT, 4, {"port": 1}) + frame(RESET, 4, b""),
         "reply-ok": b"\x01" + reply(RESPONSE, {"ok": True, "stat": {"type": "dir", "mode": 493}}),
         "reply-error": b"\x01" + reply(RESPONSE, {"ok": False, "error": {
             "code": "not_found", "message": "no such file", "errno": 2}}),
