@@ -59,6 +59,8 @@ Result<void> Config::load(const std::filesystem::path& file) {
       TRY_VOID_CTX(load_pools(v, pool_limits_given), file.string() + ": pools");
     } else if (k == "snapshots" && v.is_object()) {
       TRY_VOID_CTX(load_snapshots(v), file.string() + ": snapshots");
+    } else if (k == "vm" && v.is_object()) {
+      TRY_VOID_CTX(load_vm(v), file.string() + ": vm");
     } else if (k == "gateway" && v.is_object()) {
       TRY_VOID_CTX(load_gateway(v), file.string() + ": gateway");
     } else if (k == "defaults" && v.is_object()) {
@@ -267,6 +269,29 @@ Result<void> Config::load_gateway(const nlohmann::json& v) {
       upstream_ca_files = TRY(strings(gv, k));
     } else if (k == "sandbox_ca_files") {
       sandbox_ca_files = TRY(strings(gv, k));
+    } else {
+      return fail(Code::kInvalidArgument, "unknown or mistyped key \"" + k + "\"");
+    }
+  }
+  return {};
+}
+
+// "vm": {"kernel": PATH, "initrd": PATH, "qemu": PATH, "accel": "auto|kvm|tcg",
+//        "boot_timeout_s": N}.
+Result<void> Config::load_vm(const nlohmann::json& v) {
+  for (auto& [k, x] : v.items()) {
+    if ((k == "kernel" || k == "initrd" || k == "qemu") && x.is_string()) {
+      std::filesystem::path p = x.get<std::string>();
+      if (k != "qemu" && !p.is_absolute())
+        return fail(Code::kInvalidArgument, k + ": an absolute path, please");
+      (k == "kernel" ? vm.kernel : k == "initrd" ? vm.initrd : vm.qemu) = p;
+    } else if (k == "accel" && x.is_string()) {
+      vm.accel = x.get<std::string>();
+      if (vm.accel != "auto" && vm.accel != "kvm" && vm.accel != "tcg")
+        return fail(Code::kInvalidArgument, "accel: auto, kvm or tcg");
+    } else if (k == "boot_timeout_s" && x.is_number() && x.get<double>() > 0 &&
+               x.get<double>() <= 600) {
+      vm.boot_timeout_s = x.get<double>();
     } else {
       return fail(Code::kInvalidArgument, "unknown or mistyped key \"" + k + "\"");
     }

@@ -51,6 +51,16 @@ struct PoolConfig {
   static constexpr size_t kMaxSize = 256;
 };
 
+// The microVM runtimes' shared settings (docs/qemu-runtime.md). Empty paths: found next to
+// spaced (<dir>/guest/) or under /usr/lib/space/guest/.
+struct VmConfig {
+  std::filesystem::path kernel;  // uncompressed vmlinux
+  std::filesystem::path initrd;  // initramfs with space-vminit as /init
+  std::filesystem::path qemu = "qemu-system-x86_64";
+  std::string accel = "auto";    // auto, kvm, tcg
+  double boot_timeout_s = 60;
+};
+
 struct Config {
   std::filesystem::path state_dir = "/var/lib/space";
   std::filesystem::path socket = "/run/space/space.sock";
@@ -78,6 +88,7 @@ struct Config {
   SnapshotConfig snapshots;
   std::map<std::string, ProfileSnapshots> profile_snapshots;
   std::vector<PoolConfig> pools;
+  VmConfig vm;
 
   // Reads a JSON config file over the current values.
   Result<void> load(const std::filesystem::path& file);
@@ -86,6 +97,7 @@ struct Config {
   Result<void> load_profiles(const nlohmann::json& v);
   Result<void> load_gateway(const nlohmann::json& v);
   Result<void> load_snapshots(const nlohmann::json& v);
+  Result<void> load_vm(const nlohmann::json& v);
   Result<void> load_pools(const nlohmann::json& v, std::vector<std::array<bool, 4>>& given);
 };
 

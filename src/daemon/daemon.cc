@@ -148,7 +148,7 @@ void Daemon::shutdown() {
     all = sandboxes_;
   }
   for (auto& [id, sb] : all)
-    if (sb->conn) sb->conn->close();
+    close_agent(*sb);
   if (gateway_) gateway_->stop();
   Janitor::instance().drain();
   if (audit_) (void)audit_->flush();
@@ -258,7 +258,7 @@ Error Daemon::abandon_create(Sandbox& sb, Error e) {
   SandboxRecord& rec = sb.rec;
   metrics_.create_failures++;
   stop_egress(rec.id);
-  if (sb.conn) sb.conn->close();
+  close_agent(sb);
   if (sb.inst) (void)sb.inst->destroy();
   std::error_code ec;
   fs::remove_all(cfg_.state_dir / "sandboxes" / rec.id, ec);
@@ -346,6 +346,7 @@ Result<Daemon::Prepared> Daemon::prepare_sandbox(
   auto conn = AgentConn::open(sb.inst->channel_fd(), rec.id, false, std::chrono::seconds(10));
   if (!conn) return failed(std::move(conn.error()).wrap("waiting for the sandbox's agent"));
   sb.conn = std::move(*conn);
+  start_relay(sb);
   sb.spec = spec;
   times.mark("agent hello");
   // The default working directory must exist (imported images may lack /root); where the
@@ -380,7 +381,7 @@ void Daemon::discard_prepared(Prepared& p, const std::string& why) {
   if (!p.sb) return;
   Sandbox& sb = *p.sb;
   sb.destroyed = true;
-  if (sb.conn) sb.conn->close();
+  close_agent(sb);
   p.listeners = {};
   if (sb.inst) {
     if (auto r = sb.inst->destroy(); !r) {
@@ -392,6 +393,19 @@ void Daemon::discard_prepared(Prepared& p, const std::string& why) {
   fs::remove_all(cfg_.state_dir / "sandboxes" / sb.rec.id, ec);
   record_destroyed(sb.rec, why);
   p.sb.reset();
+}
+
+void Daemon::start_relay(Sandbox& sb) {
+  if (!sb.inst || !sb.conn || !sb.inst->egress_over_channel() || sb.inst->netns_fd() < 0) return;
+  int ns = sb.inst->netns_fd();  // the instance outlives the relay (close_agent comes first)
+  sb.egress_relay = std::make_unique<EgressRelay>(
+      *sb.conn, [ns] { return connect_in_netns(ns, "127.0.0.1", 3128); }, sb.rec.id);
+  sb.egress_relay->start();
+}
+
+void Daemon::close_agent(Sandbox& sb) {
+  if (sb.egress_relay) sb.egress_relay->stop();
+  if (sb.conn) sb.conn->close();
 }
 
 Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
@@ -654,7 +668,7 @@ Result<void> Daemon::destroy_sandbox(const std::shared_ptr<Sandbox>& sb,
   std::lock_guard lock(sb->mu);
   if (sb->destroyed.exchange(true)) return {};
   stop_egress(sb->rec.id);
-  if (sb->conn) sb->conn->close();
+  close_agent(*sb);
   Result<void> r = sb->inst ? sb->inst->destroy() : Result<void>{};
   if (!r) {
     // Keep it registered so a later destroy (or the reaper) retries; nothing is forgotten.
@@ -797,6 +811,7 @@ Result<void> Daemon::reconcile() {
       continue;
     }
     sb->conn = std::move(*conn);
+    start_relay(*sb);
     if (auto eg = egress_of(rec); !eg) {
       spdlog::warn("sandbox {}: egress not restored: {}", rec.id, eg.error().message());
     } else if (auto r = start_egress(*sb, std::move(*eg), CaMode::kSaved); !r) {
@@ -993,7 +1008,7 @@ json host_facts() {
 json Daemon::doctor() {
   json rts = json::object();
   for (auto& [name, rt] : runtimes_) rts[name] = rt->doctor();
-  for (const char* n : {"qemu", "firecracker"})
+  for (const char* n : {"firecracker"})
     if (!rts.contains(n))
       rts[n] = {{"available", false}, {"reason", "not built into this spaced yet"}};
   json host = host_facts();

@@ -17,6 +17,7 @@
 
 #include "audit/audit_log.h"
 #include "daemon/agent_conn.h"
+#include "daemon/egress_relay.h"
 #include "daemon/config.h"
 #include "daemon/images.h"
 #include "daemon/service.h"
@@ -95,6 +96,9 @@ class Daemon : public SandboxService {
     runtime::SandboxSpec spec;
     std::unique_ptr<runtime::Instance> inst;
     std::unique_ptr<AgentConn> conn;
+    // VMs: carries the agent's egress connections to the gateway (before conn in destruction
+    // order: it uses conn). Stopped by close_agent().
+    std::unique_ptr<EgressRelay> egress_relay;
     std::atomic<bool> destroyed{false};
     std::atomic<bool> paused{false};
     // Rollback replaces the Sandbox object under the same id: `replacing` while it runs (the
@@ -169,6 +173,11 @@ class Daemon : public SandboxService {
   Result<void> destroy_sandbox(const std::shared_ptr<Sandbox>& sb, const std::string& reason);
   Result<uint32_t> allocate_uid_base();
   Result<runtime::SandboxSpec> spec_for(const SandboxRecord& rec);
+  // After the agent's channel is open: for runtimes whose agent carries egress (VMs), starts
+  // relaying its connections to the gateway's listeners in the sandbox's network namespace.
+  static void start_relay(Sandbox& sb);
+  // Stops the egress relay, then closes the agent channel. Idempotent.
+  static void close_agent(Sandbox& sb);
   // Egress (daemon/egress.cc). plan_egress checks a create request's --secret and --allow
   // against the profile and records grants and placeholders in rec.spec; start_egress gives
   // the sandbox its CA and attaches it to the gateway (fresh: a new CA; otherwise the saved one,

@@ -22,6 +22,7 @@
 #include "daemon/daemon.h"
 #include "daemon/tokens.h"
 #include "runtime/linux/linux_runtime.h"
+#include "runtime/qemu/qemu_runtime.h"
 
 namespace fs = std::filesystem;
 using namespace space;
@@ -146,6 +147,23 @@ int run(int argc, char** argv) {
       return 1;
     }
     runtimes.emplace("linux", std::move(*rt));
+  }
+  {
+    // Always present: if QEMU, the guest kernel or KVM/TCG is missing, its creates and
+    // `space doctor` say what is missing.
+    runtime::qemu::QemuRuntime::Config qc;
+    auto guest = [&](const fs::path& configured, const char* file) {
+      if (!configured.empty()) return configured;
+      fs::path near = self_dir() / "guest" / file;
+      return fs::exists(near) ? near : fs::path("/usr/lib/space/guest") / file;
+    };
+    qc.kernel = guest(cfg.vm.kernel, "vmlinux");
+    qc.initrd = guest(cfg.vm.initrd, "initrd.img");
+    qc.qemu = cfg.vm.qemu;
+    qc.accel = cfg.vm.accel;
+    qc.cgroup_name = cfg.cgroup_name;
+    qc.boot_timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.vm.boot_timeout_s * 1000));
+    runtimes.emplace("qemu", runtime::qemu::QemuRuntime::create(qc));
   }
   auto d = daemon::Daemon::start(cfg, std::move(runtimes));
   if (!d) {

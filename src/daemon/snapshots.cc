@@ -450,7 +450,7 @@ Result<SandboxInfo> Daemon::rollback(const std::string& id, const std::string& s
   old->replacing = true;
   old->destroyed = true;
   stop_egress(id);
-  if (old->conn) old->conn->close();
+  close_agent(*old);
   if (auto r = old->inst->destroy(); !r) {
     old->destroyed = false;
     old->replacing = false;
@@ -470,9 +470,10 @@ Result<SandboxInfo> Daemon::rollback(const std::string& id, const std::string& s
     spec.populate_upper = [&](int fd) { return store->restore(man, fd); };
     fresh->inst = TRY(fresh->rt->create(spec));
     auto fail_started = [&](Error e) -> Result<void> {
-      if (fresh->conn) fresh->conn->close();
+      close_agent(*fresh);
       stop_egress(id);
       (void)fresh->inst->destroy();
+      fresh->egress_relay.reset();
       fresh->conn.reset();
       fresh->inst.reset();
       return fail(std::move(e));

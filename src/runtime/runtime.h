@@ -96,8 +96,12 @@ class Instance {
   // Host pid of the agent (for logs, ps translation and the posture check).
   virtual int agent_pid() const = 0;
   // The sandbox's network namespace, where the egress gateway binds its listeners; -1 for
-  // runtimes without one (VMs: the agent carries egress over its channel instead).
+  // runtimes without one.
   virtual int netns_fd() const { return -1; }
+  // True for VMs: the sandbox reaches the gateway's listeners in netns_fd() only through the
+  // agent, which carries its connections over the channel (docs/agent-protocol.md, "Egress");
+  // the daemon relays them. False: the sandbox's processes live in netns_fd() themselves.
+  virtual bool egress_over_channel() const { return false; }
 
   virtual Result<void> pause() = 0;
   virtual Result<void> resume() = 0;

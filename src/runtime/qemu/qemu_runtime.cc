@@ -1,0 +1,787 @@
+// The qemu runtime's recipe (qemu_runtime.h): writable disk -> cgroup -> jailed QEMU (clone3
+// into new namespaces and the cgroup; the child builds its tmpfs root, drops to the sandbox's
+// uid and execs QEMU) -> the agent's port and QMP -> wait for the agent's first byte. Every step
+// leaves a guard; a failure unwinds them and reports the guest console's last lines.
+#include "runtime/qemu/qemu_runtime.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/sched.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "runtime/linux/host_files.h"
+#include "runtime/linux/launcher.h"
+#include "runtime/linux/syscalls.h"
+#include "runtime/qemu/qmp.h"
+
+extern char** environ;
+
+namespace space::runtime::qemu {
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using linux::Cgroup;
+using linux::CgroupLayout;
+
+namespace {
+
+template <class F>
+class Guard {
+ public:
+  explicit Guard(F undo) : undo_(std::move(undo)) {}
+  Guard(const Guard&) = delete;
+  ~Guard() {
+    if (armed_) undo_();
+  }
+  void dismiss() { armed_ = false; }
+
+ private:
+  F undo_;
+  bool armed_ = true;
+};
+
+// Fds the child hands to QEMU at fixed numbers (-add-fd): the two disks.
+constexpr int kImageFd = 10;
+constexpr int kDiskFd = 11;
+constexpr int kDiskRoFd = 12;  // QEMU probes the disk read-only first: a set needs both modes
+
+// Where things are inside QEMU's jail.
+constexpr const char* kJailVm = "/vm";
+constexpr const char* kJailKernel = "/boot/vmlinux";
+constexpr const char* kJailInitrd = "/boot/initrd";
+
+Result<fs::path> find_in_path(const fs::path& prog) {
+  if (prog.is_absolute()) {
+    if (::access(prog.c_str(), X_OK) != 0) return fail_sys("access", prog.string());
+    return prog;
+  }
+  const char* path = std::getenv("PATH");
+  std::string p = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::stringstream ss(p);
+  std::string dir;
+  while (std::getline(ss, dir, ':')) {
+    if (dir.empty()) continue;
+    fs::path cand = fs::path(dir) / prog;
+    if (::access(cand.c_str(), X_OK) == 0) return fs::canonical(cand);
+  }
+  return fail(Code::kUnavailable, prog.string() + " not found in PATH");
+}
+
+// Runs a fixed host tool (mke2fs) and waits; its output goes to `log` (appended).
+Result<void> run_tool(const std::vector<std::string>& argv, const fs::path& log) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid;
+  char* env[] = {const_cast<char*>("PATH=/usr/sbin:/usr/bin:/sbin:/bin"), nullptr};
+  int rc = ::posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), env);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return fail_sys("posix_spawn", argv[0], rc);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return fail_sys("waitpid", argv[0]);
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return fail(Code::kInternal, argv[0] + " failed (status " + std::to_string(status) +
+                                     "); its output is in " + log.string());
+  return {};
+}
+
+// The last `n` lines of a (log) file, for error messages.
+std::string tail_of(const fs::path& p, size_t n) {
+  std::ifstream in(p);
+  std::deque<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    // What the guest printed is untrusted: keep it printable and short.
+    for (char& c : line)
+      if (static_cast<unsigned char>(c) < 0x20 && c != '\t') c = ' ';
+    if (line.size() > 200) line.resize(200);
+    lines.push_back(std::move(line));
+    if (lines.size() > n) lines.pop_front();
+  }
+  std::string out;
+  for (auto& l : lines) out += "\n  | " + l;
+  return out;
+}
+
+// --- The child: between clone3 and QEMU's exec. Only raw syscalls from here (the daemon is
+// multithreaded; the child is a copy of one thread), everything precomputed by the parent.
+
+struct Bind {
+  std::string src, dst;  // dst inside the new root (already prefixed with the jail dir)
+  bool dir = true;       // a directory (else a file)
+  bool rw = false;
+  bool dev = false;      // a device node: keep dev, drop exec
+  std::string symlink;   // if non-empty: create dst as a symlink to this instead of binding
+};
+
+struct ChildPlan {
+  std::string jail;  // mount point of the tmpfs root
+  std::vector<Bind> binds;
+  std::vector<std::string> tmpfs_dirs;  // extra tmpfs mounts (dst, prefixed)
+  std::string proc_dir;                 // prefixed
+  std::string old_root;                 // prefixed put_old for pivot_root
+  uint32_t uid = 0;
+  std::vector<gid_t> groups;
+  int go_fd = -1, err_fd = -1, log_fd = -1, null_fd = -1, image_fd = -1, disk_fd = -1,
+      disk_ro_fd = -1;
+  std::string exe;
+  std::vector<std::string> argv;
+  std::vector<char*> argv_p;
+};
+
+struct ChildError {
+  int step;
+  int err;
+};
+
+constexpr const char* kStepNames[] = {
+    "wait for the cgroup",   "make mounts private", "mount the tmpfs root", "create a mount point",
+    "bind mount",            "remount read-only",   "mount /proc",          "mount a tmpfs",
+    "pivot_root",            "detach the old root", "remount / read-only",  "bring up lo",
+    "set groups",            "set gid",             "set uid",              "no_new_privs",
+    "set up fds",            "exec QEMU",
+};
+
+[[noreturn]] void child_fail(const ChildPlan& p, int step) {
+  ChildError e{step, errno};
+  (void)!::write(p.err_fd, &e, sizeof e);
+  ::_exit(127);
+}
+
+int mkdir_p_raw(const std::string& path) {
+  // Parents first; `path` is absolute. Uses a stack buffer: no allocation in the child.
+  char buf[4096];
+  if (path.size() >= sizeof buf) return -1;
+  std::memcpy(buf, path.c_str(), path.size() + 1);
+  for (char* p = buf + 1; *p; ++p) {
+    if (*p != '/') continue;
+    *p = 0;
+    if (::mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  if (::mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+  return 0;
+}
+
+int touch_raw(const std::string& path) {
+  char buf[4096];
+  if (path.size() >= sizeof buf) return -1;
+  std::memcpy(buf, path.c_str(), path.size() + 1);
+  char* slash = std::strrchr(buf, '/');
+  if (slash && slash != buf) {
+    *slash = 0;
+    if (mkdir_p_raw(buf) != 0) return -1;
+  }
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return -1;
+  ::close(fd);
+  return 0;
+}
+
+[[noreturn]] void child_main(const ChildPlan& p) {
+  char c;
+  if (::read(p.go_fd, &c, 1) != 1) child_fail(p, 0);
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) child_fail(p, 1);
+  if (::mount("tmpfs", p.jail.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m") != 0)
+    child_fail(p, 2);
+  for (const Bind& b : p.binds) {
+    if (!b.symlink.empty()) {
+      if (::symlink(b.symlink.c_str(), b.dst.c_str()) != 0) child_fail(p, 3);
+      continue;
+    }
+    if ((b.dir ? mkdir_p_raw(b.dst) : touch_raw(b.dst)) != 0) child_fail(p, 3);
+    if (::mount(b.src.c_str(), b.dst.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0)
+      child_fail(p, 4);
+    unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID;
+    if (!b.dev) flags |= MS_NODEV;
+    if (b.dev || b.rw) flags |= MS_NOEXEC;
+    if (!b.rw) flags |= MS_RDONLY;
+    if (::mount(nullptr, b.dst.c_str(), nullptr, flags, nullptr) != 0) child_fail(p, 5);
+  }
+  if (mkdir_p_raw(p.proc_dir) != 0) child_fail(p, 3);
+  if (::mount("proc", p.proc_dir.c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+    child_fail(p, 6);
+  for (const std::string& d : p.tmpfs_dirs) {
+    if (mkdir_p_raw(d) != 0) child_fail(p, 3);
+    if (::mount("tmpfs", d.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                "mode=01777,size=16m") != 0)
+      child_fail(p, 7);
+  }
+  if (mkdir_p_raw(p.old_root) != 0) child_fail(p, 3);
+  if (linux::sys_pivot_root(p.jail.c_str(), p.old_root.c_str()) != 0) child_fail(p, 8);
+  if (::chdir("/") != 0) child_fail(p, 8);
+  if (::umount2("/.old", MNT_DETACH) != 0) child_fail(p, 9);
+  (void)::rmdir("/.old");
+  if (::mount(nullptr, "/", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+              nullptr) != 0)
+    child_fail(p, 10);
+  {
+    // The network namespace holds only lo, where the gateway's listeners will be bound.
+    int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0) child_fail(p, 11);
+    struct ifreq ifr;
+    std::memset(&ifr, 0, sizeof ifr);
+    std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+    if (::ioctl(s, SIOCGIFFLAGS, &ifr) != 0) child_fail(p, 11);
+    ifr.ifr_flags |= IFF_UP;
+    if (::ioctl(s, SIOCSIFFLAGS, &ifr) != 0) child_fail(p, 11);
+    ::close(s);
+  }
+  if (::setgroups(p.groups.size(), p.groups.data()) != 0) child_fail(p, 12);
+  if (::setresgid(p.uid, p.uid, p.uid) != 0) child_fail(p, 13);
+  if (::setresuid(p.uid, p.uid, p.uid) != 0) child_fail(p, 14);  // every capability goes
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) child_fail(p, 15);
+  if (::dup2(p.null_fd, 0) < 0 || ::dup2(p.log_fd, 1) < 0 || ::dup2(p.log_fd, 2) < 0 ||
+      ::dup2(p.image_fd, kImageFd) < 0 || ::dup2(p.disk_fd, kDiskFd) < 0 ||
+      ::dup2(p.disk_ro_fd, kDiskRoFd) < 0)
+    child_fail(p, 16);
+  ::execve(p.exe.c_str(), const_cast<char* const*>(p.argv_p.data()), nullptr);
+  child_fail(p, 17);
+}
+
+// --- The instance.
+
+struct Parts {
+  std::string id;
+  pid_t pid = -1;
+  uint64_t start_time = 0;
+  bool is_child = true;
+  UniqueFd pidfd, channel, netns;
+  std::unique_ptr<Cgroup> cgroup;
+  std::mutex qmp_mu;
+  std::optional<Qmp> qmp;
+  bool paused = false;
+  bool destroyed = false;
+  fs::path vm_dir;
+  std::chrono::milliseconds stop_timeout{5000};
+};
+
+class QemuInstance final : public Instance {
+ public:
+  explicit QemuInstance(std::unique_ptr<Parts> p) : p_(std::move(p)) {}
+  ~QemuInstance() override = default;
+
+  int channel_fd() const override { return p_->channel.get(); }
+  int agent_pid() const override { return p_->pid; }
+  int netns_fd() const override { return p_->netns.get(); }
+  bool egress_over_channel() const override { return true; }
+
+  Result<void> pause() override {
+    std::lock_guard lock(p_->qmp_mu);
+    if (p_->paused) return {};
+    TRY_VOID_CTX(command("stop"), "pausing VM " + p_->id);
+    p_->paused = true;
+    return {};
+  }
+  Result<void> resume() override {
+    std::lock_guard lock(p_->qmp_mu);
+    if (!p_->paused) return {};
+    TRY_VOID_CTX(command("cont"), "resuming VM " + p_->id);
+    p_->paused = false;
+    return {};
+  }
+  bool paused() const override {
+    std::lock_guard lock(p_->qmp_mu);
+    return p_->paused;
+  }
+  Result<Usage> usage() const override {
+    if (!p_->cgroup) return fail(Code::kConflict, "VM " + p_->id + " is destroyed");
+    return TRY_CTX(p_->cgroup->usage(), "reading usage of VM " + p_->id);
+  }
+
+  Result<void> destroy() override {
+    if (p_->destroyed) return {};
+    std::string ctx = "destroying VM " + p_->id;
+    {
+      std::lock_guard lock(p_->qmp_mu);
+      p_->qmp.reset();
+    }
+    p_->channel.reset();
+    if (p_->cgroup) p_->cgroup->kill_all();
+    TRY_VOID_CTX(linux::kill_and_reap(p_->pidfd.get(), p_->is_child, p_->stop_timeout), ctx);
+    if (p_->cgroup) {
+      (void)p_->cgroup->thaw();
+      TRY_VOID_CTX(p_->cgroup->wait_empty(p_->stop_timeout), ctx);
+      TRY_VOID_CTX(p_->cgroup->remove(), ctx);
+    }
+    p_->netns.reset();
+    p_->pidfd.reset();
+    p_->destroyed = true;
+    return {};
+  }
+
+  Result<UniqueFd> writable_layer() override {
+    return fail(Code::kUnimplemented,
+                "the qemu runtime keeps a VM's files on its own disk: `space diff` and snapshots "
+                "of qemu sandboxes are not supported yet");
+  }
+
+  json persist() const override {
+    json j = {{"pid", p_->pid}, {"start_time", p_->start_time}, {"vm_dir", p_->vm_dir.string()}};
+    if (p_->cgroup) j["cgroups"] = p_->cgroup->persist();
+    return j;
+  }
+
+ private:
+  // Runs a QMP command without arguments; the caller holds qmp_mu.
+  Result<void> command(const char* name) {
+    if (!p_->qmp) return fail(Code::kConflict, "VM " + p_->id + " is destroyed");
+    TRY(p_->qmp->execute(name));
+    return {};
+  }
+  std::unique_ptr<Parts> p_;
+};
+
+// Connects to QEMU's chardev socket for the agent's port, retrying while QEMU starts.
+Result<UniqueFd> connect_port(const fs::path& path, int pidfd, Clock::time_point deadline) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.native().size() >= sizeof addr.sun_path)
+    return fail(Code::kInvalidArgument, "socket path too long: " + path.string());
+  std::memcpy(addr.sun_path, path.c_str(), path.native().size());
+  for (;;) {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) return fail_sys("socket", "AF_UNIX");
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
+    int err = errno;
+    if (err != ENOENT && err != ECONNREFUSED) return fail_sys("connect", path.string(), err);
+    pollfd pfd{pidfd, POLLIN, 0};
+    if (::poll(&pfd, 1, 0) == 1) return fail(Code::kUnavailable, "QEMU exited");
+    if (Clock::now() >= deadline) return fail(Code::kTimeout, "QEMU did not open " + path.string());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+struct Persisted {
+  pid_t pid = 0;
+  uint64_t start_time = 0;
+  fs::path vm_dir;
+  json cgroups;
+};
+
+Result<Persisted> parse_persisted(const json& j) {
+  try {
+    Persisted p;
+    p.pid = j.at("pid").get<pid_t>();
+    p.start_time = j.at("start_time").get<uint64_t>();
+    p.vm_dir = j.value("vm_dir", "");
+    if (j.contains("cgroups")) p.cgroups = j["cgroups"];
+    if (p.pid <= 1) return fail(Code::kInvalidArgument, "persisted pid is not a QEMU process");
+    return p;
+  } catch (const json::exception& e) {
+    return fail(Code::kInvalidArgument, std::string("persisted VM state: ") + e.what());
+  }
+}
+
+// A pidfd for the persisted QEMU if that very process is alive and runs this sandbox.
+Result<UniqueFd> find_qemu(const Persisted& p, const std::string& id) {
+  UniqueFd pidfd(linux::sys_pidfd_open(p.pid));
+  if (!pidfd) {
+    if (errno == ESRCH) return fail(Code::kNotFound, "QEMU process is gone");
+    return fail_sys("pidfd_open", std::to_string(p.pid));
+  }
+  auto start = linux::process_start_time(p.pid);
+  if (!start || *start != p.start_time)
+    return fail(Code::kNotFound, "pid " + std::to_string(p.pid) + " is another process now");
+  auto cmdline = linux::read_text("/proc/" + std::to_string(p.pid) + "/cmdline");
+  if (!cmdline || cmdline->find("space.hostname=" + id) == std::string::npos)
+    return fail(Code::kNotFound, "pid " + std::to_string(p.pid) + " is not this sandbox's QEMU");
+  return pidfd;
+}
+
+}  // namespace
+
+// --- The runtime.
+
+QemuRuntime::QemuRuntime(Config config)
+    : config_(std::move(config)), layout_(linux::detect_cgroups(config_.cgroup_root)) {
+  auto q = find_in_path(config_.qemu);
+  if (q)
+    config_.qemu = *q;
+  else
+    qemu_error_ = Error(Code::kUnavailable,
+                        config_.qemu.string() +
+                            " not found: install QEMU (apt-get install qemu-system-x86) or set "
+                            "vm.qemu in spaced's config");
+  for (auto* p : {&config_.kernel, &config_.initrd}) {
+    if (p->empty() || ::access(p->c_str(), R_OK) != 0) {
+      kernel_error_ = Error(
+          Code::kUnavailable,
+          "guest " + std::string(p == &config_.kernel ? "kernel" : "initramfs") + " " +
+              (p->empty() ? std::string("not configured") : p->string() + " not found") +
+              ": build it with `make` (scripts/guest-kernel.sh) or set vm.kernel and vm.initrd "
+              "in spaced's config (docs/vm-guest.md)");
+      break;
+    }
+  }
+}
+
+std::unique_ptr<QemuRuntime> QemuRuntime::create(Config config) {
+  return std::unique_ptr<QemuRuntime>(new QemuRuntime(std::move(config)));
+}
+
+Result<std::string> QemuRuntime::accelerator() const {
+  bool kvm = ::access("/dev/kvm", R_OK | W_OK) == 0;
+  if (config_.accel == "kvm") {
+    if (!kvm)
+      return fail(Code::kUnavailable,
+                  "vm.accel is \"kvm\" but /dev/kvm is missing or not usable on this host; use "
+                  "\"auto\" to fall back to TCG emulation");
+    return std::string("kvm");
+  }
+  if (config_.accel == "tcg") return std::string("tcg");
+  return std::string(kvm ? "kvm" : "tcg");
+}
+
+Result<void> QemuRuntime::usable() const {
+  if (qemu_error_) return fail(Error(*qemu_error_));
+  if (kernel_error_) return fail(Error(*kernel_error_));
+  TRY_VOID(accelerator());
+  return {};
+}
+
+Result<const CgroupLayout*> QemuRuntime::cgroup_layout() const {
+  if (!layout_) return fail(Error(layout_.error()).wrap("detecting cgroups"));
+  return &*layout_;
+}
+
+Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
+  std::string ctx = "starting VM " + spec.id;
+  TRY_VOID_CTX(usable(), ctx);
+  if (spec.populate_upper)
+    return fail(Code::kUnimplemented,
+                ctx + ": restoring a snapshot into a qemu sandbox is not supported yet");
+  if (spec.image.vm_disk.empty())
+    return fail(Code::kConflict,
+                ctx + ": image \"" + spec.image.name + "\" has no VM disk yet: run `space image "
+                "build-vm " + spec.image.name + "` first (docs/vm-guest.md)");
+  if (spec.limits.memory_bytes < kMinMemory)
+    return fail(Code::kInvalidArgument, ctx + ": --memory must be at least 128M for a VM");
+  if (spec.limits.disk_bytes < (64ull << 20))
+    return fail(Code::kInvalidArgument, ctx + ": --disk must be at least 64M for a VM");
+  std::string accel = TRY_CTX(accelerator(), ctx);
+  const CgroupLayout* layout = TRY_CTX(cgroup_layout(), ctx);
+  StepTimes scratch;
+  StepTimes& times = spec.times ? *spec.times : scratch;
+  const auto stop = config_.stop_timeout;
+
+  // 1. The VM's directory (QEMU's only writable place) and its writable disk: a sparse file
+  //    of --disk bytes, an empty ext4 that the guest's init mounts as the overlay's upper layer.
+  fs::path vm = spec.dir / "vm";
+  fs::path jail = spec.dir / "jail";
+  std::error_code ec;
+  fs::create_directory(vm, ec);
+  if (ec) return fail(Code::kInternal, ctx + ": creating " + vm.string() + ": " + ec.message());
+  fs::create_directory(jail, ec);
+  if (ec) return fail(Code::kInternal, ctx + ": creating " + jail.string() + ": " + ec.message());
+  if (::chown(vm.c_str(), spec.uid_base, spec.uid_base) != 0 || ::chmod(vm.c_str(), 0700) != 0)
+    return fail(Error::sys("chown", vm.string()).wrap(ctx));
+  fs::path disk = spec.dir / "disk.img";  // outside `vm`: QEMU gets it as an fd only
+  {
+    UniqueFd f(::open(disk.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!f) return fail(Error::sys("open", disk.string()).wrap(ctx));
+    if (::ftruncate(f.get(), static_cast<off_t>(spec.limits.disk_bytes)) != 0)
+      return fail(Error::sys("ftruncate", disk.string()).wrap(ctx));
+  }
+  TRY_VOID_CTX(run_tool({"mke2fs", "-q", "-F", "-t", "ext4", "-L", "space-rw", "-m", "0", "-O",
+                         "^has_journal", "-E", "lazy_itable_init=1,nodiscard", disk.string()},
+                        spec.dir / "mke2fs.log"),
+               ctx + ": making the writable disk");
+  times.mark("disk");
+
+  // 2. A fresh cgroup: the sandbox's CPU limit; its memory plus QEMU's own.
+  Limits cg_limits = spec.limits;
+  cg_limits.memory_bytes += config_.overhead_bytes;
+  cg_limits.pids = 256;  // QEMU's threads
+  std::unique_ptr<Cgroup> cgroup =
+      TRY_CTX(Cgroup::create(*layout, config_.cgroup_name, spec.id, cg_limits), ctx);
+  Guard cgroup_guard([&] {
+    cgroup->kill_all();
+    (void)cgroup->wait_empty(stop);
+    (void)cgroup->remove();
+  });
+  times.mark("cgroup");
+
+  // 3. The plan for the child: its tmpfs root and QEMU's command line.
+  ChildPlan plan;
+  plan.jail = jail.string();
+  auto in_jail = [&](const std::string& p) { return plan.jail + p; };
+  for (const char* d : {"/usr", "/lib", "/lib64", "/bin", "/sbin", "/lib32", "/libx32"}) {
+    struct stat st;
+    if (::lstat(d, &st) != 0) continue;
+    Bind b{.src = d, .dst = in_jail(d)};
+    if (S_ISLNK(st.st_mode)) {
+      std::error_code e2;
+      b.symlink = fs::read_symlink(d, e2).string();
+      if (e2) continue;
+    } else if (!S_ISDIR(st.st_mode)) {
+      continue;
+    }
+    plan.binds.push_back(b);
+  }
+  if (::access("/etc/ld.so.cache", R_OK) == 0)
+    plan.binds.push_back({.src = "/etc/ld.so.cache", .dst = in_jail("/etc/ld.so.cache"), .dir = false});
+  std::vector<std::string> devs = {"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"};
+  if (accel == "kvm") devs.push_back("/dev/kvm");
+  for (auto& d : devs)
+    plan.binds.push_back({.src = d, .dst = in_jail(d), .dir = false, .rw = true, .dev = true});
+  plan.binds.push_back({.src = vm.string(), .dst = in_jail(kJailVm), .rw = true});
+  plan.binds.push_back({.src = config_.kernel.string(), .dst = in_jail(kJailKernel), .dir = false});
+  plan.binds.push_back({.src = config_.initrd.string(), .dst = in_jail(kJailInitrd), .dir = false});
+  plan.tmpfs_dirs = {in_jail("/tmp"), in_jail("/var/tmp")};
+  plan.proc_dir = in_jail("/proc");
+  plan.old_root = in_jail("/.old");
+  plan.uid = spec.uid_base;
+  if (accel == "kvm") {
+    struct stat st;
+    if (::stat("/dev/kvm", &st) == 0) plan.groups.push_back(st.st_gid);
+  }
+  plan.exe = config_.qemu.string();
+
+  uint64_t mem_mib = spec.limits.memory_bytes >> 20;
+  int smp = std::max(1, static_cast<int>(std::ceil(spec.limits.cpus)));
+  std::string cmdline =
+      "console=ttyS0 reboot=t panic=-1 quiet loglevel=4 tsc_early_khz=2000000 lpj=8000000 "
+      "no_timer_check rdinit=/init space.hostname=" + spec.id +
+      " space.pids=" + std::to_string(spec.limits.pids) +
+      " space.egress=" + std::to_string(config_.egress_port);
+  std::string vmd = kJailVm;
+  plan.argv = {
+      plan.exe,
+      "-name", "space-" + spec.id,
+      "-M", "microvm,rtc=on,isa-serial=on",
+      "-accel", accel == "kvm" ? std::string("kvm") : "tcg,tb-size=" + std::to_string(kTcgCacheMiB),
+      "-cpu", accel == "kvm" ? "host" : "max",
+      "-m", std::to_string(mem_mib) + "M",
+      "-smp", std::to_string(smp),
+      "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-nic", "none",
+      "-kernel", kJailKernel,
+      "-initrd", kJailInitrd,
+      "-append", cmdline,
+      "-chardev", "file,id=con,path=" + vmd + "/console.log",
+      "-serial", "chardev:con",
+      "-add-fd", "fd=" + std::to_string(kImageFd) + ",set=1,opaque=image",
+      "-add-fd", "fd=" + std::to_string(kDiskFd) + ",set=2,opaque=disk",
+      "-add-fd", "fd=" + std::to_string(kDiskRoFd) + ",set=2,opaque=disk-ro",
+      "-drive", "id=image,file=/dev/fdset/1,format=raw,if=none,readonly=on",
+      "-device", "virtio-blk-device,drive=image",
+      "-drive", "id=disk,file=/dev/fdset/2,format=raw,if=none,discard=unmap",
+      "-device", "virtio-blk-device,drive=disk",
+      "-device", "virtio-serial-device,max_ports=2",
+      "-chardev", "socket,id=agent,path=" + vmd + "/agent.sock,server=on,wait=off",
+      "-device", "virtserialport,chardev=agent,name=space.agent",
+      "-qmp", "unix:" + vmd + "/qmp.sock,server=on,wait=off",
+      "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+      "-msg", "timestamp=on",
+  };
+  for (auto& a : plan.argv) plan.argv_p.push_back(a.data());
+  plan.argv_p.push_back(nullptr);
+
+  UniqueFd image_fd(::open(spec.image.vm_disk.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!image_fd) return fail(Error::sys("open", spec.image.vm_disk.string()).wrap(ctx));
+  UniqueFd disk_fd(::open(disk.c_str(), O_RDWR | O_CLOEXEC));
+  if (!disk_fd) return fail(Error::sys("open", disk.string()).wrap(ctx));
+  UniqueFd disk_ro_fd(::open(disk.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!disk_ro_fd) return fail(Error::sys("open", disk.string()).wrap(ctx));
+  UniqueFd null_fd(::open("/dev/null", O_RDWR | O_CLOEXEC));
+  UniqueFd log_fd(::open((spec.dir / "qemu.log").c_str(),
+                         O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  if (!null_fd || !log_fd) return fail(Error::sys("open", "qemu.log").wrap(ctx));
+  int go[2], err[2];
+  if (::pipe2(go, O_CLOEXEC) != 0) return fail(Error::sys("pipe2").wrap(ctx));
+  UniqueFd go_r(go[0]), go_w(go[1]);
+  if (::pipe2(err, O_CLOEXEC) != 0) return fail(Error::sys("pipe2").wrap(ctx));
+  UniqueFd err_r(err[0]), err_w(err[1]);
+  plan.go_fd = go_r.get();
+  plan.err_fd = err_w.get();
+  plan.log_fd = log_fd.get();
+  plan.null_fd = null_fd.get();
+  plan.image_fd = image_fd.get();
+  plan.disk_fd = disk_fd.get();
+  plan.disk_ro_fd = disk_ro_fd.get();
+
+  // 4. clone3 into the namespaces (and the v2 cgroup), attach the v1 controllers, let it go.
+  int pidfd_raw = -1;
+  clone_args args{};
+  args.flags = CLONE_PIDFD | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
+               CLONE_NEWUTS | CLONE_NEWCGROUP;
+  args.pidfd = reinterpret_cast<uint64_t>(&pidfd_raw);
+  args.exit_signal = SIGCHLD;
+  if (int cfd = cgroup->clone_into_fd(); cfd >= 0) {
+    args.flags |= CLONE_INTO_CGROUP;
+    args.cgroup = static_cast<uint64_t>(cfd);
+  }
+  long pid = linux::sys_clone3(&args);
+  if (pid < 0) return fail(Error::sys("clone3", "QEMU").wrap(ctx));
+  if (pid == 0) child_main(plan);
+  UniqueFd pidfd(pidfd_raw);
+  Guard child_guard([&] { (void)linux::kill_and_reap(pidfd.get(), true, stop); });
+  go_r.reset();
+  err_w.reset();
+  times.mark("clone");
+  UniqueFd netns(::open(("/proc/" + std::to_string(pid) + "/ns/net").c_str(),
+                        O_RDONLY | O_CLOEXEC));
+  if (!netns) return fail(Error::sys("open", "QEMU's network namespace").wrap(ctx));
+  auto start_time = linux::process_start_time(static_cast<int>(pid));
+  if (!start_time) return fail(std::move(start_time.error()).wrap(ctx));
+  TRY_VOID_CTX(cgroup->attach(static_cast<pid_t>(pid)), ctx + ": joining QEMU's cgroups");
+  if (::write(go_w.get(), "g", 1) != 1) return fail(Error::sys("write", "go pipe").wrap(ctx));
+  go_w.reset();
+  {
+    ChildError ce{};
+    ssize_t n;
+    do n = ::read(err_r.get(), &ce, sizeof ce);
+    while (n < 0 && errno == EINTR);
+    if (n == static_cast<ssize_t>(sizeof ce)) {
+      int step = std::clamp(ce.step, 0, static_cast<int>(std::size(kStepNames)) - 1);
+      return fail(Error::sys(std::string("QEMU's jail: ") + kStepNames[step], "", ce.err).wrap(ctx));
+    }
+  }
+  times.mark("exec");
+
+  // 5. The agent's port and QMP; then wait for the guest to boot up to the agent. The port is
+  //    connected before the guest can write to it (an unconnected port drops what is written).
+  auto deadline = Clock::now() + config_.boot_timeout;
+  auto boot_failed = [&](Error e) {
+    std::string msg = e.message();
+    return Error(e.code(), ctx + ": " + msg + "; QEMU said:" + tail_of(spec.dir / "qemu.log", 5) +
+                               "\nthe guest console's last lines:" +
+                               tail_of(vm / "console.log", 12));
+  };
+  auto channel = connect_port(vm / "agent.sock", pidfd.get(), deadline);
+  if (!channel) return fail(boot_failed(std::move(channel.error())));
+  auto qmp = Qmp::connect(vm / "qmp.sock", std::chrono::milliseconds(10000));
+  if (!qmp) return fail(boot_failed(std::move(qmp.error())));
+  times.mark("qemu up");
+  for (;;) {
+    pollfd pfds[2] = {{channel->get(), POLLIN, 0}, {pidfd.get(), POLLIN, 0}};
+    int left = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    int r = ::poll(pfds, 2, std::max(left, 0));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return fail(Error::sys("poll").wrap(ctx));
+    if (r == 0)
+      return fail(boot_failed(Error(Code::kTimeout,
+                                    "the guest did not start its agent within " +
+                                        std::to_string(config_.boot_timeout.count() / 1000) + " s")));
+    if (pfds[1].revents) return fail(boot_failed(Error(Code::kUnavailable, "QEMU exited")));
+    if (pfds[0].revents & POLLIN) break;
+    return fail(boot_failed(Error(Code::kUnavailable, "QEMU closed the agent's port")));
+  }
+  times.mark("boot");
+
+  auto parts = std::make_unique<Parts>();
+  parts->id = spec.id;
+  parts->pid = static_cast<pid_t>(pid);
+  parts->start_time = *start_time;
+  parts->pidfd = std::move(pidfd);
+  parts->channel = std::move(*channel);
+  parts->netns = std::move(netns);
+  parts->cgroup = std::move(cgroup);
+  parts->qmp.emplace(std::move(*qmp));
+  parts->vm_dir = vm;
+  parts->stop_timeout = stop;
+  child_guard.dismiss();
+  cgroup_guard.dismiss();
+  return std::unique_ptr<Instance>(new QemuInstance(std::move(parts)));
+}
+
+Result<std::unique_ptr<Instance>> QemuRuntime::reattach(const SandboxSpec& spec,
+                                                        const json& persisted) {
+  std::string ctx = "reattaching VM " + spec.id;
+  Persisted p = TRY_CTX(parse_persisted(persisted), ctx);
+  const CgroupLayout* layout = TRY_CTX(cgroup_layout(), ctx);
+  UniqueFd pidfd = TRY_CTX(find_qemu(p, spec.id), ctx);
+  fs::path vm = spec.dir / "vm";
+  if (p.vm_dir != vm) return fail(Code::kInvalidArgument, ctx + ": persisted vm_dir is not ours");
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  UniqueFd channel = TRY_CTX(connect_port(vm / "agent.sock", pidfd.get(), deadline), ctx);
+  Qmp qmp = TRY_CTX(Qmp::connect(vm / "qmp.sock", std::chrono::seconds(5)), ctx);
+  json status = TRY_CTX(qmp.execute("query-status"), ctx);
+  UniqueFd netns(::open(("/proc/" + std::to_string(p.pid) + "/ns/net").c_str(),
+                        O_RDONLY | O_CLOEXEC));
+  if (!netns) return fail(Error::sys("open", "QEMU's network namespace").wrap(ctx));
+  if (p.cgroups.is_null()) return fail(Code::kInvalidArgument, ctx + ": no persisted cgroups");
+  auto parts = std::make_unique<Parts>();
+  parts->id = spec.id;
+  parts->pid = p.pid;
+  parts->start_time = p.start_time;
+  parts->is_child = false;
+  parts->pidfd = std::move(pidfd);
+  parts->channel = std::move(channel);
+  parts->netns = std::move(netns);
+  parts->cgroup = TRY_CTX(Cgroup::open(*layout, config_.cgroup_name, p.cgroups), ctx);
+  parts->paused = status.is_object() && status.value("status", "") == "paused";
+  parts->qmp.emplace(std::move(qmp));
+  parts->vm_dir = vm;
+  parts->stop_timeout = config_.stop_timeout;
+  return std::unique_ptr<Instance>(new QemuInstance(std::move(parts)));
+}
+
+Result<void> QemuRuntime::cleanup(const SandboxSpec& spec, const json& persisted) {
+  std::string ctx = "cleaning up VM " + spec.id;
+  auto p = parse_persisted(persisted);
+  if (!p) return {};  // never started far enough to persist anything of QEMU's
+  if (auto pidfd = find_qemu(*p, spec.id))
+    TRY_VOID_CTX(linux::kill_and_reap(pidfd->get(), false, config_.stop_timeout), ctx);
+  if (!p->cgroups.is_null()) {
+    const CgroupLayout* layout = TRY_CTX(cgroup_layout(), ctx);
+    auto cg = TRY_CTX(Cgroup::open(*layout, config_.cgroup_name, p->cgroups), ctx);
+    cg->kill_all();
+    (void)cg->thaw();
+    TRY_VOID_CTX(cg->wait_empty(config_.stop_timeout), ctx);
+    TRY_VOID_CTX(cg->remove(), ctx);
+  }
+  return {};
+}
+
+json QemuRuntime::doctor() const {
+  json j = {{"qemu", config_.qemu.string()},
+            {"kernel", config_.kernel.string()},
+            {"initrd", config_.initrd.string()}};
+  if (auto r = usable(); !r) {
+    j["available"] = false;
+    j["reason"] = r.error().message();
+    return j;
+  }
+  std::string accel = *accelerator();
+  j["available"] = true;
+  j["accelerator"] = accel;
+  j["note"] = accel == "kvm"
+                  ? "microVMs run under KVM"
+                  : "no usable /dev/kvm: microVMs run under QEMU's TCG emulation, correct but "
+                    "slow (seconds to boot, every instruction emulated)";
+  if (!layout_) j["cgroups"] = layout_.error().message();
+  return j;
+}
+
+}  // namespace space::runtime::qemu

@@ -1,0 +1,73 @@
+// The `qemu` runtime: each sandbox is a microVM (QEMU's `microvm` machine; KVM where /dev/kvm
+// is usable, TCG emulation otherwise) booting the guest kernel with space-vminit as the
+// initramfs's init, which mounts the image disk (read-only) under an overlay whose upper layer
+// is the sandbox's own writable disk and execs space-agent (docs/vm-guest.md). The VM has no
+// network device and no shared directory: its only link to the host is the agent's
+// virtio-serial port, over which the agent also carries egress to the daemon's gateway.
+//
+// QEMU itself runs confined (docs/qemu-runtime.md): its own unprivileged uid (the sandbox's
+// uid_base), new pid, mount, network, ipc and uts namespaces, a tmpfs root holding only
+// read-only binds of what it needs (its binary and libraries, the kernel, the initramfs) and
+// the sandbox's `vm` directory, no_new_privs, QEMU's own seccomp sandbox
+// (-sandbox on,...,spawn=deny), and a cgroup with the sandbox's CPU limit and its memory limit
+// plus QEMU's overhead. Its network namespace, empty but for `lo`, is where the gateway binds
+// the sandbox's listeners, exactly as for the linux runtime.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "runtime/linux/cgroup.h"
+#include "runtime/runtime.h"
+
+namespace space::runtime::qemu {
+
+struct Config {
+  std::filesystem::path qemu = "qemu-system-x86_64";  // looked up in PATH if not absolute
+  std::filesystem::path kernel;  // uncompressed vmlinux (PVH entry point)
+  std::filesystem::path initrd;  // initramfs with space-vminit as /init
+  std::string accel = "auto";    // auto (kvm if usable, else tcg), kvm, tcg
+  std::string cgroup_name = "space";
+  std::filesystem::path cgroup_root = "/sys/fs/cgroup";
+  std::chrono::milliseconds boot_timeout{60000};  // QEMU start to the agent's first byte
+  std::chrono::milliseconds stop_timeout{5000};
+  // Memory QEMU itself uses beside the guest's RAM (its code, TCG's translation cache of
+  // kTcgCacheMiB, device state): added to the cgroup's limit.
+  uint64_t overhead_bytes = 256ull << 20;
+  uint16_t egress_port = 3128;  // where the agent listens for egress in the guest
+};
+
+inline constexpr uint64_t kMinMemory = 128ull << 20;
+inline constexpr int kTcgCacheMiB = 64;
+
+class QemuRuntime final : public Runtime {
+ public:
+  using Config = qemu::Config;
+  // Never fails for a missing QEMU, kernel or KVM: those make create() fail with the reason
+  // (and doctor() say it), so that `--runtime qemu` explains itself instead of being unknown.
+  static std::unique_ptr<QemuRuntime> create(Config config);
+
+  std::string_view name() const override { return "qemu"; }
+  Result<std::unique_ptr<Instance>> create(const SandboxSpec& spec) override;
+  Result<std::unique_ptr<Instance>> reattach(const SandboxSpec& spec,
+                                             const nlohmann::json& persisted) override;
+  Result<void> cleanup(const SandboxSpec& spec, const nlohmann::json& persisted) override;
+  nlohmann::json doctor() const override;
+
+  // "kvm" or "tcg", or the reason this runtime cannot run.
+  Result<std::string> accelerator() const;
+
+ private:
+  explicit QemuRuntime(Config config);
+  Result<void> usable() const;
+  Result<const linux::CgroupLayout*> cgroup_layout() const;
+
+  Config config_;
+  std::optional<Error> qemu_error_, kernel_error_;
+  Result<linux::CgroupLayout> layout_;
+};
+
+}  // namespace space::runtime::qemu
