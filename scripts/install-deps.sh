@@ -47,6 +47,7 @@ PACKAGES=(
   e2fsprogs               # mkfs.ext4: VM disks
   qemu-system-x86 qemu-utils  # the qemu runtime (-M microvm; TCG where there is no KVM)
   cpio kmod               # scripts/guest-kernel.sh: the guest's initramfs, depmod for modules.dep
+  busybox-static          # tests: the small static userland of the qemu runtime's test image
   procps                  # ps, pgrep
   util-linux              # unshare, nsenter, mount
 )

@@ -1,0 +1,229 @@
+"""The qemu runtime (docs/qemu-runtime.md) through the real spaced and CLI, under TCG where the
+host has no KVM: a microVM boots its own kernel (`uname -r` differs from the host's), runs
+execs, takes files in and out, reaches an allowed host only through the egress gateway (the
+agent carries the connection over its channel) and is refused others, pauses (QMP stop: no
+exec, no guest CPU) and resumes, and leaves nothing behind on `space rm`: no QEMU process, no
+cgroup, no state. Host-side checks of the confinement: QEMU runs as the sandbox's unprivileged
+uid with no_new_privs and seccomp, in namespaces of its own, with no network device and no
+shared directory on its command line; inside, the guest has only `lo`.
+
+The image is busybox (Debian's busybox-static) imported from a tarball and made a VM disk by
+`space image build-vm`. Bounded: three boots of a few seconds each."""
+
+import http.server
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tarfile
+import threading
+import time
+import uuid
+
+from harness import BUILD_DIR, SPACE, SpaceTestCase, cgroup_dirs, main, read_text, wait_for
+
+BUSYBOX = "/bin/busybox"
+APPLETS = ["sh", "wget", "cat", "echo", "uname", "ls", "sleep", "hostname", "ip", "nc", "id",
+           "head", "grep", "wc", "dd", "df", "mount"]
+KERNEL = os.path.join(BUILD_DIR, "guest", "vmlinux")
+
+
+def busybox_tar(path):
+    with tarfile.open(path, "w:gz") as tar:
+        for d in ("bin", "etc", "root", "tmp"):
+            ti = tarfile.TarInfo(d)
+            ti.type = tarfile.DIRTYPE
+            ti.mode = 0o1777 if d == "tmp" else 0o755
+            tar.addfile(ti)
+        tar.add(BUSYBOX, arcname="bin/busybox")
+        for a in APPLETS:
+            ti = tarfile.TarInfo("bin/" + a)
+            ti.type = tarfile.SYMTYPE
+            ti.linkname = "busybox"
+            tar.addfile(ti)
+
+
+class _Upstream(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"hello from upstream " + self.path.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+class QemuRuntimeTest(SpaceTestCase):
+
+    @classmethod
+    def daemon_config(cls):
+        cls.upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+        threading.Thread(target=cls.upstream.serve_forever, daemon=True).start()
+        port = cls.upstream.server_address[1]
+        return {"profiles": {"test": {"egress": {"allow": ["allowed.test"],
+                                                 "allow_networks": ["127.0.0.0/8"]}}},
+                "gateway": {"resolve": {"allowed.test": "127.0.0.1:%d" % port,
+                                        "denied.test": "127.0.0.1:%d" % port}},
+                "vm": {"boot_timeout_s": 120}}
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(KERNEL):
+            raise __import__("unittest").SkipTest(
+                "no guest kernel at %s: `make build` makes it (scripts/guest-kernel.sh)" % KERNEL)
+        if not os.path.exists(BUSYBOX) or not shutil.which("qemu-system-x86_64"):
+            raise __import__("unittest").SkipTest(
+                "busybox-static or qemu-system-x86 missing: scripts/install-deps.sh installs them")
+        super().setUpClass()
+        cls.image = "bb-" + uuid.uuid4().hex[:8]
+        tarball = os.path.join(cls.tmp, "busybox.tar.gz")
+        busybox_tar(tarball)
+        env = dict(os.environ, SPACE_SOCKET=cls.daemon.socket)
+        for args in (("image", "import", cls.image, tarball), ("image", "build-vm", cls.image)):
+            p = subprocess.run([SPACE, *args], capture_output=True, text=True, timeout=300,
+                               env=env)
+            if p.returncode != 0:
+                raise AssertionError("%s: %s %s" % (args, p.stdout, p.stderr))
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.upstream.shutdown()
+
+    def vm(self, *opts):
+        sid = self.create("--runtime", "qemu", "--image", self.image, *opts)
+        self.addCleanup(self._destroy_quietly, sid)
+        return sid
+
+    def qemu_pid(self, sid):
+        return self.inspect(sid)["host_pid"]
+
+    def test_vm_lifecycle_exec_files_egress(self):
+        sid = self.vm("--memory", "256M", "--cpus", "1")
+        # Its own kernel, its own hostname.
+        guest = self.exec_ok(sid, "uname", "-r").strip()
+        self.assertNotEqual(guest, platform.release())
+        self.assertTrue(guest.startswith("6.1."), guest)
+        self.assertEqual(self.exec_ok(sid, "hostname").strip(), sid)
+        # Exit codes, stdin, stderr pass through.
+        rc, out, err = self.space("exec", sid, "--", "sh", "-c", "cat; echo oops >&2; exit 7",
+                                  input="from stdin")
+        self.assertEqual((rc, out, err.strip()), (7, "from stdin", "oops"))
+        # Files in and out, and they live on the VM's own disk.
+        src = os.path.join(self.tmp, "in.txt")
+        with open(src, "w") as f:
+            f.write("payload\n")
+        self.space_ok("cp", src, sid + ":/root/in.txt")
+        self.assertEqual(self.exec_ok(sid, "cat", "/root/in.txt"), "payload\n")
+        self.exec_ok(sid, "sh", "-c", "echo made-inside > /root/out.txt")
+        dst = os.path.join(self.tmp, "out.txt")
+        self.space_ok("cp", sid + ":/root/out.txt", dst)
+        self.assertEqual(read_text(dst), "made-inside\n")
+        # The pids limit is the guest's own cgroup.
+        self.assertIn("sandbox", self.exec_ok(sid, "cat", "/proc/self/cgroup"))
+        # ps lists guest processes, the agent first.
+        ps = json.loads(self.space_ok("ps", sid, "--json"))
+        self.assertTrue(any("space-agent" in " ".join(p["argv"]) for p in ps), ps)
+
+        # Egress: only through the gateway. The allowed host answers, another is refused by
+        # the gateway (403), and with the proxy variables unset nothing resolves or routes.
+        out = self.exec_ok(sid, "wget", "-q", "-O", "-", "http://allowed.test/hi")
+        self.assertEqual(out, "hello from upstream /hi")
+        rc, out, err = self.space("exec", sid, "--", "wget", "-q", "-O", "-", "http://denied.test/")
+        self.assertNotEqual(rc, 0)
+        self.assertIn("403", err)
+        rc, out, err = self.space(
+            "exec", sid, "--", "sh", "-c",
+            "unset http_proxy HTTP_PROXY; wget -q -T 3 -O - http://127.0.0.1:%d/ || "
+            "wget -q -T 3 -O - http://10.0.2.2/ || echo unreachable"
+            % self.upstream.server_address[1])
+        self.assertEqual(out.strip().splitlines()[-1], "unreachable", (out, err))
+        links = self.exec_ok(sid, "cat", "/proc/net/dev")
+        ifaces = [l.split(":")[0].strip() for l in links.splitlines()[2:]]
+        self.assertEqual(ifaces, ["lo"], links)
+        audit = self.space_ok("audit", sid, "--json")
+        self.assertIn("allowed.test", audit)
+
+        # Pause: QMP stop. An exec is refused and QEMU burns no CPU; resume continues.
+        pid = self.qemu_pid(sid)
+        self.space_ok("pause", sid)
+        self.assertEqual(self.inspect(sid)["state"], "paused")
+        rc, out, err = self.space("exec", sid, "--", "true")
+        self.assertEqual(rc, 125)
+        self.assertIn("paused", err)
+        def ticks():
+            f = read_text("/proc/%d/stat" % pid).rsplit(")", 1)[1].split()
+            return int(f[11]) + int(f[12])
+        t0 = ticks()
+        time.sleep(1.0)
+        self.assertLessEqual(ticks() - t0, 15, "a paused VM kept running")
+        self.space_ok("resume", sid)
+        self.assertEqual(self.exec_ok(sid, "cat", "/root/in.txt"), "payload\n")
+
+        # Snapshots of a VM are not supported yet: a clear refusal, nothing half done.
+        rc, out, err = self.space("snapshot", sid)
+        self.assertEqual(rc, 125)
+        self.assertIn("not supported", err)
+
+    def test_qemu_is_confined_and_rm_leaves_nothing(self):
+        sid = self.vm()
+        pid = self.qemu_pid(sid)
+        cmdline = read_text("/proc/%d/cmdline" % pid).split("\0")
+        joined = " ".join(cmdline)
+        # No network device, no shared directory, the seccomp sandbox on.
+        for needle in ("-netdev", "virtio-net", "virtfs", "-fsdev", "vhost-user", "9p"):
+            self.assertNotIn(needle, joined)
+        self.assertIn("none", cmdline[cmdline.index("-nic") + 1])
+        self.assertIn("spawn=deny", joined)
+        status = read_text("/proc/%d/status" % pid)
+        fields = dict(l.split(":", 1) for l in status.splitlines() if ":" in l)
+        uid = int(fields["Uid"].split()[0])
+        self.assertEqual(uid, self.inspect(sid)["uid_base"])
+        self.assertNotEqual(uid, 0)
+        self.assertEqual(fields["NoNewPrivs"].strip(), "1")
+        self.assertEqual(fields["Seccomp"].strip(), "2")
+        self.assertEqual(int(fields["CapEff"].strip(), 16), 0)
+        for ns in ("pid", "mnt", "net", "ipc", "uts"):
+            self.assertNotEqual(os.readlink("/proc/%d/ns/%s" % (pid, ns)),
+                                os.readlink("/proc/self/ns/%s" % ns), ns)
+        # QEMU's root is the jail: no host state is visible to it.
+        root = "/proc/%d/root" % pid
+        self.assertFalse(os.path.exists(root + self.daemon.state_dir))
+        self.assertFalse(os.path.exists(root + "/etc/shadow"))
+        self.assertEqual(sorted(os.listdir(root + "/vm")),
+                         sorted(os.listdir(os.path.join(self.daemon.state_dir, "sandboxes", sid,
+                                                        "vm"))))
+        cgroups = [d for d in cgroup_dirs() if sid in d]
+        self.assertTrue(cgroups)
+
+        self.space_ok("rm", sid)
+        wait_for(lambda: not os.path.exists("/proc/%d" % pid), 10, what="QEMU to exit")
+        self.assertEqual([d for d in cgroup_dirs() if sid in d], [])
+        wait_for(lambda: not os.path.exists(os.path.join(self.daemon.state_dir, "sandboxes", sid)),
+                 10, what="the sandbox's state to be removed")
+
+    def test_errors_are_clear(self):
+        # An image without a VM disk says what to run.
+        rc, out, err = self.space("create", "--runtime", "qemu", "--image", "host")
+        self.assertEqual(rc, 125)
+        self.assertIn("build-vm", err)
+        rc, out, err = self.space("create", "--runtime", "qemu", "--image", self.image,
+                                  "--memory", "64M")
+        self.assertEqual(rc, 125)
+        self.assertIn("at least 128M", err)
+        doctor = json.loads(self.space_ok("doctor", "--json"))
+        q = doctor["runtimes"]["qemu"]
+        self.assertTrue(q["available"], q)
+        expect = "kvm" if os.access("/dev/kvm", os.R_OK | os.W_OK) else "tcg"
+        self.assertEqual(q["accelerator"], expect)
+        # Nothing was left by the refused creates.
+        self.assertEqual(os.listdir(os.path.join(self.daemon.state_dir, "sandboxes")), [])
+
+
+if __name__ == "__main__":
+    main()
