@@ -307,6 +307,16 @@ void Agent::dispatch(proto::Frame& f) {
       on_data_frame(f.stream, std::move(f.payload));
       return;
     case FrameType::kPing:
+      if (!opts_.channel_path.empty() && f.stream == 0 && f.payload == "reattach") {
+        // A restarted daemon on the same port (microVMs: QEMU's chardev accepted a new
+        // connection, and the guest may never have seen the old one close). What belonged to
+        // the old daemon is let go, as on a lost channel, and it is greeted like a new one.
+        log_line("a new daemon reattached on " + opts_.channel_path);
+        detach_execs();
+        drop_transfers();
+        drop_egress();
+        send_hello();
+      }
       send(FrameType::kPong, f.stream, f.payload);
       return;
     default:

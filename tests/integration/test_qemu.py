@@ -2,7 +2,8 @@
 host has no KVM: a microVM boots its own kernel (`uname -r` differs from the host's), runs
 execs, takes files in and out, reaches an allowed host only through the egress gateway (the
 agent carries the connection over its channel) and is refused others, pauses (QMP stop: no
-exec, no guest CPU) and resumes, and leaves nothing behind on `space rm`: no QEMU process, no
+exec, no guest CPU) and resumes, survives a restart of spaced (SIGKILL or SIGTERM: the new spaced reattaches to the running
+VM), and leaves nothing behind on `space rm`: no QEMU process, no
 cgroup, no state. Host-side checks of the confinement: QEMU runs as the sandbox's unprivileged
 uid with no_new_privs and seccomp, in namespaces of its own, with no network device and no
 shared directory on its command line; inside, the guest has only `lo`.
@@ -15,6 +16,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import tarfile
 import threading
@@ -206,6 +208,21 @@ class QemuRuntimeTest(SpaceTestCase):
         self.assertEqual([d for d in cgroup_dirs() if sid in d], [])
         wait_for(lambda: not os.path.exists(os.path.join(self.daemon.state_dir, "sandboxes", sid)),
                  10, what="the sandbox's state to be removed")
+
+    def test_vm_survives_a_daemon_restart(self):
+        sid = self.vm()
+        pid = self.qemu_pid(sid)
+        self.exec_ok(sid, "sh", "-c", "echo kept > /root/kept")
+        for sig in (signal.SIGKILL, signal.SIGTERM):
+            self.daemon.stop(sig)
+            self.assertTrue(os.path.exists("/proc/%d" % pid), "QEMU died with spaced")
+            self.daemon.start()
+            # The same VM, reattached: its files, exec, and egress through the new gateway.
+            self.assertEqual(self.qemu_pid(sid), pid)
+            self.assertEqual(self.exec_ok(sid, "cat", "/root/kept"), "kept\n")
+            out = self.exec_ok(sid, "wget", "-q", "-O", "-", "http://allowed.test/again")
+            self.assertEqual(out, "hello from upstream /again")
+        self.assertIn("sandbox.reattach", self.space_ok("audit", sid, "--json"))
 
     def test_errors_are_clear(self):
         # An image without a VM disk says what to run.
