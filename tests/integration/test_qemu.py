@@ -84,11 +84,16 @@ class QemuRuntimeTest(SpaceTestCase):
         tarball = os.path.join(cls.tmp, "busybox.tar.gz")
         busybox_tar(tarball)
         env = dict(os.environ, SPACE_SOCKET=cls.daemon.socket)
-        for args in (("image", "import", cls.image, tarball), ("image", "build-vm", cls.image)):
-            p = subprocess.run([SPACE, *args], capture_output=True, text=True, timeout=300,
-                               env=env)
-            if p.returncode != 0:
-                raise AssertionError("%s: %s %s" % (args, p.stdout, p.stderr))
+        try:
+            for args in (("image", "import", cls.image, tarball),
+                         ("image", "build-vm", cls.image)):
+                p = subprocess.run([SPACE, *args], capture_output=True, text=True, timeout=300,
+                                   env=env)
+                if p.returncode != 0:
+                    raise AssertionError("%s: %s %s" % (args, p.stdout, p.stderr))
+        except BaseException:
+            cls.tearDownClass()  # unittest does not call it when setUpClass fails
+            raise
 
     @classmethod
     def tearDownClass(cls):
