@@ -11,6 +11,7 @@
 #include <cctype>
 #include <utility>
 
+#include "common/guard.h"
 #include "common/janitor.h"
 #include "runtime/linux/agent_image.h"
 #include "runtime/linux/exec_supervisor.h"
@@ -26,22 +27,6 @@ namespace space::runtime::linux {
 namespace fs = std::filesystem;
 
 namespace {
-
-// Runs `undo` on scope exit unless dismissed: one per recipe step.
-template <class F>
-class Guard {
- public:
-  explicit Guard(F undo) : undo_(std::move(undo)) {}
-  Guard(const Guard&) = delete;
-  ~Guard() {
-    if (armed_) undo_();
-  }
-  void dismiss() { armed_ = false; }
-
- private:
-  F undo_;
-  bool armed_ = true;
-};
 
 // The staging directory <spec.dir>/mnt holds the empty mount points the child mounts on in its
 // own mount namespace (mounts.h): layer (the writable tmpfs), root (the overlay), and lower

@@ -30,6 +30,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/guard.h"
 #include "runtime/linux/host_files.h"
 #include "runtime/linux/launcher.h"
 #include "runtime/linux/syscalls.h"
@@ -45,21 +46,6 @@ using linux::Cgroup;
 using linux::CgroupLayout;
 
 namespace {
-
-template <class F>
-class Guard {
- public:
-  explicit Guard(F undo) : undo_(std::move(undo)) {}
-  Guard(const Guard&) = delete;
-  ~Guard() {
-    if (armed_) undo_();
-  }
-  void dismiss() { armed_ = false; }
-
- private:
-  F undo_;
-  bool armed_ = true;
-};
 
 // Fds the child hands to QEMU at fixed numbers (-add-fd): the two disks.
 constexpr int kImageFd = 10;
