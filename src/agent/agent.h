@@ -177,6 +177,9 @@ class Agent {
   void on_data_frame(uint32_t stream, std::string&& payload);
   Result<nlohmann::json> do_ps();
   Result<void> do_kill(const nlohmann::json& req);
+  // A machine restored from a snapshot (VMs only: the agent is the guest's own init there):
+  // hostname, wall clock and fresh entropy from the daemon.
+  Result<void> do_resync(const nlohmann::json& req);
   bool pump_transfers();  // true while a transfer could make progress right away
   void drop_transfers();
   void respond(uint32_t stream, const Result<nlohmann::json>& r);

@@ -1,12 +1,17 @@
-// Requests (`ps`, `kill`, `stat`, `walk`, `read`, `write`, `mkdir`, `symlink`, `remove`) and
+// Requests (`ps`, `kill`, `resync`, `stat`, `walk`, `read`, `write`, `mkdir`, `symlink`, `remove`) and
 // the file transfers some of them start. `read` data is flow-controlled by the stream window;
 // `walk` and `read` produce data only while the channel's output queue is short, so a slow
 // daemon bounds the agent's memory.
+#include <linux/random.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/ioctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <unordered_map>
 
 #include "agent/agent.h"
@@ -47,6 +52,10 @@ void Agent::on_request(uint32_t stream, std::string_view payload) {
       if (op == "ps") return std::optional<json>(TRY(do_ps()));
       if (op == "kill") {
         TRY_VOID(do_kill(req));
+        return std::optional<json>(json::object());
+      }
+      if (op == "resync") {
+        TRY_VOID(do_resync(req));
         return std::optional<json>(json::object());
       }
       if (op == "stat")
@@ -96,6 +105,43 @@ void Agent::on_request(uint32_t stream, std::string_view payload) {
   }();
   if (!result) return respond(stream, std::unexpected(std::move(result.error())));
   if (*result) respond(stream, std::move(**result));
+}
+
+Result<void> Agent::do_resync(const json& req) {
+  // Only a guest's agent owns its machine's clock and entropy pool; a jail's agent shares the
+  // host kernel's (and lacks the capabilities anyway).
+  if (opts_.channel_path.empty())
+    return fail(Code::kPermissionDenied, "resync is for microVM guests", EPERM);
+  std::string hostname = TRY(req_string(req, "hostname"));
+  int64_t time_ns = TRY(opt_int(req, "time_ns", 1, INT64_MAX)).value_or(0);
+  std::string hex = TRY(req_string(req, "seed"));
+  if (hostname.empty() || hostname.size() > 64 ||
+      hostname.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos)
+    return fail(Code::kInvalidArgument, "resync: bad hostname", EINVAL);
+  if (time_ns == 0) return fail(Code::kInvalidArgument, "resync: time_ns is required", EINVAL);
+  if (hex.empty() || hex.size() > 512 || hex.size() % 2 ||
+      hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return fail(Code::kInvalidArgument, "resync: seed must be 1-256 bytes of lowercase hex", EINVAL);
+  // The entropy first: everything after it (the TLS of the next request) draws on a state that
+  // no other copy of this machine has.
+  // struct rand_pool_info: two ints, then the bytes.
+  alignas(int) uint8_t pool[2 * sizeof(int) + 256] = {};
+  const int n = static_cast<int>(hex.size() / 2), bits = n * 8;
+  std::memcpy(pool, &bits, sizeof bits);
+  std::memcpy(pool + sizeof(int), &n, sizeof n);
+  for (int i = 0; i < n; ++i) {
+    auto nib = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+    pool[2 * sizeof(int) + i] = static_cast<uint8_t>(nib(hex[2 * i]) << 4 | nib(hex[2 * i + 1]));
+  }
+  UniqueFd rnd(::open("/dev/urandom", O_RDWR | O_CLOEXEC));
+  if (!rnd) return fail_sys("open", "/dev/urandom");
+  if (::ioctl(rnd.get(), RNDADDENTROPY, pool) != 0) return fail_sys("ioctl", "RNDADDENTROPY");
+  if (::ioctl(rnd.get(), RNDRESEEDCRNG) != 0) return fail_sys("ioctl", "RNDRESEEDCRNG");
+  struct timespec ts{static_cast<time_t>(time_ns / 1000000000),
+                     static_cast<long>(time_ns % 1000000000)};
+  if (::clock_settime(CLOCK_REALTIME, &ts) != 0) return fail_sys("clock_settime");
+  if (::sethostname(hostname.data(), hostname.size()) != 0) return fail_sys("sethostname");
+  return {};
 }
 
 Result<json> Agent::do_ps() {

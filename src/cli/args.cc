@@ -56,7 +56,8 @@ CLI::App* add_snapshot_commands(CLI::App& app, Args& a, Want& want) {
   if (want("snapshot")) {
     snapshot = app.add_subcommand(
         "snapshot",
-        "snapshot a sandbox's files and print the snapshot id (or: snapshot rm SNAP...)");
+        "snapshot a sandbox's files (a VM's whole machine) and print the snapshot id (or: "
+        "snapshot rm SNAP...)");
     snapshot->add_option("id", a.id, "sandbox id");
     snapshot->add_option("--name", a.name, "name it (unique in the profile), e.g. before-migrate");
     snapshot->add_flag("--json", a.json, "print the snapshot as JSON");
@@ -72,7 +73,8 @@ CLI::App* add_snapshot_commands(CLI::App& app, Args& a, Want& want) {
   }
   if (want("rollback")) {
     auto* rollback = app.add_subcommand(
-        "rollback", "put a sandbox's files back to a snapshot, in place (processes restart)");
+        "rollback",
+        "put a sandbox back to a snapshot, in place (processes restart; a VM's resume)");
     rollback->add_option("id", a.id, "sandbox id")->required();
     rollback->add_option("snap", a.snap, "snapshot id or name")->required();
     rollback->add_flag("--json", a.json, "print the sandbox as JSON");

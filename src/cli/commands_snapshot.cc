@@ -103,8 +103,9 @@ Result<int> cmd_rollback(const Args& a, const Client& c) {
   std::string before = saved.is_string()
                            ? "the state before is snapshot " + saved.get<std::string>()
                            : "the state before was not saved";
+  bool resumed = rb.is_object() && rb.value("processes", "") == "resumed";
   print("rolled back " + a.id + " to " + escape_text(to) + "; " + escape_text(before) +
-        "; processes were restarted\n");
+        (resumed ? "; its processes went on from the snapshot\n" : "; processes were restarted\n"));
   return 0;
 }
 

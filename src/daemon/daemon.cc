@@ -332,6 +332,10 @@ Result<Daemon::Prepared> Daemon::prepare_sandbox(
                                "installing the gateway CA");
       return {};
     };
+  } else if (populate && rt->keeps_machine_state()) {
+    // A VM's snapshot is its whole machine: the files it needs go into a directory of the
+    // runtime's (no uid shift: they are the daemon's, and QEMU gets them as fds).
+    spec.restore_machine = [&, base_uid = rec.uid_base](int fd) { return populate(fd, base_uid); };
   } else if (populate) {
     spec.populate_upper = [&, base_uid = rec.uid_base](int fd) { return populate(fd, base_uid); };
   }
@@ -339,14 +343,13 @@ Result<Daemon::Prepared> Daemon::prepare_sandbox(
 
   spec.times = &times;
   auto inst = rt->create(spec);
+  const bool resumed = static_cast<bool>(spec.restore_machine);
   spec.populate_upper = nullptr;  // used once; it may hold the snapshot's manifest
+  spec.restore_machine = nullptr;
   spec.times = nullptr;
   if (!inst) return failed(std::move(inst.error()));
   sb.inst = std::move(*inst);
-  auto conn = AgentConn::open(sb.inst->channel_fd(), rec.id, false, std::chrono::seconds(10));
-  if (!conn) return failed(std::move(conn.error()).wrap("waiting for the sandbox's agent"));
-  sb.conn = std::move(*conn);
-  start_relay(sb);
+  if (auto r = open_agent(sb, resumed); !r) return failed(std::move(r.error()));
   sb.spec = spec;
   times.mark("agent hello");
   // The default working directory must exist (imported images may lack /root); where the
@@ -401,6 +404,36 @@ void Daemon::start_relay(Sandbox& sb) {
   sb.egress_relay = std::make_unique<EgressRelay>(
       *sb.conn, [ns] { return connect_in_netns(ns, "127.0.0.1", 3128); }, sb.rec.id);
   sb.egress_relay->start();
+}
+
+Result<void> Daemon::open_agent(Sandbox& sb, bool resumed) {
+  // A resumed machine's agent goes on with its old state: the ping makes it let that go.
+  auto conn = AgentConn::open(sb.inst->channel_fd(), sb.rec.id, resumed, std::chrono::seconds(10));
+  if (!conn) return fail(std::move(conn.error()).wrap("waiting for the sandbox's agent"));
+  sb.conn = std::move(*conn);
+  start_relay(sb);
+  if (!resumed) return {};
+  // Its hostname, clock and random state are those of the machine that was saved: the
+  // sandbox's own, the host's time, and fresh entropy (no two restores of one snapshot share
+  // their random numbers).
+  std::string seed(64, '\0');
+  if (::getrandom(seed.data(), seed.size(), 0) != static_cast<ssize_t>(seed.size()))
+    return fail_sys("getrandom");
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char c : seed) {
+    hex += kHex[c >> 4];
+    hex += kHex[c & 15];
+  }
+  auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                 .count();
+  TRY_VOID_CTX(sb.conn->request({{"op", "resync"},
+                                 {"hostname", sb.rec.id},
+                                 {"time_ns", static_cast<int64_t>(now)},
+                                 {"seed", hex}}),
+               "setting the restored machine's hostname, clock and entropy");
+  return {};
 }
 
 void Daemon::close_agent(Sandbox& sb) {

@@ -110,6 +110,10 @@ class Daemon : public SandboxService {
  private:
   Daemon(Config cfg, Runtimes runtimes, std::unique_ptr<Store> store);
 
+  // Connects to a started sandbox's agent (and its egress relay). `resumed`: the sandbox went on
+  // from a saved machine (runtime::SandboxSpec::restore_machine): its agent is pinged, then
+  // told its new hostname, the time and fresh entropy (op "resync").
+  Result<void> open_agent(Sandbox& sb, bool resumed);
   // Sandbox creation, also from a snapshot (`populate` fills the writable layer, daemon/
   // snapshots.cc): everything create() does.
   // `populate` gets the upper dir and the new sandbox's uid_base.
@@ -215,6 +219,8 @@ class Daemon : public SandboxService {
   Result<snapshot::Manifest> manifest_for(const SnapshotRecord& rec, uint32_t uid_base,
                                           bool verify_chunks);
   SnapshotInfo snapshot_info(const SnapshotRecord& rec) const;
+  // Whether `runtime`'s snapshots are whole machines (VMs: processes resume) rather than files.
+  bool machine_snapshots(const std::string& runtime) const;
   Result<void> drop_snapshot(const SnapshotRecord& rec, const std::string& why);
   // Rolling snapshots, retention and garbage collection: one background thread.
   void snapshot_loop();

@@ -25,6 +25,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/guard.h"
 #include "common/units.h"
 #include "daemon/daemon.h"
 #include "daemon/retention.h"
@@ -107,6 +108,11 @@ Result<snapshot::Store*> Daemon::snapshot_store(const std::string& profile) {
   return p;
 }
 
+bool Daemon::machine_snapshots(const std::string& runtime) const {
+  auto it = runtimes_.find(runtime);
+  return it != runtimes_.end() && it->second->keeps_machine_state();
+}
+
 SnapshotInfo Daemon::snapshot_info(const SnapshotRecord& r) const {
   double deadline = retention_deadline(r.kind == "manual", r.created_at, cfg_.snapshots);
   return {{"id", r.id},
@@ -123,8 +129,8 @@ SnapshotInfo Daemon::snapshot_info(const SnapshotRecord& r) const {
           {"logical_bytes", r.logical_bytes},
           {"new_bytes", r.new_bytes},
           {"reused_files", r.reused_files},
-          {"contents", "filesystem"},
-          {"processes", "restarted"},
+          {"contents", machine_snapshots(r.runtime) ? "machine" : "filesystem"},
+          {"processes", machine_snapshots(r.runtime) ? "resumed" : "restarted"},
           {"skipped", r.skipped}};
 }
 
@@ -171,20 +177,41 @@ Result<std::optional<SnapshotRecord>> Daemon::take_snapshot(Sandbox& sb, const s
                    previous.front().id, m.error().message());
   }
 
-  UniqueFd upper = TRY(open_upper(*sb.inst, id));
+  const bool machine = sb.rt->keeps_machine_state();
+  // What is read: the writable layer's upper directory, or for VMs a directory where the
+  // runtime saves the machine (its memory and disk), removed once it is stored.
+  UniqueFd tree;
+  fs::path saved_dir = sb.spec.dir / "snapshot";
+  Guard remove_saved([&] {
+    std::error_code ec;
+    if (machine) fs::remove_all(saved_dir, ec);
+  });
+  if (machine) {
+    std::error_code ec;
+    fs::remove_all(saved_dir, ec);
+    if (::mkdir(saved_dir.c_str(), 0700) != 0) return fail_sys("mkdir", saved_dir.string());
+    tree.reset(::open(saved_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!tree) return fail_sys("open", saved_dir.string());
+  } else {
+    tree = TRY(open_upper(*sb.inst, id));
+  }
   std::string snap_id = random_id("snap_", 12);
   std::map<std::string, std::string> labels = {
       {"sandbox", id}, {"profile", profile}, {"kind", kind}};
   if (!name.empty()) labels["name"] = name;
 
-  // Consistent: no process of the sandbox runs while its files are read.
+  // Consistent: no process of the sandbox runs while its files are read (a VM stays stopped
+  // from the start of its save to the end of the read).
   bool froze = false;
   if (!sb.paused) {
     TRY_VOID_CTX(sb.inst->pause(), "freezing sandbox " + id + " for its snapshot");
     froze = true;
   }
   auto t0 = std::chrono::steady_clock::now();
-  auto m = store->take(upper.get(), snap_id, parent ? &*parent : nullptr, labels);
+  Result<snapshot::Manifest> m = [&]() -> Result<snapshot::Manifest> {
+    if (machine) TRY_VOID(sb.inst->save_machine(tree.get()));
+    return store->take(tree.get(), snap_id, parent ? &*parent : nullptr, labels);
+  }();
   double frozen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (froze)
     if (auto r = sb.inst->resume(); !r)
@@ -442,6 +469,12 @@ Result<SandboxInfo> Daemon::rollback(const std::string& id, const std::string& s
   // Everything the rollback needs is checked before the sandbox is touched: the manifest's MAC
   // and every chunk's hash.
   auto target = TRY(manifest_for(rec, old->rec.uid_base, true));
+  if (machine_snapshots(rec.runtime)) {
+    // A machine resumes only on the image disk it ran on: if that changed, neither the target
+    // nor the state before could start again.
+    auto image = TRY(images_.resolve(old->rec.image));
+    TRY_VOID_CTX(old->inst->check_resumable(image), "rolling back sandbox " + id);
+  }
   // The state about to be replaced is kept, so a rollback never loses anything.
   auto saved = TRY_CTX(take_snapshot(*old, "rollback", ""),
                        "saving the current state of " + id + " before rolling back");
@@ -467,7 +500,10 @@ Result<SandboxInfo> Daemon::rollback(const std::string& id, const std::string& s
     runtime::SandboxSpec spec = old->spec;
     std::error_code ec;
     fs::create_directories(spec.dir, ec);
-    spec.populate_upper = [&](int fd) { return store->restore(man, fd); };
+    const bool machine = fresh->rt->keeps_machine_state();
+    (machine ? spec.restore_machine : spec.populate_upper) = [&](int fd) {
+      return store->restore(man, fd);
+    };
     fresh->inst = TRY(fresh->rt->create(spec));
     auto fail_started = [&](Error e) -> Result<void> {
       close_agent(*fresh);
@@ -478,9 +514,7 @@ Result<SandboxInfo> Daemon::rollback(const std::string& id, const std::string& s
       fresh->inst.reset();
       return fail(std::move(e));
     };
-    auto conn = AgentConn::open(fresh->inst->channel_fd(), id, false, std::chrono::seconds(10));
-    if (!conn) return fail_started(std::move(conn.error()).wrap("waiting for the sandbox's agent"));
-    fresh->conn = std::move(*conn);
+    if (auto r = open_agent(*fresh, machine); !r) return fail_started(std::move(r.error()));
     std::string workdir = fresh->rec.spec.value("workdir", std::string());
     if (!workdir.empty()) {
       auto r = fresh->conn->request(
@@ -517,7 +551,9 @@ Result<SandboxInfo> Daemon::rollback(const std::string& id, const std::string& s
     metrics_.rollbacks++;
     spdlog::info("sandbox {}: rolled back to {} (the state before is {})", id, rec.id, saved->id);
     SandboxInfo out = info(fresh->rec, fresh.get());
-    out["rollback"] = {{"snapshot", rec.id}, {"saved_as", saved->id}};
+    out["rollback"] = {{"snapshot", rec.id},
+                       {"saved_as", saved->id},
+                       {"processes", machine_snapshots(rec.runtime) ? "resumed" : "restarted"}};
     return out;
   }
   spdlog::error("rollback of {} to {} failed: {}; going back to {}", id, rec.id,

@@ -73,6 +73,14 @@ struct SandboxSpec {
   // returns fails create() with that error as the cause, and nothing is left behind. Runtimes
   // without a writable layer fail create() with kUnimplemented when it is set.
   std::function<Result<void>(int upper_dir_fd)> populate_upper;
+  // Starts the sandbox from a saved machine instead of booting it (snapshot rollback and
+  // restore, runtimes whose keeps_machine_state() is true). The runtime calls it once, in the
+  // daemon's process, with an empty directory of its own (opened O_RDONLY|O_DIRECTORY) that
+  // the callback fills with what Instance::save_machine() wrote; the sandbox then goes on where
+  // it was saved: its memory, processes and disk. Its agent keeps the state it had, so the
+  // daemon pings it ("reattach", docs/agent-protocol.md) before it says hello. An error it
+  // returns fails create(), and nothing is left behind.
+  std::function<Result<void>(int dir_fd)> restore_machine;
   // If set, create() marks its steps here (cgroup, netns, layer, launch, ...).
   StepTimes* times = nullptr;
 };
@@ -116,6 +124,18 @@ class Instance {
   // snapshots). Runtimes without one return kUnimplemented.
   virtual Result<UniqueFd> writable_layer() = 0;
 
+  // Snapshots of the whole machine (runtimes whose keeps_machine_state() is true): stops the
+  // sandbox and writes its complete state (memory, devices and disk) into the empty directory
+  // `dir_fd` as regular files, for SandboxSpec::restore_machine. The sandbox is left stopped
+  // (paused() is true) so that the files stay consistent while they are read; resume() goes on.
+  virtual Result<void> save_machine(int /*dir_fd*/) {
+    return fail(Code::kUnimplemented, "this runtime does not save machines");
+  }
+  // Whether a machine saved from this sandbox can resume on `image` as the host has it now (a
+  // VM's memory caches blocks of the very image disk it runs on): checked before a rollback
+  // destroys the sandbox.
+  virtual Result<void> check_resumable(const Image& /*image*/) const { return {}; }
+
   // What reattach() needs to find this sandbox again after a daemon restart.
   virtual nlohmann::json persist() const = 0;
 };
@@ -127,6 +147,9 @@ class Runtime {
   // Whether create() honours SandboxSpec::populate_upper (the sandbox has a writable layer
   // the host can fill before it starts).
   virtual bool has_writable_layer() const { return false; }
+  // Whether its snapshots hold the whole machine (Instance::save_machine, SandboxSpec::
+  // restore_machine: VMs) rather than the writable layer's files.
+  virtual bool keeps_machine_state() const { return false; }
 
   // Creates and starts a sandbox; on return the agent is running and the channel is open.
   // On failure nothing is left behind.

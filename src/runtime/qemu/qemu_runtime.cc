@@ -52,6 +52,24 @@ constexpr int kImageFd = 10;
 constexpr int kDiskFd = 11;
 constexpr int kDiskRoFd = 12;  // QEMU probes the disk read-only first: a set needs both modes
 
+// A saved machine (Instance::save_machine, SandboxSpec::restore_machine): QEMU's migration
+// stream (RAM and device state) and the writable disk as it was when the stream ended.
+constexpr const char* kMemoryFile = "memory";
+constexpr const char* kDiskFile = "disk.img";
+// What the machine was made from: the image disk it ran on (a machine resumes only on the very
+// disk whose blocks its memory caches) and its RAM and vCPUs.
+constexpr const char* kMachineFile = "machine.json";
+
+// The identity of an image disk: `space image build-vm` writes a new file when it rebuilds one.
+json disk_identity(int fd) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return nullptr;
+  return {{"dev", static_cast<uint64_t>(st.st_dev)},
+          {"ino", static_cast<uint64_t>(st.st_ino)},
+          {"size", static_cast<int64_t>(st.st_size)},
+          {"mtime_ns", static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec}};
+}
+
 // Where things are inside QEMU's jail.
 constexpr const char* kJailVm = "/vm";
 constexpr const char* kJailKernel = "/boot/vmlinux";
@@ -116,6 +134,34 @@ std::string tail_of(const fs::path& p, size_t n) {
   std::string out;
   for (auto& l : lines) out += "\n  | " + l;
   return out;
+}
+
+std::string image_changed(const std::string& image) {
+  return "the saved machine ran on another build of image \"" + image +
+         "\"'s VM disk (`space image build-vm` has rebuilt it since) or with other limits: "
+         "a VM snapshot resumes only on the disk it was saved with, so the snapshots taken "
+         "before the rebuild cannot be restored any more; start a new sandbox instead";
+}
+
+// Waits until the migration that was just started (either way) ends: kTimeout after
+// `deadline` (an outgoing one is cancelled then), QEMU's reason if it failed.
+Result<void> await_migration(Qmp& qmp, Clock::time_point deadline, bool outgoing) {
+  for (;;) {
+    json info = TRY(qmp.execute("query-migrate"));
+    std::string status = info.is_object() ? info.value("status", "") : "";
+    if (status == "completed") return {};
+    if (status == "failed" || status == "cancelled") {
+      std::string why = info.is_object() ? info.value("error-desc", "") : "";
+      return fail(Code::kInternal, "QEMU's migration " + status +
+                                       (why.empty() ? std::string() : ": " + why.substr(0, 300)));
+    }
+    if (Clock::now() >= deadline) {
+      if (outgoing) (void)qmp.execute("migrate_cancel");
+      return fail(Code::kTimeout, "QEMU's migration did not end in time (status \"" +
+                                      status.substr(0, 40) + "\")");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 // --- The child: between clone3 and QEMU's exec. Only raw syscalls from here (the daemon is
@@ -268,6 +314,9 @@ struct Parts {
   bool paused = false;
   bool destroyed = false;
   fs::path vm_dir;
+  fs::path disk;  // the writable disk (QEMU has it as an fd)
+  json machine;   // kMachineFile's content (image disk identity, RAM, vCPUs)
+  std::chrono::milliseconds save_timeout{120000};
   std::chrono::milliseconds stop_timeout{5000};
 };
 
@@ -327,12 +376,53 @@ class QemuInstance final : public Instance {
 
   Result<UniqueFd> writable_layer() override {
     return fail(Code::kUnimplemented,
-                "the qemu runtime keeps a VM's files on its own disk: `space diff` and snapshots "
-                "of qemu sandboxes are not supported yet");
+                "a qemu sandbox keeps its files on its own disk, which the host does not read: "
+                "`space diff` of qemu sandboxes is not supported yet");
+  }
+
+  // The VM stops; QEMU writes its migration stream (RAM and devices) into `memory`, through an
+  // fd passed over QMP (its seccomp sandbox forbids the exec: transport); its block layer has
+  // flushed the disk when the stream ends, and disk.img is linked beside it. Both stay as they
+  // are until the VM runs again.
+  Result<void> save_machine(int dir_fd) override {
+    std::lock_guard lock(p_->qmp_mu);
+    std::string ctx = "saving VM " + p_->id;
+    if (!p_->qmp) return fail(Code::kConflict, "VM " + p_->id + " is destroyed");
+    if (!p_->paused) {
+      TRY_VOID_CTX(command("stop"), ctx);
+      p_->paused = true;
+    }
+    UniqueFd mem(::openat(dir_fd, kMemoryFile, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!mem) return fail(Error::sys("openat", kMemoryFile).wrap(ctx));
+    auto deadline = Clock::now() + p_->save_timeout;
+    // Not throttled: the VM is stopped, nothing competes with the stream.
+    TRY_VOID_CTX(p_->qmp->execute("migrate-set-parameters", {{"max-bandwidth", 1ull << 40}}), ctx);
+    TRY_VOID_CTX(p_->qmp->send_fd("space-save", mem.get()), ctx);
+    mem.reset();
+    TRY_VOID_CTX(p_->qmp->execute("migrate", {{"uri", "fd:space-save"}}), ctx);
+    TRY_VOID_CTX(await_migration(*p_->qmp, deadline, true), ctx);
+    if (::linkat(AT_FDCWD, p_->disk.c_str(), dir_fd, kDiskFile, 0) != 0)
+      return fail(Error::sys("linkat", p_->disk.string()).wrap(ctx));
+    UniqueFd m(::openat(dir_fd, kMachineFile, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!m) return fail(Error::sys("openat", kMachineFile).wrap(ctx));
+    std::string text = p_->machine.dump();
+    if (::write(m.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+      return fail(Error::sys("write", kMachineFile).wrap(ctx));
+    return {};
+  }
+
+  Result<void> check_resumable(const Image& image) const override {
+    UniqueFd fd(image.vm_disk.empty() ? -1 : ::open(image.vm_disk.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd || !p_->machine.is_object() || disk_identity(fd.get()) != p_->machine["image_disk"])
+      return fail(Code::kConflict, image_changed(image.name));
+    return {};
   }
 
   json persist() const override {
-    json j = {{"pid", p_->pid}, {"start_time", p_->start_time}, {"vm_dir", p_->vm_dir.string()}};
+    json j = {{"pid", p_->pid},
+              {"start_time", p_->start_time},
+              {"vm_dir", p_->vm_dir.string()},
+              {"machine", p_->machine}};
     if (p_->cgroup) j["cgroups"] = p_->cgroup->persist();
     return j;
   }
@@ -372,6 +462,7 @@ struct Persisted {
   uint64_t start_time = 0;
   fs::path vm_dir;
   json cgroups;
+  json machine;
 };
 
 Result<Persisted> parse_persisted(const json& j) {
@@ -381,6 +472,7 @@ Result<Persisted> parse_persisted(const json& j) {
     p.start_time = j.at("start_time").get<uint64_t>();
     p.vm_dir = j.value("vm_dir", "");
     if (j.contains("cgroups")) p.cgroups = j["cgroups"];
+    if (j.contains("machine")) p.machine = j["machine"];
     if (p.pid <= 1) return fail(Code::kInvalidArgument, "persisted pid is not a QEMU process");
     return p;
   } catch (const json::exception& e) {
@@ -465,7 +557,9 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
   TRY_VOID_CTX(usable(), ctx);
   if (spec.populate_upper)
     return fail(Code::kUnimplemented,
-                ctx + ": restoring a snapshot into a qemu sandbox is not supported yet");
+                ctx + ": a VM's files are on its own disk: it restores whole machines "
+                      "(restore_machine), not writable layers");
+  const bool restoring = static_cast<bool>(spec.restore_machine);
   if (spec.image.vm_disk.empty())
     return fail(Code::kConflict,
                 ctx + ": image \"" + spec.image.name + "\" has no VM disk yet: run `space image "
@@ -491,18 +585,53 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
   if (ec) return fail(Code::kInternal, ctx + ": creating " + jail.string() + ": " + ec.message());
   if (::chown(vm.c_str(), spec.uid_base, spec.uid_base) != 0 || ::chmod(vm.c_str(), 0700) != 0)
     return fail(Error::sys("chown", vm.string()).wrap(ctx));
-  fs::path disk = spec.dir / "disk.img";  // outside `vm`: QEMU gets it as an fd only
-  {
+  fs::path disk = spec.dir / kDiskFile;  // outside `vm`: QEMU gets it as an fd only
+  // A saved machine comes in `restore` (removed when create() returns): its disk is moved to
+  // where a booted VM's would be, its memory is read by QEMU through an fd.
+  fs::path restore_dir = spec.dir / "restore";
+  Guard restore_guard([&] {
+    std::error_code e;
+    if (restoring) fs::remove_all(restore_dir, e);
+  });
+  UniqueFd memory_fd;
+  json saved_machine;
+  if (restoring) {
+    if (::mkdir(restore_dir.c_str(), 0700) != 0)
+      return fail(Error::sys("mkdir", restore_dir.string()).wrap(ctx));
+    UniqueFd dir(::open(restore_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dir) return fail(Error::sys("open", restore_dir.string()).wrap(ctx));
+    TRY_VOID_CTX(spec.restore_machine(dir.get()), ctx + ": restoring the saved machine");
+    struct stat st;
+    for (const char* f : {kDiskFile, kMemoryFile})
+      if (::fstatat(dir.get(), f, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+        return fail(Code::kProtocol,
+                    ctx + ": the saved machine has no " + f + ": it is not a qemu snapshot");
+    {
+      UniqueFd m(::openat(dir.get(), kMachineFile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+      char buf[4096];
+      ssize_t n = m ? ::read(m.get(), buf, sizeof buf) : -1;
+      saved_machine = json::parse(std::string_view(buf, n > 0 ? n : 0), nullptr, false);
+      if (!saved_machine.is_object())
+        return fail(Code::kProtocol, ctx + ": the saved machine has no readable " +
+                                         kMachineFile + ": it is not a qemu snapshot");
+    }
+    memory_fd.reset(::openat(dir.get(), kMemoryFile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!memory_fd) return fail(Error::sys("openat", kMemoryFile).wrap(ctx));
+    if (::renameat(dir.get(), kDiskFile, AT_FDCWD, disk.c_str()) != 0)
+      return fail(Error::sys("rename", disk.string()).wrap(ctx));
+    times.mark("saved machine");
+  } else {
     UniqueFd f(::open(disk.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     if (!f) return fail(Error::sys("open", disk.string()).wrap(ctx));
     if (::ftruncate(f.get(), static_cast<off_t>(spec.limits.disk_bytes)) != 0)
       return fail(Error::sys("ftruncate", disk.string()).wrap(ctx));
+    f.reset();
+    TRY_VOID_CTX(run_tool({"mke2fs", "-q", "-F", "-t", "ext4", "-L", "space-rw", "-m", "0", "-O",
+                           "^has_journal", "-E", "lazy_itable_init=1,nodiscard", disk.string()},
+                          spec.dir / "mke2fs.log"),
+                 ctx + ": making the writable disk");
+    times.mark("disk");
   }
-  TRY_VOID_CTX(run_tool({"mke2fs", "-q", "-F", "-t", "ext4", "-L", "space-rw", "-m", "0", "-O",
-                         "^has_journal", "-E", "lazy_itable_init=1,nodiscard", disk.string()},
-                        spec.dir / "mke2fs.log"),
-               ctx + ": making the writable disk");
-  times.mark("disk");
 
   // 2. A fresh cgroup: the sandbox's CPU limit; its memory plus QEMU's own.
   Limits cg_limits = spec.limits;
@@ -578,9 +707,11 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
       "-add-fd", "fd=" + std::to_string(kImageFd) + ",set=1,opaque=image",
       "-add-fd", "fd=" + std::to_string(kDiskFd) + ",set=2,opaque=disk",
       "-add-fd", "fd=" + std::to_string(kDiskRoFd) + ",set=2,opaque=disk-ro",
-      "-drive", "id=image,file=/dev/fdset/1,format=raw,if=none,readonly=on",
+      // No image locking: each disk is this VM's alone (an fd), and a save's migration gives
+      // up the lock that `cont` would then fail to take back.
+      "-drive", "id=image,file=/dev/fdset/1,format=raw,if=none,readonly=on,file.locking=off",
       "-device", "virtio-blk-device,drive=image",
-      "-drive", "id=disk,file=/dev/fdset/2,format=raw,if=none,discard=unmap",
+      "-drive", "id=disk,file=/dev/fdset/2,format=raw,if=none,discard=unmap,file.locking=off",
       "-device", "virtio-blk-device,drive=disk",
       "-device", "virtio-serial-device,max_ports=2",
       "-chardev", "socket,id=agent,path=" + vmd + "/agent.sock,server=on,wait=off",
@@ -589,11 +720,20 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
       "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
       "-msg", "timestamp=on",
   };
+  if (restoring) {
+    // Stopped until the stream is in and the agent's port is connected (-S), then `cont`.
+    for (const char* a : {"-incoming", "defer", "-S"}) plan.argv.push_back(a);
+  }
   for (auto& a : plan.argv) plan.argv_p.push_back(a.data());
   plan.argv_p.push_back(nullptr);
 
   UniqueFd image_fd(::open(spec.image.vm_disk.c_str(), O_RDONLY | O_CLOEXEC));
   if (!image_fd) return fail(Error::sys("open", spec.image.vm_disk.string()).wrap(ctx));
+  json machine = {{"image_disk", disk_identity(image_fd.get())},
+                  {"memory_bytes", spec.limits.memory_bytes},
+                  {"vcpus", smp}};
+  if (restoring && saved_machine != machine)
+    return fail(Code::kConflict, ctx + ": " + image_changed(spec.image.name));
   UniqueFd disk_fd(::open(disk.c_str(), O_RDWR | O_CLOEXEC));
   if (!disk_fd) return fail(Error::sys("open", disk.string()).wrap(ctx));
   UniqueFd disk_ro_fd(::open(disk.c_str(), O_RDONLY | O_CLOEXEC));
@@ -668,7 +808,21 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
   auto qmp = Qmp::connect(vm / "qmp.sock", std::chrono::milliseconds(10000));
   if (!qmp) return fail(boot_failed(std::move(qmp.error())));
   times.mark("qemu up");
-  for (;;) {
+  if (restoring) {
+    // The guest goes on where it was saved; its agent speaks when the daemon pings it.
+    auto incoming = [&]() -> Result<void> {
+      TRY_VOID(qmp->send_fd("space-restore", memory_fd.get()));
+      memory_fd.reset();
+      TRY(qmp->execute("migrate-incoming", {{"uri", "fd:space-restore"}}));
+      TRY_VOID(await_migration(*qmp, deadline, false));
+      TRY(qmp->execute("cont"));
+      return {};
+    };
+    if (auto r = incoming(); !r)
+      return fail(boot_failed(std::move(r.error()).wrap("loading the saved machine")));
+    times.mark("machine loaded");
+  }
+  while (!restoring) {
     pollfd pfds[2] = {{channel->get(), POLLIN, 0}, {pidfd.get(), POLLIN, 0}};
     int left = static_cast<int>(
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
@@ -695,6 +849,8 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
   parts->cgroup = std::move(cgroup);
   parts->qmp.emplace(std::move(*qmp));
   parts->vm_dir = vm;
+  parts->disk = disk;
+  parts->machine = std::move(machine);
   parts->stop_timeout = stop;
   child_guard.dismiss();
   cgroup_guard.dismiss();
@@ -726,9 +882,12 @@ Result<std::unique_ptr<Instance>> QemuRuntime::reattach(const SandboxSpec& spec,
   parts->channel = std::move(channel);
   parts->netns = std::move(netns);
   parts->cgroup = TRY_CTX(Cgroup::open(*layout, config_.cgroup_name, p.cgroups), ctx);
-  parts->paused = status.is_object() && status.value("status", "") == "paused";
+  // Stopped by a pause, or by a save that the last spaced did not see to its end.
+  parts->paused = status.is_object() && !status.value("running", true);
   parts->qmp.emplace(std::move(qmp));
   parts->vm_dir = vm;
+  parts->disk = spec.dir / kDiskFile;
+  parts->machine = p.machine;
   parts->stop_timeout = config_.stop_timeout;
   return std::unique_ptr<Instance>(new QemuInstance(std::move(parts)));
 }

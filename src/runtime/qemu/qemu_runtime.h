@@ -51,6 +51,8 @@ class QemuRuntime final : public Runtime {
   static std::unique_ptr<QemuRuntime> create(Config config);
 
   std::string_view name() const override { return "qemu"; }
+  // Snapshots are whole machines: QEMU's migration stream and the writable disk.
+  bool keeps_machine_state() const override { return true; }
   Result<std::unique_ptr<Instance>> create(const SandboxSpec& spec) override;
   Result<std::unique_ptr<Instance>> reattach(const SandboxSpec& spec,
                                              const nlohmann::json& persisted) override;

@@ -337,7 +337,8 @@ class FakeService : public daemon::SandboxService {
     if (s["image"] != sandbox["image"])
       return fail(Code::kInvalidArgument, "the snapshot is of another image");
     json saved = TRY(take(id, "", "rollback"));
-    sandbox["rollback"] = {{"snapshot", s["id"]}, {"saved_as", saved["id"]}};
+    sandbox["rollback"] = {
+        {"snapshot", s["id"]}, {"saved_as", saved["id"]}, {"processes", "restarted"}};
     return sandbox;
   }
   Result<daemon::SandboxInfo> restore(const std::string& snap,
