@@ -28,7 +28,8 @@ from harness import BUILD_DIR, SPACE, SpaceTestCase, cgroup_dirs, main, read_tex
 
 BUSYBOX = "/bin/busybox"
 APPLETS = ["sh", "wget", "cat", "echo", "uname", "ls", "sleep", "hostname", "ip", "nc", "id",
-           "head", "grep", "wc", "dd", "df", "mount", "date", "od"]
+           "head", "grep", "wc", "dd", "df", "mount", "date", "od",
+           "blockdev", "sync"]
 KERNEL = os.path.join(BUILD_DIR, "guest", "vmlinux")
 
 
@@ -291,6 +292,33 @@ class QemuRuntimeTest(SpaceTestCase):
         self.assertEqual([d for d in cgroup_dirs() if sid in d], [])
         wait_for(lambda: not os.path.exists(os.path.join(self.daemon.state_dir, "sandboxes", sid)),
                  10, what="the sandbox's state to be removed")
+
+    def test_guest_root_cannot_write_the_shared_image_disk(self):
+        # Every VM of an image shares its disk, read-only (virtio's read-only flag, and QEMU's
+        # readonly=on below it). Guest root tries to clear the flag and writes over it: the
+        # writes fail, the host's file is unchanged, and another VM of the image reads its files.
+        import hashlib
+        disk = os.path.join(self.daemon.state_dir, "images", self.image, "vm.ext4")
+        def digest():
+            with open(disk, "rb") as f:
+                return hashlib.sha256(f.read()).hexdigest()
+        before = digest()
+        sid = self.vm()
+        blocks = sorted(os.path.basename(p) for p in
+                        self.exec_ok(sid, "ls", "/sys/block").split() if p.startswith("vd"))
+        self.assertEqual(blocks, ["vda", "vdb"])  # the image and its own disk, nothing else
+        rc, out, err = self.space(
+            "exec", sid, "--", "sh", "-c",
+            "blockdev --setrw /dev/vda; blockdev --setrw /dev/vdb; "
+            "dd if=/dev/zero of=/dev/vda bs=4096 count=64 conv=fsync 2>&1; echo dd=$?; "
+            "dd if=/dev/zero of=/dev/vda bs=4096 seek=1 count=64 oflag=direct 2>&1; "
+            "echo direct=$?; sync")
+        self.assertIn("dd=1", out, out + err)
+        self.assertIn("direct=1", out, out + err)
+        self.assertEqual(digest(), before, "a guest wrote the shared image disk")
+        other = self.vm()
+        self.assertEqual(self.exec_ok(other, "sh", "-c", "ls /bin | wc -l").strip(),
+                         str(len(APPLETS) + 1))
 
     def test_vm_survives_a_daemon_restart(self):
         sid = self.vm()

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -175,6 +176,23 @@ TEST_F(AgentFilesTest, WriteThroughFinalSymlinkIsRefused) {
   json rm = agent_->request(2, {{"op", "remove"}, {"path", tmp_ / "link"}});
   EXPECT_TRUE(rm.value("ok", false));
   EXPECT_TRUE(fs::exists(outside / "secret"));
+}
+
+// `resync` sets a guest's clock, hostname and entropy; an agent on a socketpair shares the
+// host's kernel and must refuse it before touching anything (this test's agent runs as root).
+TEST_F(AgentFilesTest, ResyncIsRefusedOutsideAVmGuest) {
+  char before[256] = {};
+  ASSERT_EQ(::gethostname(before, sizeof before - 1), 0);
+  json r = agent_->request(1, {{"op", "resync"},
+                               {"hostname", "sb_resync0000"},
+                               {"time_ns", 1000000000},
+                               {"seed", std::string(128, 'a')}});
+  EXPECT_FALSE(r.value("ok", true));
+  EXPECT_EQ(r["error"].value("code", ""), "permission_denied") << r.dump();
+  char after[256] = {};
+  ASSERT_EQ(::gethostname(after, sizeof after - 1), 0);
+  EXPECT_STREQ(before, after);
+  EXPECT_GT(std::time(nullptr), 1700000000) << "the host clock was set";
 }
 
 TEST_F(AgentFilesTest, BadRequestsGetErrorResponses) {
