@@ -124,7 +124,8 @@ Result<void> Agent::init() {
   epoll_.reset(ep);
   TRY_VOID(epoll_add(sigfd_.get(), EPOLLIN, key(kSignalFd, 0)));
   if (opts_.spare_agent_fd >= 0) TRY_VOID(epoll_add(opts_.spare_agent_fd, EPOLLIN, key(kSpare, 0)));
-  if (opts_.egress_listen) TRY_VOID_CTX(start_egress_listener(), "egress listener");
+  for (size_t i = 0; i < opts_.egress_listen.size(); ++i)
+    TRY_VOID_CTX(start_egress_listener(i), "egress listener " + opts_.egress_listen[i].text);
   set_channel(std::move(channel));
   return {};
 }
@@ -388,7 +389,7 @@ Result<void> Agent::run() {
           on_exec_event(kind, id);
           break;
         case kEgressListen:
-          on_egress_accept();
+          on_egress_accept(id);
           break;
         case kEgressConn:
           on_egress_event(id, events[i].events);

@@ -161,8 +161,9 @@ class Agent {
   Exec* exec_for_stream(uint32_t stream);
 
   // agent_egress.cc
-  Result<void> start_egress_listener();
-  void on_egress_accept();
+  // The listener of opts_.egress_listen[index] (its epoll key carries the index).
+  Result<void> start_egress_listener(size_t index);
+  void on_egress_accept(uint64_t index);
   void on_egress_event(uint64_t serial, uint32_t events);
   void on_egress_frame(proto::Frame& f);
   void egress_read_guest(EgressConn& c);
@@ -208,7 +209,7 @@ class Agent {
   std::map<uint32_t, WriteTransfer> writes_;
   std::set<uint32_t> failed_writes_;  // write streams answered with an error: data ignored
 
-  UniqueFd egress_listener_;
+  std::vector<UniqueFd> egress_listeners_;  // one per opts_.egress_listen
   uint32_t next_egress_stream_ = 0;
   std::map<uint64_t, std::unique_ptr<EgressConn>> egress_;  // by serial
   std::unordered_map<uint32_t, uint64_t> egress_streams_;    // stream -> serial

@@ -1,9 +1,9 @@
-// Egress for microVMs: a guest has no network device, so the agent listens on a loopback
-// address inside the guest (--egress-listen) and carries each accepted TCP connection to the
-// daemon over the channel, on a stream the agent opens (id with kAgentStreamBit set). The
+// Egress for microVMs: a guest has no network device, so the agent listens on loopback
+// addresses inside the guest (--egress-listen: the proxy's, and the transparent HTTP and TLS
+// ones) and carries each accepted TCP connection to the daemon over the channel, on a stream the agent opens (id with kAgentStreamBit set). The
 // daemon connects it to the sandbox's egress gateway (src/daemon/egress_relay.h).
 //
-// Per connection: `connect` {"port"} goes out; the daemon answers `response` ok (the guest's
+// Per connection: `connect` {"port"} (the listener's port it came to) goes out; the daemon answers `response` ok (the guest's
 // bytes then flow) or an error (the guest connection is reset). Bytes travel as `data` frames
 // both ways, an empty one is EOF in that direction (SHUT_WR on the guest socket), `reset`
 // aborts. Flow control both ways: the agent sends at most kStreamWindow bytes the daemon has
@@ -52,8 +52,8 @@ void close_with_reset(UniqueFd& fd) {
 
 }  // namespace
 
-Result<void> Agent::start_egress_listener() {
-  const auto& addr = *opts_.egress_listen;
+Result<void> Agent::start_egress_listener(size_t index) {
+  const auto& addr = opts_.egress_listen[index];
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return fail_sys("socket", "AF_INET for --egress-listen");
   UniqueFd sock(fd);
@@ -72,14 +72,18 @@ Result<void> Agent::start_egress_listener() {
     return fail_sys("bind", "--egress-listen " + addr.text +
                                 " (is the address configured in the guest and the port free?)");
   if (::listen(fd, 128) < 0) return fail_sys("listen", "--egress-listen " + addr.text);
-  TRY_VOID(epoll_add(fd, EPOLLIN, key(kEgressListen, 0)));
-  egress_listener_ = std::move(sock);
+  TRY_VOID(epoll_add(fd, EPOLLIN, key(kEgressListen, index)));
+  if (egress_listeners_.size() <= index) egress_listeners_.resize(index + 1);
+  egress_listeners_[index] = std::move(sock);
   return {};
 }
 
-void Agent::on_egress_accept() {
+void Agent::on_egress_accept(uint64_t index) {
+  if (index >= egress_listeners_.size()) return;
+  const uint16_t port = opts_.egress_listen[index].port;
   for (;;) {
-    int fd = ::accept4(egress_listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = ::accept4(egress_listeners_[index].get(), nullptr, nullptr,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK)
@@ -114,7 +118,7 @@ void Agent::on_egress_accept() {
     }
     c->in_epoll = true;
     egress_streams_[stream] = c->serial;
-    send(proto::FrameType::kConnect, stream, dump_json({{"port", opts_.egress_listen->port}}));
+    send(proto::FrameType::kConnect, stream, dump_json({{"port", port}}));
     egress_.emplace(c->serial, std::move(c));
   }
 }

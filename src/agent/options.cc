@@ -88,8 +88,14 @@ Result<Options> parse_options(int argc, const char* const* argv) {
       auto fds = TRY(parse_fd_list(TRY(need_value()), arg));
       o.hold_fds.insert(o.hold_fds.end(), fds.begin(), fds.end());
     } else if (arg == "--egress-listen") {
-      if (o.egress_listen) return fail(Code::kInvalidArgument, "--egress-listen given twice");
-      o.egress_listen = TRY(parse_listen_addr(TRY(need_value()), arg));
+      auto addr = TRY(parse_listen_addr(TRY(need_value()), arg));
+      for (const auto& l : o.egress_listen)
+        if (l.ip == addr.ip && l.port == addr.port)
+          return fail(Code::kInvalidArgument, "--egress-listen " + addr.text + " given twice");
+      if (o.egress_listen.size() >= kMaxEgressListen)
+        return fail(Code::kInvalidArgument, "--egress-listen: at most " +
+                                                std::to_string(kMaxEgressListen) + " addresses");
+      o.egress_listen.push_back(std::move(addr));
     } else {
       return fail(Code::kInvalidArgument, "unknown argument \"" + std::string(arg) + "\"");
     }

@@ -25,19 +25,21 @@ struct Options {
   // Fds the agent keeps open and otherwise ignores (the writable layer's directory).
   std::vector<int> hold_fds;
   // Where the agent accepts guest TCP connections that it carries to the daemon's egress
-  // gateway over the channel (microVMs, which have no network device). See
+  // gateway over the channel (microVMs, which have no network device): the proxy's address and
+  // the transparent HTTP and TLS ones, each connection tagged with the port it came to. See
   // docs/agent-protocol.md, "Egress".
   struct ListenAddr {
     uint32_t ip = 0;  // IPv4 address, network byte order
     uint16_t port = 0;
     std::string text;  // as given, for messages
   };
-  std::optional<ListenAddr> egress_listen;
+  std::vector<ListenAddr> egress_listen;
 };
+inline constexpr size_t kMaxEgressListen = 8;
 
 inline constexpr const char* kUsage =
     "usage: space-agent (--channel-fd N | --channel PATH) [--spare-fds A,B] [--hold-fds N[,N...]]"
-    " [--egress-listen IPV4:PORT]";
+    " [--egress-listen IPV4:PORT]...";
 
 // Parses argv (argv[0] is the program name). Accepts "--opt value" and "--opt=value".
 Result<Options> parse_options(int argc, const char* const* argv);

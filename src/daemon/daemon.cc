@@ -401,8 +401,16 @@ void Daemon::discard_prepared(Prepared& p, const std::string& why) {
 void Daemon::start_relay(Sandbox& sb) {
   if (!sb.inst || !sb.conn || !sb.inst->egress_over_channel() || sb.inst->netns_fd() < 0) return;
   int ns = sb.inst->netns_fd();  // the instance outlives the relay (close_agent comes first)
-  sb.egress_relay = std::make_unique<EgressRelay>(
-      *sb.conn, [ns] { return connect_in_netns(ns, "127.0.0.1", 3128); }, sb.rec.id);
+  // The guest's listeners mirror the gateway's TCP ones (docs/egress.md): the proxy, and the
+  // transparent HTTP and TLS listeners; the port names which.
+  auto dial = [ns](uint16_t port) -> Result<UniqueFd> {
+    if (port != egress::kProxyPort && port != egress::kTransparentTlsPort &&
+        port != egress::kTransparentHttpPort)
+      return fail(Code::kPermissionDenied,
+                  "guest port " + std::to_string(port) + " is not one of the gateway's listeners");
+    return connect_in_netns(ns, "127.0.0.1", port);
+  };
+  sb.egress_relay = std::make_unique<EgressRelay>(*sb.conn, dial, sb.rec.id);
   sb.egress_relay->start();
 }
 

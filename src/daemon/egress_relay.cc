@@ -164,7 +164,7 @@ void EgressRelay::cut(Conn& c, bool tell_agent) {
 
 void EgressRelay::serve(Conn& c) {
   const uint32_t id = c.s->id();
-  auto fd = dial_();
+  auto fd = dial_(c.port);
   if (!fd) {
     spdlog::info("{}: egress connection (guest port {}) refused: {}", name_, c.port,
                  fd.error().message());

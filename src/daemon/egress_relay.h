@@ -37,7 +37,10 @@ namespace space::daemon {
 
 class EgressRelay {
  public:
-  using Dial = std::function<Result<UniqueFd>()>;
+  // Connects one egress connection; `port` is the guest listener's it came to (the agent's
+  // `connect` frame), which names the gateway listener to reach: a dial refuses ports that are
+  // not the gateway's.
+  using Dial = std::function<Result<UniqueFd>(uint16_t port)>;
 
   // `conn` must outlive the relay (or at least its stop()). `name` prefixes log lines.
   EgressRelay(AgentConn& conn, Dial dial, std::string name);

@@ -21,6 +21,7 @@
 #include "api/server.h"
 #include "daemon/daemon.h"
 #include "daemon/tokens.h"
+#include "egress/gateway.h"
 #include "runtime/linux/linux_runtime.h"
 #include "runtime/qemu/qemu_runtime.h"
 
@@ -162,6 +163,8 @@ int run(int argc, char** argv) {
     qc.qemu = cfg.vm.qemu;
     qc.accel = cfg.vm.accel;
     qc.cgroup_name = cfg.cgroup_name;
+    qc.egress_ports = {egress::kProxyPort, egress::kTransparentTlsPort,
+                       egress::kTransparentHttpPort};
     qc.boot_timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.vm.boot_timeout_s * 1000));
     runtimes.emplace("qemu", runtime::qemu::QemuRuntime::create(qc));
   }

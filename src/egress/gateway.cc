@@ -118,9 +118,9 @@ Result<std::vector<std::pair<UniqueFd, ListenerKind>>> bind_listeners(int netns_
       int type;
       ListenerKind kind;
     };
-    for (Spec s : {Spec{"127.0.0.1", 3128, SOCK_STREAM, ListenerKind::kProxy},
-                   Spec{"127.0.0.1", 443, SOCK_STREAM, ListenerKind::kTransparentTls},
-                   Spec{"127.0.0.1", 80, SOCK_STREAM, ListenerKind::kTransparentHttp},
+    for (Spec s : {Spec{"127.0.0.1", kProxyPort, SOCK_STREAM, ListenerKind::kProxy},
+                   Spec{"127.0.0.1", kTransparentTlsPort, SOCK_STREAM, ListenerKind::kTransparentTls},
+                   Spec{"127.0.0.1", kTransparentHttpPort, SOCK_STREAM, ListenerKind::kTransparentHttp},
                    Spec{"127.0.0.53", 53, SOCK_DGRAM, ListenerKind::kDns}}) {
       UniqueFd fd(::socket(AF_INET, s.type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
       std::string what = std::string(s.addr) + ":" + std::to_string(s.port);

@@ -53,6 +53,11 @@ struct SandboxEgress {
 
 // The sandbox-side settings of a sandbox using the gateway: environment variables and files.
 inline constexpr const char* kProxyUrl = "http://127.0.0.1:3128";
+// The TCP listeners' ports (all on 127.0.0.1): a microVM's agent listens on the same ones in the
+// guest and carries each connection to the listener of its port.
+inline constexpr uint16_t kProxyPort = 3128;
+inline constexpr uint16_t kTransparentTlsPort = 443;
+inline constexpr uint16_t kTransparentHttpPort = 80;
 inline constexpr const char* kCaCertPath = "/etc/space/ca.crt";           // the sandbox CA
 inline constexpr const char* kCaBundlePath = "/etc/space/ca-bundle.crt";  // system + CA
 // HTTP(S)_PROXY, ALL_PROXY, NO_PROXY (both cases), SSL_CERT_FILE, REQUESTS_CA_BUNDLE,

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <algorithm>
 #include <charconv>
 
 #include "common/fd.h"
@@ -59,7 +60,22 @@ Result<BootParams> parse_cmdline(std::string_view cmdline) {
     } else if (key == "space.pids") {
       p.pids = TRY(parse_number<uint32_t>(key, value, 1, 4194304));
     } else if (key == "space.egress") {
-      p.egress = TRY(parse_number<uint16_t>(key, value, 1, 65535));
+      // PORT[,PORT...]: the gateway's listeners, the proxy's first.
+      p.egress.clear();
+      size_t start = 0;
+      for (;;) {
+        size_t comma = value.find(',', start);
+        std::string_view one = value.substr(start, comma == std::string_view::npos
+                                                       ? std::string_view::npos
+                                                       : comma - start);
+        uint16_t port = TRY(parse_number<uint16_t>(key, one, 1, 65535));
+        if (std::find(p.egress.begin(), p.egress.end(), port) != p.egress.end() ||
+            p.egress.size() >= 8)
+          return fail(Code::kInvalidArgument, "space.egress: at most 8 different ports");
+        p.egress.push_back(port);
+        if (comma == std::string_view::npos) break;
+        start = comma + 1;
+      }
     } else {
       return fail(Code::kInvalidArgument,
                   "unknown kernel parameter " + std::string(key.substr(0, 80)) +
@@ -125,9 +141,9 @@ Result<std::optional<std::string>> read_ext4_label(const std::string& path) {
 
 std::vector<std::string> agent_argv(const std::string& channel_dev, const BootParams& p) {
   std::vector<std::string> argv = {"/.space/space-agent", "--channel", channel_dev};
-  if (p.egress) {
+  for (uint16_t port : p.egress) {
     argv.push_back("--egress-listen");
-    argv.push_back("127.0.0.1:" + std::to_string(*p.egress));
+    argv.push_back("127.0.0.1:" + std::to_string(port));
   }
   return argv;
 }

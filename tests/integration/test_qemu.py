@@ -146,6 +146,12 @@ class QemuRuntimeTest(SpaceTestCase):
         rc, out, err = self.space("exec", sid, "--", "wget", "-q", "-O", "-", "http://denied.test/")
         self.assertNotEqual(rc, 0)
         self.assertIn("403", err)
+        # The transparent HTTP listener too: a client that ignores the proxy variables and talks
+        # to 127.0.0.1:80 in the guest reaches the gateway's, which goes by the Host header.
+        req = "printf 'GET /%s HTTP/1.0\\r\\nHost: %s\\r\\n\\r\\n' | nc 127.0.0.1 80"
+        self.assertIn("hello from upstream /plain",
+                      self.exec_ok(sid, "sh", "-c", req % ("plain", "allowed.test")))
+        self.assertIn(" 403 ", self.exec_ok(sid, "sh", "-c", req % ("no", "denied.test")))
         rc, out, err = self.space(
             "exec", sid, "--", "sh", "-c",
             "unset http_proxy HTTP_PROXY; wget -q -T 3 -O - http://127.0.0.1:%d/ || "

@@ -358,6 +358,80 @@ def check_running_sandbox(socket_path, cli, sid, daemon_pid):
         running.wait()
 
 
+def check_running_vm(socket_path, cli, sid, daemon_pid):
+    """The posture of a qemu sandbox, from the host: QEMU (its only host process) runs as the
+    sandbox's unprivileged uid with no capabilities, no_new_privs and seccomp, in pid, mount,
+    network, ipc, uts and cgroup namespaces of its own, with no network device, no shared
+    directory and QEMU's own sandbox on its command line, a root that shows nothing of the host's
+    state, no fd of spaced's sockets, and its own cgroup. Returns (problems, summary)."""
+    r = harness.http_request(socket_path, "GET", "/v1/sandboxes/%s" % sid)
+    info = r.json or {}
+    pid, uid_base = info.get("host_pid"), info.get("uid_base")
+    if not isinstance(pid, int) or not is_running(pid):
+        return ["no running QEMU for %s: %s" % (sid, info)], ""
+    problems = []
+    argv = harness.proc_cmdline(pid)
+    joined = " ".join(argv)
+    if "qemu-system" not in (argv[0] if argv else ""):
+        problems.append("host_pid %d is not QEMU: %s" % (pid, joined[:200]))
+    for needle in ("-netdev", "virtio-net", "virtfs", "-fsdev", "vhost-user", "9p", "vfio",
+                   "-device usb", "gdb"):
+        if needle in joined:
+            problems.append("QEMU's command line has %s" % needle)
+    if "-nic none" not in joined or "spawn=deny" not in joined or "-nodefaults" not in joined:
+        problems.append("QEMU lacks -nic none, -nodefaults or -sandbox spawn=deny")
+    st = status_fields(pid)
+    uids = st.get("Uid", "").split()
+    if not uids or any(int(u) != uid_base for u in uids) or uid_base in (None, 0):
+        problems.append("QEMU runs as uids %s, not the sandbox's %s" % (uids, uid_base))
+    if st.get("NoNewPrivs") != "1":
+        problems.append("QEMU without no_new_privs")
+    if st.get("Seccomp") != "2":
+        problems.append("QEMU without a seccomp filter")
+    for field in ("CapEff", "CapPrm", "CapBnd", "CapAmb"):
+        if field != "CapBnd" and int(st.get(field, "0"), 16):
+            problems.append("QEMU has capabilities in %s: %s" % (field, st.get(field)))
+    for ns in ("pid", "mnt", "net", "ipc", "uts", "cgroup"):
+        if ns_inode(pid, ns) == ns_inode(1, ns):
+            problems.append("QEMU shares the host's %s namespace" % ns)
+    root = "/proc/%d/root" % pid
+    for host_path in ("/etc/shadow", "/root", "/home", "/var/lib", "/run"):
+        if os.path.exists(root + host_path):
+            problems.append("QEMU's root shows the host's %s" % host_path)
+    sockets = daemon_socket_inodes(daemon_pid)
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except OSError:
+        fds = []
+    for fd in fds:
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if target in sockets:
+            problems.append("QEMU holds spaced's socket %s at fd %s" % (target, fd))
+    if not any(sid in p for p in cgroup_paths(pid).values()):
+        problems.append("QEMU is not in the sandbox's cgroup: %s" % cgroup_paths(pid))
+    # Inside: only lo, only the two disks, only the agent's port.
+    rc, out, err = cli("exec", sid, "--", "sh", "-c",
+                       "ls /sys/class/net; echo --; ls /sys/block; echo --; ls /dev | grep vport")
+    parts = out.split("--")
+    if rc != 0 or len(parts) != 3:
+        problems.append("the guest's devices could not be listed: %s" % err.strip()[:200])
+    else:
+        if parts[0].split() != ["lo"]:
+            problems.append("the guest has network interfaces %s" % parts[0].split())
+        disks = sorted(b for b in parts[1].split() if not b.startswith(("loop", "ram")))
+        if disks != ["vda", "vdb"]:
+            problems.append("the guest has block devices %s" % parts[1].split())
+        if len(parts[2].split()) != 1:
+            problems.append("the guest has virtio ports %s" % parts[2].split())
+    summary = ("QEMU pid %d as uid %s, no_new_privs, seccomp, no capabilities, own namespaces "
+               "and cgroup, no network device or shared directory; the guest has lo, vda, vdb "
+               "and one port" % (pid, uid_base))
+    return problems, summary
+
+
 def main():
     if os.geteuid() != 0:
         print("posture.py must run as root")

@@ -34,6 +34,7 @@
 #include "runtime/linux/host_files.h"
 #include "runtime/linux/launcher.h"
 #include "runtime/linux/syscalls.h"
+#include "runtime/linux/writable_layer.h"
 #include "runtime/qemu/qmp.h"
 
 extern char** environ;
@@ -566,8 +567,8 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
                 "build-vm " + spec.image.name + "` first (docs/vm-guest.md)");
   if (spec.limits.memory_bytes < kMinMemory)
     return fail(Code::kInvalidArgument, ctx + ": --memory must be at least 128M for a VM");
-  if (spec.limits.disk_bytes < (64ull << 20))
-    return fail(Code::kInvalidArgument, ctx + ": --disk must be at least 64M for a VM");
+  if (spec.limits.disk_bytes < kMinDisk)
+    return fail(Code::kInvalidArgument, ctx + ": --disk must be at least 16M for a VM");
   std::string accel = TRY_CTX(accelerator(), ctx);
   const CgroupLayout* layout = TRY_CTX(cgroup_layout(), ctx);
   StepTimes scratch;
@@ -626,8 +627,10 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
     if (::ftruncate(f.get(), static_cast<off_t>(spec.limits.disk_bytes)) != 0)
       return fail(Error::sys("ftruncate", disk.string()).wrap(ctx));
     f.reset();
+    // As many inodes as the linux runtime's writable layer would have (--disk-inodes).
     TRY_VOID_CTX(run_tool({"mke2fs", "-q", "-F", "-t", "ext4", "-L", "space-rw", "-m", "0", "-O",
-                           "^has_journal", "-E", "lazy_itable_init=1,nodiscard", disk.string()},
+                           "^has_journal", "-N", std::to_string(linux::layer_inodes(spec.limits)),
+                           "-E", "lazy_itable_init=1,nodiscard", disk.string()},
                           spec.dir / "mke2fs.log"),
                  ctx + ": making the writable disk");
     times.mark("disk");
@@ -688,7 +691,11 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
       "console=ttyS0 reboot=t panic=-1 quiet loglevel=4 tsc_early_khz=2000000 lpj=8000000 "
       "no_timer_check rdinit=/init space.hostname=" + spec.id +
       " space.pids=" + std::to_string(spec.limits.pids) +
-      " space.egress=" + std::to_string(config_.egress_port);
+      " space.egress=" + [&] {
+        std::string ports;
+        for (uint16_t p : config_.egress_ports) ports += (ports.empty() ? "" : ",") + std::to_string(p);
+        return ports;
+      }();
   std::string vmd = kJailVm;
   plan.argv = {
       plan.exe,

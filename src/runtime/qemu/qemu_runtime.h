@@ -37,10 +37,13 @@ struct Config {
   // Memory QEMU itself uses beside the guest's RAM (its code, TCG's translation cache of
   // kTcgCacheMiB, device state): added to the cgroup's limit.
   uint64_t overhead_bytes = 256ull << 20;
-  uint16_t egress_port = 3128;  // where the agent listens for egress in the guest
+  // Where the agent listens for egress in the guest (127.0.0.1): the gateway's TCP listeners'
+  // ports, which spaced sets from egress/gateway.h (the proxy's first).
+  std::vector<uint16_t> egress_ports = {3128, 443, 80};
 };
 
 inline constexpr uint64_t kMinMemory = 128ull << 20;
+inline constexpr uint64_t kMinDisk = 16ull << 20;
 inline constexpr int kTcgCacheMiB = 64;
 
 class QemuRuntime final : public Runtime {

@@ -36,10 +36,15 @@ TEST(Options, DevicePathAndEqualsForm) {
 TEST(Options, EgressListen) {
   auto o = parse({"--channel", "/dev/vport0p1", "--egress-listen", "127.0.0.1:3128"});
   ASSERT_TRUE(o) << o.error().message();
-  ASSERT_TRUE(o->egress_listen);
-  EXPECT_EQ(o->egress_listen->port, 3128);
-  EXPECT_EQ(o->egress_listen->ip, htonl(INADDR_LOOPBACK));
-  EXPECT_FALSE(parse({"--channel-fd", "3"})->egress_listen);
+  ASSERT_EQ(o->egress_listen.size(), 1u);
+  EXPECT_EQ(o->egress_listen[0].port, 3128);
+  EXPECT_EQ(o->egress_listen[0].ip, htonl(INADDR_LOOPBACK));
+  EXPECT_TRUE(parse({"--channel-fd", "3"})->egress_listen.empty());
+  auto several = parse({"--channel-fd", "3", "--egress-listen", "127.0.0.1:3128",
+                        "--egress-listen", "127.0.0.1:443"});
+  ASSERT_TRUE(several);
+  ASSERT_EQ(several->egress_listen.size(), 2u);
+  EXPECT_EQ(several->egress_listen[1].port, 443);
   for (const char* bad : {"127.0.0.1", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:65536",
                           "localhost:3128", "::1:3128", "127.0.0.1:31x", "1.2.3:80"}) {
     auto r = parse({"--channel-fd", "3", "--egress-listen", bad});
@@ -47,7 +52,7 @@ TEST(Options, EgressListen) {
     EXPECT_NE(r.error().message().find("IPV4:PORT"), std::string::npos) << r.error().message();
   }
   EXPECT_FALSE(parse({"--channel-fd", "3", "--egress-listen=127.0.0.1:1",
-                      "--egress-listen=127.0.0.1:2"}));
+                      "--egress-listen=127.0.0.1:1"}));
 }
 
 TEST(Options, RejectsBadCommandLines) {

@@ -142,7 +142,7 @@ class Upstream {
     return accepted_;
   }
   EgressRelay::Dial dial() {
-    return [p = port_]() -> Result<UniqueFd> {
+    return [p = port_](uint16_t) -> Result<UniqueFd> {
       UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
       sockaddr_in sa{};
       sa.sin_family = AF_INET;
@@ -363,8 +363,10 @@ TEST(EgressRelay, GatewayResetReachesGuest) {
 TEST(EgressRelay, DialFailureClosesTheGuestConnection) {
   SKIP_WITHOUT_AGENT();
   std::atomic<int> dials{0};
-  Harness h([&]() -> Result<UniqueFd> {
+  std::atomic<int> guest_port{0};
+  Harness h([&](uint16_t port) -> Result<UniqueFd> {
     ++dials;
+    guest_port = port;  // the agent's listener the connection came to
     return fail(Code::kUnavailable, "no gateway here");
   });
   UniqueFd g = h.guest();
@@ -372,6 +374,7 @@ TEST(EgressRelay, DialFailureClosesTheGuestConnection) {
   EXPECT_EQ(read_to_end(g.get(), &err, 5s), "");
   EXPECT_NE(err, -1) << "the guest's connection must be closed, not left hanging";
   EXPECT_EQ(dials.load(), 1);
+  EXPECT_EQ(guest_port.load(), h.port);
   EXPECT_TRUE(h.wait_idle());
 }
 

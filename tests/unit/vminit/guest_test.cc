@@ -14,13 +14,13 @@ namespace {
 TEST(VminitCmdline, ParsesSpaceKeysAndIgnoresOthers) {
   auto p = parse_cmdline(
       "console=ttyS0 tsc_early_khz=2000000 space.hostname=sb_1a2b space.pids=256 "
-      "space.egress=3128 quiet\n");
+      "space.egress=3128,443,80 quiet\n");
   ASSERT_TRUE(p) << p.error().message();
   EXPECT_EQ(p->hostname, "sb_1a2b");
   ASSERT_TRUE(p->pids);
   EXPECT_EQ(*p->pids, 256u);
-  ASSERT_TRUE(p->egress);
-  EXPECT_EQ(*p->egress, 3128);
+  EXPECT_EQ(p->egress, (std::vector<uint16_t>{3128, 443, 80}));
+  EXPECT_EQ(parse_cmdline("space.egress=3128")->egress, std::vector<uint16_t>{3128});
 }
 
 TEST(VminitCmdline, AbsentKeysStayUnset) {
@@ -28,7 +28,7 @@ TEST(VminitCmdline, AbsentKeysStayUnset) {
   ASSERT_TRUE(p);
   EXPECT_EQ(p->hostname, "");
   EXPECT_FALSE(p->pids);
-  EXPECT_FALSE(p->egress);
+  EXPECT_TRUE(p->egress.empty());
   EXPECT_TRUE(parse_cmdline(""));
 }
 
@@ -38,6 +38,9 @@ TEST(VminitCmdline, RejectsBadValues) {
   EXPECT_FALSE(parse_cmdline("space.pids=-1"));
   EXPECT_FALSE(parse_cmdline("space.egress=65536"));
   EXPECT_FALSE(parse_cmdline("space.egress="));
+  EXPECT_FALSE(parse_cmdline("space.egress=80,"));
+  EXPECT_FALSE(parse_cmdline("space.egress=80,80"));
+  EXPECT_FALSE(parse_cmdline("space.egress=1,2,3,4,5,6,7,8,9"));
   EXPECT_FALSE(parse_cmdline("space.hostname=a/b"));
   EXPECT_FALSE(parse_cmdline("space.hostname"));
   auto typo = parse_cmdline("space.pid=5");
@@ -61,10 +64,11 @@ TEST(VminitAgentArgv, EgressOnlyWhenGiven) {
   BootParams p;
   EXPECT_EQ(agent_argv("/dev/vport1p1", p),
             (std::vector<std::string>{"/.space/space-agent", "--channel", "/dev/vport1p1"}));
-  p.egress = 3128;
+  p.egress = {3128, 443};
   EXPECT_EQ(agent_argv("/dev/vport1p1", p),
             (std::vector<std::string>{"/.space/space-agent", "--channel", "/dev/vport1p1",
-                                      "--egress-listen", "127.0.0.1:3128"}));
+                                      "--egress-listen", "127.0.0.1:3128", "--egress-listen",
+                                      "127.0.0.1:443"}));
 }
 
 TEST(VminitLabel, ReadsSyntheticSuperblock) {
