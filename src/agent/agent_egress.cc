@@ -1,10 +1,11 @@
 // Egress for microVMs: a guest has no network device, so the agent listens on loopback
 // addresses inside the guest (--egress-listen: the proxy's, and the transparent HTTP and TLS
-// ones) and carries each accepted TCP connection to the daemon over the channel, on a stream the agent opens (id with kAgentStreamBit set). The
-// daemon connects it to the sandbox's egress gateway (src/daemon/egress_relay.h).
+// ones) and carries each accepted TCP connection to the daemon over the channel, on a stream
+// the agent opens (id with kAgentStreamBit set). The daemon connects it to the sandbox's egress
+// gateway (src/daemon/egress_relay.h).
 //
-// Per connection: `connect` {"port"} (the listener's port it came to) goes out; the daemon answers `response` ok (the guest's
-// bytes then flow) or an error (the guest connection is reset). Bytes travel as `data` frames
+// Per connection: `connect` {"port"} (the listener's port it came to) goes out; the daemon
+// answers `response` ok (the guest's bytes then flow) or an error (the guest connection is reset). Bytes travel as `data` frames
 // both ways, an empty one is EOF in that direction (SHUT_WR on the guest socket), `reset`
 // aborts. Flow control both ways: the agent sends at most kStreamWindow bytes the daemon has
 // not credited, and credits the daemon for bytes it wrote into the guest socket, so a slow

@@ -1,7 +1,7 @@
-// Requests (`ps`, `kill`, `resync`, `stat`, `walk`, `read`, `write`, `mkdir`, `symlink`, `remove`) and
-// the file transfers some of them start. `read` data is flow-controlled by the stream window;
-// `walk` and `read` produce data only while the channel's output queue is short, so a slow
-// daemon bounds the agent's memory.
+// Requests (`ps`, `kill`, `resync`, `stat`, `walk`, `read`, `write`, `mkdir`, `symlink`, `remove`)
+// and the file transfers some of them start. `read` data is flow-controlled by the stream window;
+// `walk` and `read` produce data only while the channel's output queue is short, so a slow daemon
+// bounds the agent's memory.
 #include <linux/random.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -121,7 +121,8 @@ Result<void> Agent::do_resync(const json& req) {
   if (time_ns == 0) return fail(Code::kInvalidArgument, "resync: time_ns is required", EINVAL);
   if (hex.empty() || hex.size() > 512 || hex.size() % 2 ||
       hex.find_first_not_of("0123456789abcdef") != std::string::npos)
-    return fail(Code::kInvalidArgument, "resync: seed must be 1-256 bytes of lowercase hex", EINVAL);
+    return fail(Code::kInvalidArgument, "resync: seed must be 1-256 bytes of lowercase hex",
+                EINVAL);
   // The entropy first: everything after it (the TLS of the next request) draws on a state that
   // no other copy of this machine has.
   // struct rand_pool_info: two ints, then the bytes.

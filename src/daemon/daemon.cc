@@ -1053,19 +1053,30 @@ json Daemon::doctor() {
     if (!rts.contains(n))
       rts[n] = {{"available", false}, {"reason", "not built into this spaced yet"}};
   json host = host_facts();
-  // What a snapshot holds (docs/snapshots.md). Process memory is not captured by any runtime
-  // yet: say so, and why, rather than let a user expect a process to survive a rollback.
+  // What a snapshot holds (docs/snapshots.md): say it, and why, rather than let a user expect a
+  // linux sandbox's process to survive a rollback.
   std::string criu = host["criu"].value("found", false)
                          ? "CRIU " + host["criu"].value("version", std::string()) + " is installed"
                          : "CRIU is not installed (Debian 12's criu 3.17 fails `criu check` on "
                            "recent kernels; 4.1 or later is needed)";
+  // The top-level fields describe the linux runtime's snapshots; `by_runtime` every runtime's.
+  json by_runtime = json::object();
+  for (auto& [name, rt] : runtimes_)
+    by_runtime[name] = rt->keeps_machine_state()
+                           ? json{{"contents", "machine"},
+                                  {"processes", "resumed"},
+                                  {"memory", true}}
+                           : json{{"contents", "filesystem"},
+                                  {"processes", "restarted"},
+                                  {"memory", false}};
   json snapshots = {
       {"contents", "filesystem"},
       {"processes", "restarted"},
       {"memory", false},
-      {"reason", "snapshots hold the sandbox's writable layer only: spaced does not drive CRIU "
-                 "(linux runtime) or VMM memory snapshots yet, so processes start afresh after "
-                 "a rollback or restore. " + criu + "."},
+      {"reason", "a linux sandbox's snapshots hold its writable layer only: spaced does not drive "
+                 "CRIU, so its processes start afresh after a rollback or restore (a qemu "
+                 "sandbox's snapshots are whole machines: its processes resume). " + criu + "."},
+      {"by_runtime", by_runtime},
       {"store", (cfg_.state_dir / "snapshots").string()}};
   return {{"version", SPACE_VERSION},
           {"state_dir", cfg_.state_dir.string()},

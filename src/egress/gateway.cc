@@ -118,10 +118,11 @@ Result<std::vector<std::pair<UniqueFd, ListenerKind>>> bind_listeners(int netns_
       int type;
       ListenerKind kind;
     };
-    for (Spec s : {Spec{"127.0.0.1", kProxyPort, SOCK_STREAM, ListenerKind::kProxy},
-                   Spec{"127.0.0.1", kTransparentTlsPort, SOCK_STREAM, ListenerKind::kTransparentTls},
-                   Spec{"127.0.0.1", kTransparentHttpPort, SOCK_STREAM, ListenerKind::kTransparentHttp},
-                   Spec{"127.0.0.53", 53, SOCK_DGRAM, ListenerKind::kDns}}) {
+    for (Spec s :
+         {Spec{"127.0.0.1", kProxyPort, SOCK_STREAM, ListenerKind::kProxy},
+          Spec{"127.0.0.1", kTransparentTlsPort, SOCK_STREAM, ListenerKind::kTransparentTls},
+          Spec{"127.0.0.1", kTransparentHttpPort, SOCK_STREAM, ListenerKind::kTransparentHttp},
+          Spec{"127.0.0.53", 53, SOCK_DGRAM, ListenerKind::kDns}}) {
       UniqueFd fd(::socket(AF_INET, s.type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
       std::string what = std::string(s.addr) + ":" + std::to_string(s.port);
       if (!fd) {

@@ -32,6 +32,11 @@ class LimitsTest(SpaceTestCase):
         # The sandbox itself survives its process's OOM.
         self.assertEqual(self.exec_ok(sid, "echo", "alive"), "alive\n")
 
+        # SysV shm outlives its processes, so no OOM kill frees it: its namespace holds at most
+        # half the memory limit (kernel.shmall), which leaves the agent room to live.
+        shmall = int(self.exec_ok(sid, "cat", "/proc/sys/kernel/shmall"))
+        self.assertEqual(shmall * os.sysconf("SC_PAGE_SIZE"), 16 << 20)
+
     def test_run_oom_exit_code(self):
         rc, out, err = self.space("run", "--memory", "32M", "--", "python3", "-c", ALLOC_200MB,
                                   timeout=120)

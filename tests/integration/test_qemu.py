@@ -355,6 +355,8 @@ class QemuRuntimeTest(SpaceTestCase):
         self.assertTrue(q["available"], q)
         expect = "kvm" if os.access("/dev/kvm", os.R_OK | os.W_OK) else "tcg"
         self.assertEqual(q["accelerator"], expect)
+        self.assertEqual(doctor["snapshots"]["by_runtime"]["qemu"]["processes"], "resumed")
+        self.assertEqual(doctor["snapshots"]["by_runtime"]["linux"]["processes"], "restarted")
         # Nothing was left by the refused creates.
         self.assertEqual(os.listdir(os.path.join(self.daemon.state_dir, "sandboxes")), [])
 

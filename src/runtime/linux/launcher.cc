@@ -49,6 +49,7 @@ enum Step : int32_t {
   kSetGid,
   kDropGroups,
   kSetUid,
+  kShmLimit,
   kUnshareCgroup,
   kMakePrivate,
   kFsBeforePivot,  // index = op
@@ -86,6 +87,7 @@ constexpr const char* kStepNames[kStepCount] = {
     "setresgid 0",
     "setgroups",
     "setresuid 0",
+    "limit SysV shm (kernel.shmall)",
     "unshare cgroup namespace",
     "make mounts private",
     "",
@@ -127,6 +129,8 @@ struct ChildPlan {
   const FsPlan* fs;
   const char* hostname;
   size_t hostname_len;
+  const char* shmall;  // pages, as text; empty = leave the default
+  size_t shmall_len;
   rlimit nofile;
   rlimit core;
   CapPlan caps;
@@ -262,6 +266,18 @@ int send_byte_with_fd(int sock, char byte, int fd) {
   check(kSetGid, ::syscall(SYS_setresgid, 0, 0, 0));
   check(kDropGroups, ::syscall(SYS_setgroups, 0, nullptr));
   check(kSetUid, ::syscall(SYS_setresuid, 0, 0, 0));
+  // The IPC namespace's SysV shm bound, written as its root through the host's /proc (still
+  // mounted here; the sysctl is the writer's namespace's). Kernels before 6.1 do not let a
+  // namespace's root write it: the kernel's default stays then.
+  if (p.shmall_len > 0) {
+    int fd = ::open("/proc/sys/kernel/shmall", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      if (::write(fd, p.shmall, p.shmall_len) < 0) child_fail(report, kShmLimit, 0, errno);
+      ::close(fd);
+    } else if (errno != EACCES && errno != EPERM && errno != EROFS) {
+      child_fail(report, kShmLimit, 0, errno);
+    }
+  }
   // After the parent placed us in our cgroups: they become the root of our cgroup view.
   check(kUnshareCgroup, ::unshare(CLONE_NEWCGROUP));
 
@@ -597,6 +613,9 @@ Result<Launched> launch(const LaunchRequest& req) {
   char* const* argv = req.seccomp->notify_execs ? argv_listener : argv_plain;
   static char* const envp[] = {nullptr};
 
+  // kernel.shmall counts pages (at least one, so that 0 never means "no limit" to a kernel).
+  std::string shmall =
+      req.shm_bytes ? std::to_string(std::max<uint64_t>(1, req.shm_bytes / ::getpagesize())) : "";
   ChildPlan plan{
       .fds = {{{channel_agent.get(), kChannelFd},
                {spare_agent.get(), kSpareAgentFd},
@@ -611,6 +630,8 @@ Result<Launched> launch(const LaunchRequest& req) {
       .fs = req.fs,
       .hostname = req.id.c_str(),
       .hostname_len = req.id.size(),
+      .shmall = shmall.c_str(),
+      .shmall_len = shmall.size(),
       .nofile = nofile,
       .core = core,
       .caps = req.caps,

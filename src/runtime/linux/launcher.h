@@ -38,6 +38,10 @@ inline constexpr int kLayerMountSlot = 12;  // the writable layer, a detached mo
 struct LaunchRequest {
   std::string id;         // hostname
   uint32_t uid_base = 0;  // host uid/gid of sandbox root
+  // SysV shared memory its IPC namespace may hold (kernel.shmall there); 0 = the kernel's
+  // default. Segments outlive their processes, so the OOM killer cannot free them: without a
+  // bound below the memory limit, they can leave the agent the only thing left to kill.
+  uint64_t shm_bytes = 0;
   int netns_fd = -1;      // joined, not owned, by the sandbox
   int agent_fd = -1;      // sealed memfd with the agent binary
   const SeccompProgram* seccomp = nullptr;

@@ -268,6 +268,7 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::start(const SandboxSpec& spec) {
   // 5-8. socketpairs, clone3, id maps, cgroups, release, wait for the agent's exec.
   LaunchRequest req{.id = spec.id,
                     .uid_base = spec.uid_base,
+                    .shm_bytes = spec.limits.memory_bytes / 2,
                     .netns_fd = netns.get(),
                     .agent_fd = agent_.get(),
                     .seccomp = spec.exec_events ? &seccomp_notify_ : &seccomp_,

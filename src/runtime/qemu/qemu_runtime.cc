@@ -627,7 +627,7 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
     if (::ftruncate(f.get(), static_cast<off_t>(spec.limits.disk_bytes)) != 0)
       return fail(Error::sys("ftruncate", disk.string()).wrap(ctx));
     f.reset();
-    // As many inodes as the linux runtime's writable layer would have (--disk-inodes).
+    // As many inodes as the linux runtime's writable layer would have (layer_inodes).
     TRY_VOID_CTX(run_tool({"mke2fs", "-q", "-F", "-t", "ext4", "-L", "space-rw", "-m", "0", "-O",
                            "^has_journal", "-N", std::to_string(linux::layer_inodes(spec.limits)),
                            "-E", "lazy_itable_init=1,nodiscard", disk.string()},
@@ -693,7 +693,8 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
       " space.pids=" + std::to_string(spec.limits.pids) +
       " space.egress=" + [&] {
         std::string ports;
-        for (uint16_t p : config_.egress_ports) ports += (ports.empty() ? "" : ",") + std::to_string(p);
+        for (uint16_t p : config_.egress_ports)
+          ports += (ports.empty() ? "" : ",") + std::to_string(p);
         return ports;
       }();
   std::string vmd = kJailVm;

@@ -56,9 +56,10 @@ for port, start in [(3128, b"GET http://plain.example.test/echo HTTP/1.1\r\n"),
         own = b"SPACE egress gateway: " in out and b"sending the request upstream" not in out
         if own and status[9:12] in ("400", "431"):
             notes.append("%d/%d/%d: %s" % (port, pad, piece, status[9:12]))
-        elif piece and not out:
-            # Sent in pieces, the head can still be arriving when the gateway refuses it and
-            # closes: its answer is then lost to the reset. A forwarded head gets an answer.
+        elif not out:
+            # The head can still be arriving when the gateway refuses it and closes (sent in
+            # pieces, or carried by a microVM's relay): its answer is then lost to the reset. A
+            # forwarded head gets an answer, the upstream's or the gateway's 502.
             notes.append("%d/%d/%d: reset" % (port, pad, piece))
         else:
             escapes.append("a %d KiB head of short lines (first field %d bytes, pieces of %d) "

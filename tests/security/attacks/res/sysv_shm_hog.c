@@ -1,7 +1,8 @@
 // SysV shared memory outlives its processes: creates segments up to the IPC namespace's
 // limits and touches them, hoping the pages escape the memory cgroup or outlive the sandbox.
-// Blocked by: the sandbox's private IPC namespace (destroyed with it) and memory cgroup
-// charging of shm pages (64M limit).
+// Blocked by: the sandbox's private IPC namespace (destroyed with it), memory cgroup
+// charging of shm pages (64M limit), and kernel.shmall there at half the memory limit, so that
+// pinned segments can never leave the agent the OOM killer's only choice.
 // space-attack: sandbox=fresh opts=--memory=64M timeout=60
 #include <signal.h>
 #include <sys/ipc.h>
