@@ -424,15 +424,8 @@ Result<void> Daemon::open_agent(Sandbox& sb, bool resumed) {
   // Its hostname, clock and random state are those of the machine that was saved: the
   // sandbox's own, the host's time, and fresh entropy (no two restores of one snapshot share
   // their random numbers).
-  std::string seed(64, '\0');
-  if (::getrandom(seed.data(), seed.size(), 0) != static_cast<ssize_t>(seed.size()))
-    return fail_sys("getrandom");
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned char c : seed) {
-    hex += kHex[c >> 4];
-    hex += kHex[c & 15];
-  }
+  // 64 random bytes in hex (random_id draws at most 32 at a time).
+  std::string hex = random_id("", 32) + random_id("", 32);
   auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                  std::chrono::system_clock::now().time_since_epoch())
                  .count();
