@@ -3,6 +3,8 @@
 #
 #   make run         deps + build + a demo task in a fresh sandbox
 #   make test        deps + build + every test suite (unit, integration) through ctest
+#   make test-kvm    build + the firecracker runtime end to end and the escape suite against
+#                    it (a KVM host with firecracker and jailer; elsewhere skipped, saying why)
 #   make guest       only the microVM guest kernel + initramfs ($(BUILD_DIR)/guest; `build` makes it too)
 #   make bench       bench deps (install-deps.sh --bench: mitmproxy, bwrap, crun, runsc) +
 #                    release build + bench/run.sh (writes bench/results/<date>.md,
@@ -28,7 +30,7 @@ CTEST_JOBS  ?= 2
 NINJA_FLAGS := $(if $(JOBS),-j$(JOBS),)
 CLANG_FORMAT ?= clang-format
 
-.PHONY: all deps deps-bench configure build guest run test bench clean check-asan format fuzz
+.PHONY: all deps deps-bench configure build guest run test test-kvm bench clean check-asan format fuzz
 
 all: build
 
@@ -59,6 +61,9 @@ run: build
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(CTEST_JOBS)
+
+test-kvm: build
+	@scripts/test-kvm.sh $(BUILD_DIR)
 
 bench: deps-bench
 	cmake -G Ninja -S . -B $(RELEASE_DIR) -DCMAKE_BUILD_TYPE=Release -DSPACE_TESTS=OFF

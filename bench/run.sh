@@ -12,7 +12,11 @@
 #   snapshot  snapshot, rollback and restore time and stored bytes against workspace size
 #           (BENCH_SNAPSHOT_SIZES, MiB, default 64,256,1024) and change rate
 #           (snapshot.py -> bench/results/snapshot-<date>.md)
-# BENCH_ONLY=spawn, BENCH_ONLY=egress or BENCH_ONLY=snapshot runs one of them.
+#   vm      sandbox creation by runtime, side by side: linux, qemu (a boot) and firecracker
+#           (restored from the image's template; KVM only), p50/p99 and where the time goes
+#           (vm_create.py -> bench/results/vm-<date>.md); a runtime that cannot run here gets
+#           a row with the reason
+# BENCH_ONLY=spawn, egress, snapshot or vm runs one of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR="${BUILD_DIR:-build-release}"
@@ -29,8 +33,8 @@ cleanup() {
 trap cleanup EXIT
 only="${BENCH_ONLY:-}"
 case "$only" in
-  "" | spawn | egress | snapshot) ;;
-  *) echo "bench: BENCH_ONLY must be spawn, egress or snapshot, not '$only'" >&2; exit 2 ;;
+  "" | spawn | egress | snapshot | vm) ;;
+  *) echo "bench: BENCH_ONLY must be spawn, egress, snapshot or vm, not '$only'" >&2; exit 2 ;;
 esac
 mkdir -p bench/results
 if [[ -z "$only" || "$only" == spawn ]]; then
@@ -44,4 +48,7 @@ fi
 if [[ -z "$only" || "$only" == snapshot ]]; then
   python3 bench/snapshot.py --work "$work/snapshot" \
     --out "bench/results/snapshot-$(date +%Y-%m-%d).md"
+fi
+if [[ -z "$only" || "$only" == vm ]]; then
+  python3 bench/vm_create.py --work "$work/vm" --out "bench/results/vm-$(date +%Y-%m-%d).md"
 fi

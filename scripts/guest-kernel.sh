@@ -3,7 +3,7 @@
 # (never installed on the host), as an uncompressed ELF vmlinux that QEMU's -M microvm boots
 # through its PVH note, plus an initramfs whose /init is the static space-vminit and which
 # carries the kernel modules the guest needs (virtio-mmio, virtio-blk, virtio-console, ext4,
-# overlay and their dependencies).
+# overlay, virtio vsock, virtio-rng, virtio-balloon and their dependencies).
 #
 #   scripts/guest-kernel.sh OUTDIR [VMINIT]
 #
@@ -30,7 +30,13 @@ vminit="${2:-$out/../space-vminit}"
 # The modules the guest loads, in this order; their dependencies (modules.dep) come first.
 # crc32c_generic: ext4 and jbd2 checksum metadata with crc32c, which the kernel would otherwise
 # request through modprobe (absent in the initramfs).
-WANT=(virtio_mmio virtio_blk virtio_console crc32c_generic ext4 overlay)
+# vmw_vsock_virtio_transport (with vsock and vmw_vsock_virtio_transport_common): the agent's
+# channel on firecracker, which has no virtio-serial (space.channel=vsock:PORT). Never
+# vsock_loopback: without it guest processes cannot connect to the agent's vsock port.
+# virtio-rng (the file's name has a hyphen; rng-core is built in): firecracker's entropy device.
+# virtio_balloon: firecracker's memory balloon, when a profile asks for one.
+WANT=(virtio_mmio virtio_blk virtio_console crc32c_generic ext4 overlay
+      vmw_vsock_virtio_transport virtio-rng virtio_balloon)
 
 for tool in apt-get dpkg-deb depmod cpio gzip xz; do
   command -v "$tool" >/dev/null || die "$tool not found: run scripts/install-deps.sh"

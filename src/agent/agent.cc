@@ -1,6 +1,6 @@
 // The agent's start-up, event loop, channel handling (including reattach through the spare
-// socketpair) and PID 1 reaping. Exec streams live in agent_exec.cc, requests and file
-// transfers in agent_requests.cc.
+// socketpair, and the listener of --channel-listen) and PID 1 reaping. Exec streams live in
+// agent_exec.cc, requests and file transfers in agent_requests.cc.
 #include "agent/agent.h"
 
 #include <fcntl.h>
@@ -10,9 +10,12 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
+// After sys/socket.h, which it needs.
+#include <linux/vm_sockets.h>
 
 #include <algorithm>
 
@@ -46,6 +49,12 @@ void log_line(std::string_view msg) {
 }
 
 namespace {
+
+// Backlog of the --channel-listen socket: one daemon connects at a time; a few more only queue
+// to be replaced (on_channel_accept).
+constexpr int kChannelBacklog = 4;
+// Connections accepted in one pass of on_channel_accept; the rest wait for the next pass.
+constexpr int kMaxChannelAcceptsPerPass = 16;
 
 Result<void> set_cloexec(int fd) {
   int fl = ::fcntl(fd, F_GETFD);
@@ -100,7 +109,9 @@ Result<void> Agent::init() {
   for (int fd : opts_.hold_fds)
     if (auto r = set_cloexec(fd); !r) log_line("held fd: " + r.error().message());
   UniqueFd channel;
-  if (!opts_.channel_path.empty()) {
+  if (opts_.channel_listen) {
+    // No channel until a daemon connects; the listener is made once epoll exists.
+  } else if (!opts_.channel_path.empty()) {
     int fd = ::open(opts_.channel_path.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return fail_sys("open", "\"" + opts_.channel_path + "\"");
     channel.reset(fd);
@@ -126,7 +137,10 @@ Result<void> Agent::init() {
   if (opts_.spare_agent_fd >= 0) TRY_VOID(epoll_add(opts_.spare_agent_fd, EPOLLIN, key(kSpare, 0)));
   for (size_t i = 0; i < opts_.egress_listen.size(); ++i)
     TRY_VOID_CTX(start_egress_listener(i), "egress listener " + opts_.egress_listen[i].text);
-  set_channel(std::move(channel));
+  if (opts_.channel_listen)
+    TRY_VOID_CTX(start_channel_listener(), "--channel-listen " + opts_.channel_listen->text);
+  else
+    set_channel(std::move(channel));
   return {};
 }
 
@@ -199,6 +213,80 @@ void Agent::try_reopen_channel() {
   }
   reopen_backoff_ms_ = 50;
   set_channel(UniqueFd(fd));
+}
+
+// --channel-listen: a vsock port on VMADDR_CID_ANY (the firecracker runtime's guests), or a
+// Unix socket path (the unit tests: the same code on a host without vsock).
+Result<void> Agent::start_channel_listener() {
+  const auto& l = *opts_.channel_listen;
+  const bool vsock = l.family == Options::ChannelListen::Family::kVsock;
+  int fd = ::socket(vsock ? AF_VSOCK : AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return fail_sys("socket",
+                    vsock ? "AF_VSOCK (is the vsock transport module loaded?)" : "AF_UNIX");
+  UniqueFd sock(fd);
+  int r;
+  if (vsock) {
+    sockaddr_vm sa{};
+    sa.svm_family = AF_VSOCK;
+    sa.svm_cid = VMADDR_CID_ANY;
+    sa.svm_port = l.port;
+    r = ::bind(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa);
+  } else {
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    l.path.copy(sa.sun_path, sizeof sa.sun_path - 1);  // length checked by parse_options
+    r = ::bind(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa);
+  }
+  if (r < 0) return fail_sys("bind", l.text + " (is the port or path already in use?)");
+  if (::listen(fd, kChannelBacklog) < 0) return fail_sys("listen", l.text);
+  TRY_VOID(epoll_add(fd, EPOLLIN, key(kChannelListen, 0)));
+  channel_listener_ = std::move(sock);
+  return {};
+}
+
+// A daemon connected to the listener: a first daemon, the same one again after a snapshot
+// restore reset the vsock transport, or a restarted one (whose predecessor's connection the
+// guest may not have seen close). The newest connection becomes the channel; the current one
+// is let go as on a lost channel (execs keep running detached, transfers and egress end), and
+// the new daemon is greeted with hello.
+//
+// Every connection waiting in the backlog is accepted in this pass and all but the newest are
+// closed at once, so a burst of connects holds at most one fd besides the channel and never
+// exhausts the agent's fds; the per-pass cap keeps a storm from starving the loop (the rest
+// wait, and replace this one, on the next pass). A daemon whose connection lost that race sees
+// EOF before any hello.
+void Agent::on_channel_accept() {
+  const bool vsock = opts_.channel_listen->family == Options::ChannelListen::Family::kVsock;
+  UniqueFd newest;
+  for (int i = 0; i < kMaxChannelAcceptsPerPass; ++i) {
+    sockaddr_storage peer{};
+    socklen_t len = sizeof peer;
+    int fd = ::accept4(channel_listener_.get(), reinterpret_cast<sockaddr*>(&peer), &len,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        log_line(Error::sys("accept4", opts_.channel_listen->text).message());
+      break;
+    }
+    UniqueFd conn(fd);
+    if (vsock) {
+      // Only the host may be the daemon. Guest processes cannot reach a guest port anyway
+      // without the vsock_loopback transport (absent from the initramfs); this keeps it so.
+      const auto* vm = reinterpret_cast<const sockaddr_vm*>(&peer);
+      if (len < sizeof(sockaddr_vm) || vm->svm_cid != VMADDR_CID_HOST) {
+        log_line("refused a channel connection from vsock CID " +
+                 std::to_string(len < sizeof(sockaddr_vm) ? 0 : vm->svm_cid) +
+                 " (only the host, CID 2, may connect)");
+        continue;
+      }
+    }
+    newest = std::move(conn);  // closes the one accepted before it, if any
+  }
+  if (!newest) return;
+  channel_lost("a new daemon connected");
+  set_channel(std::move(newest));  // sends hello
 }
 
 // Reattach: a restarted daemon took the spare's daemon end (pidfd_getfd) and wrote to it.
@@ -308,11 +396,14 @@ void Agent::dispatch(proto::Frame& f) {
       on_data_frame(f.stream, std::move(f.payload));
       return;
     case FrameType::kPing:
-      if (!opts_.channel_path.empty() && f.stream == 0 && f.payload == "reattach") {
+      if (opts_.guest_channel() && f.stream == 0 && f.payload == "reattach") {
         // A restarted daemon on the same port (microVMs: QEMU's chardev accepted a new
-        // connection, and the guest may never have seen the old one close). What belonged to
-        // the old daemon is let go, as on a lost channel, and it is greeted like a new one.
-        log_line("a new daemon reattached on " + opts_.channel_path);
+        // connection, and the guest may never have seen the old one close; with a listener a
+        // new connection already did this in on_channel_accept, and the ping only repeats it).
+        // What belonged to the old daemon is let go, as on a lost channel, and it is greeted
+        // like a new one.
+        log_line("a new daemon reattached on " +
+                 (opts_.channel_listen ? opts_.channel_listen->text : opts_.channel_path));
         detach_execs();
         drop_transfers();
         drop_egress();
@@ -393,6 +484,9 @@ Result<void> Agent::run() {
           break;
         case kEgressConn:
           on_egress_event(id, events[i].events);
+          break;
+        case kChannelListen:
+          on_channel_accept();
           break;
       }
     }

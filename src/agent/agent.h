@@ -1,5 +1,6 @@
 // The agent's event loop: one thread, one epoll set over the channel to the daemon, the spare
-// socketpair (reattach), a signalfd for SIGCHLD and every exec's pipes. It dispatches frames
+// socketpair (reattach) or the channel listener (--channel-listen: each accepted connection
+// becomes the channel), a signalfd for SIGCHLD and every exec's pipes. It dispatches frames
 // (docs/agent-protocol.md), runs execs under per-exec shims (shim.h), serves file requests
 // inside the root (file_ops.h) and, as PID 1, reaps every child.
 //
@@ -67,6 +68,7 @@ class Agent {
     kExecStdin = 7,
     kEgressListen = 8,
     kEgressConn = 9,
+    kChannelListen = 10,
   };
   static uint64_t key(Kind k, uint64_t id) { return (static_cast<uint64_t>(k) << 56) | id; }
 
@@ -136,6 +138,8 @@ class Agent {
   void on_channel_event(uint32_t events);
   void on_spare_readable();
   void try_reopen_channel();
+  Result<void> start_channel_listener();
+  void on_channel_accept();
   void update_channel_interest();
   void dispatch(proto::Frame& f);
   void on_sigchld();
@@ -191,6 +195,7 @@ class Agent {
   UniqueFd epoll_;
   UniqueFd sigfd_;
   std::unique_ptr<Channel> channel_;
+  UniqueFd channel_listener_;  // --channel-listen only
   uint64_t channel_gen_ = 0;
   bool channel_in_polled_ = false;
   bool channel_out_polled_ = false;

@@ -108,9 +108,9 @@ void Agent::on_request(uint32_t stream, std::string_view payload) {
 }
 
 Result<void> Agent::do_resync(const json& req) {
-  // Only a guest's agent owns its machine's clock and entropy pool; a jail's agent shares the
-  // host kernel's (and lacks the capabilities anyway).
-  if (opts_.channel_path.empty())
+  // Only a guest's agent (device or vsock channel) owns its machine's clock and entropy pool; a
+  // jail's agent (socketpair channel) shares the host kernel's (and lacks the capabilities).
+  if (!opts_.guest_channel())
     return fail(Code::kPermissionDenied, "resync is for microVM guests", EPERM);
   std::string hostname = TRY(req_string(req, "hostname"));
   int64_t time_ns = TRY(opt_int(req, "time_ns", 1, INT64_MAX)).value_or(0);

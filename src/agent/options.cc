@@ -2,6 +2,7 @@
 #include "agent/options.h"
 
 #include <arpa/inet.h>
+#include <sys/un.h>
 
 #include <charconv>
 #include <string_view>
@@ -53,6 +54,36 @@ Result<Options::ListenAddr> parse_listen_addr(std::string_view s, std::string_vi
   return a;
 }
 
+// "vsock:PORT" (port 1..65535) or "unix:PATH" (PATH non-empty and fitting sun_path).
+Result<Options::ChannelListen> parse_channel_listen(std::string_view s, std::string_view flag) {
+  auto bad = [&](std::string_view why) {
+    return fail(Code::kInvalidArgument, std::string(flag) + ": \"" + std::string(s) + "\" " +
+                                            std::string(why) +
+                                            " (expected vsock:PORT or unix:PATH, e.g. vsock:1024)");
+  };
+  Options::ChannelListen l;
+  l.text = std::string(s);
+  if (s.starts_with("vsock:")) {
+    std::string_view port_text = s.substr(6);
+    unsigned port = 0;
+    auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+    if (ec != std::errc() || p != port_text.data() + port_text.size() || port == 0 || port > 65535)
+      return bad("has no valid port (1-65535)");
+    l.family = Options::ChannelListen::Family::kVsock;
+    l.port = port;
+    return l;
+  }
+  if (s.starts_with("unix:")) {
+    l.family = Options::ChannelListen::Family::kUnix;
+    l.path = std::string(s.substr(5));
+    if (l.path.empty()) return bad("has an empty path");
+    if (l.path.size() >= sizeof(sockaddr_un{}.sun_path))
+      return bad("has a path of 108 bytes or more");
+    return l;
+  }
+  return bad("has an unknown address family");
+}
+
 }  // namespace
 
 Result<Options> parse_options(int argc, const char* const* argv) {
@@ -78,6 +109,8 @@ Result<Options> parse_options(int argc, const char* const* argv) {
     } else if (arg == "--channel") {
       o.channel_path = std::string(TRY(need_value()));
       if (o.channel_path.empty()) return fail(Code::kInvalidArgument, "--channel: empty path");
+    } else if (arg == "--channel-listen") {
+      o.channel_listen = TRY(parse_channel_listen(TRY(need_value()), arg));
     } else if (arg == "--spare-fds") {
       auto fds = TRY(parse_fd_list(TRY(need_value()), arg));
       if (fds.size() != 2 || fds[0] == fds[1])
@@ -100,8 +133,9 @@ Result<Options> parse_options(int argc, const char* const* argv) {
       return fail(Code::kInvalidArgument, "unknown argument \"" + std::string(arg) + "\"");
     }
   }
-  if (have_channel_fd == !o.channel_path.empty())
-    return fail(Code::kInvalidArgument, "exactly one of --channel-fd and --channel is required");
+  if (int(have_channel_fd) + int(!o.channel_path.empty()) + int(o.channel_listen.has_value()) != 1)
+    return fail(Code::kInvalidArgument,
+                "exactly one of --channel-fd, --channel and --channel-listen is required");
   // The fds must all be distinct and must not be stdio.
   std::vector<int> all = o.hold_fds;
   if (have_channel_fd) all.push_back(o.channel_fd);

@@ -1,7 +1,9 @@
 // The agent's command line. The launcher (linux runtime) execs
 //   space-agent --channel-fd 3 --spare-fds 4,5 --hold-fds 6
-// and the microVM runtimes start it as init with
+// the qemu runtime starts it as the guest's init with
 //   space-agent --channel /dev/vport0p1 --egress-listen 127.0.0.1:3128
+// and the firecracker runtime (no virtio-serial; the host connects through its vsock) with
+//   space-agent --channel-listen vsock:1024 --egress-listen 127.0.0.1:3128
 // Parsing is separate from main.cc so the contract is testable.
 #pragma once
 
@@ -15,9 +17,20 @@
 namespace space::agent {
 
 struct Options {
-  // Exactly one of channel_fd / channel_path is set.
+  // Where the agent listens for the daemon's connections (--channel-listen): each accepted
+  // connection becomes the channel, replacing the one before (docs/agent-protocol.md).
+  struct ChannelListen {
+    enum class Family { kVsock, kUnix };
+    Family family = Family::kVsock;
+    uint32_t port = 0;  // kVsock: bound on VMADDR_CID_ANY
+    std::string path;   // kUnix: a SOCK_STREAM socket created at this path (tests)
+    std::string text;   // as given, for messages
+  };
+
+  // Exactly one of channel_fd / channel_path / channel_listen is set.
   int channel_fd = -1;       // an inherited byte stream (SOCK_STREAM socketpair end)
   std::string channel_path;  // a character device opened O_RDWR (virtio-serial port, tty)
+  std::optional<ChannelListen> channel_listen;
   // The spare socketpair for reattach after a daemon restart: the agent's end and the daemon's
   // end (which the agent only keeps open so a new daemon can take it with pidfd_getfd).
   int spare_agent_fd = -1;
@@ -34,12 +47,16 @@ struct Options {
     std::string text;  // as given, for messages
   };
   std::vector<ListenAddr> egress_listen;
+
+  // The channel is the guest machine's own (a device or a vsock listener), not a socketpair
+  // into a jail that shares the host's kernel: `resync` and the `reattach` ping apply.
+  bool guest_channel() const { return !channel_path.empty() || channel_listen.has_value(); }
 };
 inline constexpr size_t kMaxEgressListen = 8;
 
 inline constexpr const char* kUsage =
-    "usage: space-agent (--channel-fd N | --channel PATH) [--spare-fds A,B] [--hold-fds N[,N...]]"
-    " [--egress-listen IPV4:PORT]...";
+    "usage: space-agent (--channel-fd N | --channel PATH | --channel-listen vsock:PORT|unix:PATH)"
+    " [--spare-fds A,B] [--hold-fds N[,N...]] [--egress-listen IPV4:PORT]...";
 
 // Parses argv (argv[0] is the program name). Accepts "--opt value" and "--opt=value".
 Result<Options> parse_options(int argc, const char* const* argv);

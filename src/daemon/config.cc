@@ -120,6 +120,7 @@ Result<void> Config::load_profiles(const nlohmann::json& v) {
   profiles.clear();
   egress.clear();
   profile_snapshots.clear();
+  profile_vm.clear();
   for (auto& [name, p] : v.items()) {
     if (name.empty() || name.size() > 64 ||
         name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_") != std::string::npos)
@@ -135,6 +136,8 @@ Result<void> Config::load_profiles(const nlohmann::json& v) {
       else if (k == "snapshot_quota" && pv.is_string())
         profile_snapshots[name].quota_bytes =
             TRY_CTX(parse_size(pv.get<std::string>()), name + ".snapshot_quota");
+      else if (k == "vm" && pv.is_object())
+        profile_vm[name] = TRY_CTX(load_vm_devices(pv), name + ".vm");
       else
         return fail(Code::kInvalidArgument, name + ": unknown key \"" + k + "\"");
     }
@@ -276,8 +279,27 @@ Result<void> Config::load_gateway(const nlohmann::json& v) {
   return {};
 }
 
+// A profile's "vm": {"disk_bandwidth": "50M" (bytes/s), "disk_iops": N, "balloon": true}.
+Result<runtime::VmDevices> Config::load_vm_devices(const nlohmann::json& v) {
+  runtime::VmDevices d;
+  for (auto& [k, x] : v.items()) {
+    if (k == "disk_bandwidth" && x.is_string()) {
+      d.disk_bytes_per_s = TRY_CTX(parse_size(x.get<std::string>()), k);
+    } else if (k == "disk_iops" && x.is_number_unsigned() && x.get<uint64_t>() <= 10'000'000) {
+      d.disk_ops_per_s = x.get<uint64_t>();
+    } else if (k == "balloon" && x.is_boolean()) {
+      d.balloon = x.get<bool>();
+    } else {
+      return fail(Code::kInvalidArgument,
+                  "unknown or mistyped key \"" + k +
+                      "\" (known: disk_bandwidth \"50M\", disk_iops N, balloon true|false)");
+    }
+  }
+  return d;
+}
+
 // "vm": {"kernel": PATH, "initrd": PATH, "qemu": PATH, "accel": "auto|kvm|tcg",
-//        "boot_timeout_s": N}.
+//        "boot_timeout_s": N, "firecracker": PATH, "jailer": PATH, "templates": BOOL}.
 Result<void> Config::load_vm(const nlohmann::json& v) {
   for (auto& [k, x] : v.items()) {
     if ((k == "kernel" || k == "initrd" || k == "qemu") && x.is_string()) {
@@ -285,6 +307,11 @@ Result<void> Config::load_vm(const nlohmann::json& v) {
       if (k != "qemu" && !p.is_absolute())
         return fail(Code::kInvalidArgument, k + ": an absolute path, please");
       (k == "kernel" ? vm.kernel : k == "initrd" ? vm.initrd : vm.qemu) = p;
+    } else if ((k == "firecracker" || k == "jailer") && x.is_string() &&
+               !x.get<std::string>().empty()) {
+      (k == "firecracker" ? vm.firecracker : vm.jailer) = x.get<std::string>();
+    } else if (k == "templates" && x.is_boolean()) {
+      vm.templates = x.get<bool>();
     } else if (k == "accel" && x.is_string()) {
       vm.accel = x.get<std::string>();
       if (vm.accel != "auto" && vm.accel != "kvm" && vm.accel != "tcg")

@@ -59,6 +59,11 @@ struct VmConfig {
   std::filesystem::path qemu = "qemu-system-x86_64";
   std::string accel = "auto";    // auto, kvm, tcg
   double boot_timeout_s = 60;
+  // The firecracker runtime (docs/firecracker-runtime.md): the user's binaries, looked up in
+  // PATH when not absolute; templates = restore every sandbox from its image's template.
+  std::filesystem::path firecracker = "firecracker";
+  std::filesystem::path jailer = "jailer";
+  bool templates = true;
 };
 
 struct Config {
@@ -87,6 +92,7 @@ struct Config {
   std::string api_listen;
   SnapshotConfig snapshots;
   std::map<std::string, ProfileSnapshots> profile_snapshots;
+  std::map<std::string, runtime::VmDevices> profile_vm;  // profiles.NAME.vm
   std::vector<PoolConfig> pools;
   VmConfig vm;
 
@@ -98,6 +104,7 @@ struct Config {
   Result<void> load_gateway(const nlohmann::json& v);
   Result<void> load_snapshots(const nlohmann::json& v);
   Result<void> load_vm(const nlohmann::json& v);
+  static Result<runtime::VmDevices> load_vm_devices(const nlohmann::json& v);
   Result<void> load_pools(const nlohmann::json& v, std::vector<std::array<bool, 4>>& given);
 };
 

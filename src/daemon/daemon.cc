@@ -290,6 +290,7 @@ Result<Daemon::Prepared> Daemon::prepare_sandbox(
   spec.id = rec.id;
   spec.image = TRY(images_.resolve(t.image));
   spec.limits = t.limits;
+  if (auto it = cfg_.profile_vm.find(t.profile); it != cfg_.profile_vm.end()) spec.vm = it->second;
   spec.dir = cfg_.state_dir / "sandboxes" / rec.id;
   spec.uid_base = rec.uid_base;
   if (cfg_.audit_execs) spec.exec_events = exec_sink(rec.id);
@@ -349,7 +350,8 @@ Result<Daemon::Prepared> Daemon::prepare_sandbox(
   spec.times = nullptr;
   if (!inst) return failed(std::move(inst.error()));
   sb.inst = std::move(*inst);
-  if (auto r = open_agent(sb, resumed); !r) return failed(std::move(r.error()));
+  if (auto r = open_agent(sb, resumed || sb.inst->resumed_from_template()); !r)
+    return failed(std::move(r.error()));
   sb.spec = spec;
   times.mark("agent hello");
   // The default working directory must exist (imported images may lack /root); where the
@@ -1024,14 +1026,13 @@ json host_facts() {
   json kvm = {{"present", ::access("/dev/kvm", F_OK) == 0},
               {"usable", ::access("/dev/kvm", R_OK | W_OK) == 0}};
   if (!kvm["present"].get<bool>())
-    kvm["reason"] = "no /dev/kvm: microVMs would run under QEMU's TCG emulation (slow)";
+    kvm["reason"] = "no /dev/kvm: the firecracker runtime cannot run, and qemu microVMs run "
+                    "under TCG emulation (slow)";
   std::string qemu = first_line_of("qemu-system-x86_64 --version 2>/dev/null");
   std::string criu = first_line_of("criu --version 2>/dev/null");
-  std::string fc = first_line_of("firecracker --version 2>/dev/null");
   return {{"kvm", kvm},
           {"qemu", qemu.empty() ? json{{"found", false}, {"hint", "apt-get install qemu-system-x86"}}
                                 : json{{"found", true}, {"version", qemu}}},
-          {"firecracker", fc.empty() ? json{{"found", false}} : json{{"found", true}, {"version", fc}}},
           {"criu", criu.empty() ? json{{"found", false},
                                        {"note", "process memory snapshots need CRIU >= 4"}}
                                 : json{{"found", true}, {"version", criu}}}};
@@ -1042,9 +1043,6 @@ json host_facts() {
 json Daemon::doctor() {
   json rts = json::object();
   for (auto& [name, rt] : runtimes_) rts[name] = rt->doctor();
-  for (const char* n : {"firecracker"})
-    if (!rts.contains(n))
-      rts[n] = {{"available", false}, {"reason", "not built into this spaced yet"}};
   json host = host_facts();
   // What a snapshot holds (docs/snapshots.md): say it, and why, rather than let a user expect a
   // linux sandbox's process to survive a rollback.
@@ -1067,8 +1065,9 @@ json Daemon::doctor() {
       {"processes", "restarted"},
       {"memory", false},
       {"reason", "a linux sandbox's snapshots hold its writable layer only: spaced does not drive "
-                 "CRIU, so its processes start afresh after a rollback or restore (a qemu "
-                 "sandbox's snapshots are whole machines: its processes resume). " + criu + "."},
+                 "CRIU, so its processes start afresh after a rollback or restore (qemu and "
+                 "firecracker sandboxes' snapshots are whole machines: their processes resume). " +
+                     criu + "."},
       {"by_runtime", by_runtime},
       {"store", (cfg_.state_dir / "snapshots").string()}};
   return {{"version", SPACE_VERSION},

@@ -23,6 +23,7 @@
 #include "daemon/tokens.h"
 #include "egress/gateway.h"
 #include "runtime/linux/linux_runtime.h"
+#include "runtime/firecracker/firecracker_runtime.h"
 #include "runtime/qemu/qemu_runtime.h"
 
 namespace fs = std::filesystem;
@@ -167,6 +168,20 @@ int run(int argc, char** argv) {
                        egress::kTransparentHttpPort};
     qc.boot_timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.vm.boot_timeout_s * 1000));
     runtimes.emplace("qemu", runtime::qemu::QemuRuntime::create(qc));
+
+    // Likewise always present: on a host without KVM or the user's Firecracker binaries its
+    // creates and `space doctor` say exactly what is missing.
+    runtime::firecracker::Config fc;
+    fc.firecracker = cfg.vm.firecracker;
+    fc.jailer = cfg.vm.jailer;
+    fc.kernel = qc.kernel;
+    fc.initrd = qc.initrd;
+    fc.dir = cfg.state_dir / "firecracker";
+    fc.cgroup_name = cfg.cgroup_name;
+    fc.templates = cfg.vm.templates;
+    fc.egress_ports = qc.egress_ports;
+    fc.boot_timeout = qc.boot_timeout;
+    runtimes.emplace("firecracker", runtime::firecracker::FirecrackerRuntime::create(fc));
   }
   auto d = daemon::Daemon::start(cfg, std::move(runtimes));
   if (!d) {

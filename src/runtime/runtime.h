@@ -29,6 +29,16 @@ struct Limits {
   uint64_t disk_inodes = 0;          // 0 = derived from disk_bytes
 };
 
+// What a profile asks of a microVM's devices (spaced's config: profiles.NAME.vm,
+// docs/configuration.md). The firecracker runtime applies them; the others ignore them.
+struct VmDevices {
+  uint64_t disk_bytes_per_s = 0;  // rate limit of the writable disk; 0 = none
+  uint64_t disk_ops_per_s = 0;    // operations per second on it; 0 = none
+  // A memory balloon, deflated on OOM: the host can take back memory the guest frees
+  // (Firecracker's virtio-balloon). Its statistics show in `usage`.
+  bool balloon = false;
+};
+
 struct Image {
   std::string name;                    // "host" or an imported image's name
   std::filesystem::path rootfs;        // directory used as the read-only lower layer
@@ -45,6 +55,7 @@ struct SandboxSpec {
   std::string id;                      // "sb_<hex>", also the hostname
   Image image;
   Limits limits;
+  VmDevices vm;
   std::filesystem::path dir;           // per-sandbox state directory, created by the daemon
   uint32_t uid_base = 0;               // first host uid/gid of the sandbox's 65536-id range
   static constexpr uint32_t kIdRange = 65536;
@@ -110,6 +121,11 @@ class Instance {
   // agent, which carries its connections over the channel (docs/agent-protocol.md, "Egress");
   // the daemon relays them. False: the sandbox's processes live in netns_fd() themselves.
   virtual bool egress_over_channel() const { return false; }
+  // True when the sandbox did not boot but went on from a saved machine that the runtime chose
+  // itself (the firecracker runtime restores every sandbox from its image's template): its
+  // agent has another sandbox's hostname, clock and entropy until the daemon resyncs it, as
+  // after SandboxSpec::restore_machine.
+  virtual bool resumed_from_template() const { return false; }
 
   virtual Result<void> pause() = 0;
   virtual Result<void> resume() = 0;

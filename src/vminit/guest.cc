@@ -76,10 +76,16 @@ Result<BootParams> parse_cmdline(std::string_view cmdline) {
         if (comma == std::string_view::npos) break;
         start = comma + 1;
       }
+    } else if (key == "space.channel") {
+      // vsock:PORT, the only form so far (without the key: the virtio-serial port).
+      if (!value.starts_with("vsock:"))
+        return fail(Code::kInvalidArgument,
+                    "space.channel=" + std::string(value.substr(0, 80)) + ": expected vsock:PORT");
+      p.channel_vsock_port = TRY(parse_number<uint16_t>(key, value.substr(6), 1, 65535));
     } else {
       return fail(Code::kInvalidArgument,
                   "unknown kernel parameter " + std::string(key.substr(0, 80)) +
-                      " (known: space.hostname, space.pids, space.egress)");
+                      " (known: space.hostname, space.pids, space.egress, space.channel)");
     }
   }
   return p;
@@ -140,7 +146,14 @@ Result<std::optional<std::string>> read_ext4_label(const std::string& path) {
 }
 
 std::vector<std::string> agent_argv(const std::string& channel_dev, const BootParams& p) {
-  std::vector<std::string> argv = {"/.space/space-agent", "--channel", channel_dev};
+  std::vector<std::string> argv = {"/.space/space-agent"};
+  if (p.channel_vsock_port) {
+    argv.push_back("--channel-listen");
+    argv.push_back("vsock:" + std::to_string(*p.channel_vsock_port));
+  } else {
+    argv.push_back("--channel");
+    argv.push_back(channel_dev);
+  }
   for (uint16_t port : p.egress) {
     argv.push_back("--egress-listen");
     argv.push_back("127.0.0.1:" + std::to_string(port));

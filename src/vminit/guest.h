@@ -19,6 +19,9 @@ struct BootParams {
   std::string hostname;               // space.hostname=ID (empty: keep the kernel's)
   std::optional<uint32_t> pids;       // space.pids=N: pids.max of the sandbox cgroup
   std::vector<uint16_t> egress;       // space.egress=PORT[,PORT...]: the agent's egress listeners
+  // space.channel=vsock:PORT: the agent listens on this guest vsock port for the daemon (the
+  // firecracker runtime) instead of using the virtio-serial port named space.agent.
+  std::optional<uint16_t> channel_vsock_port;
 };
 
 // Parses /proc/cmdline's content (space-separated words, a trailing newline allowed).
@@ -43,7 +46,9 @@ std::optional<std::string> ext4_label(std::string_view first_bytes);
 // finit_module of a module sees only what it is handed, not the kernel command line.
 std::string module_params(std::string_view cmdline, std::string_view module);
 
-// argv of the agent: /.space/space-agent --channel DEV [--egress-listen 127.0.0.1:PORT]...
+// argv of the agent: /.space/space-agent --channel DEV [--egress-listen 127.0.0.1:PORT]...,
+// or with p.channel_vsock_port --channel-listen vsock:PORT in place of --channel DEV (channel_dev
+// is then unused and may be empty).
 std::vector<std::string> agent_argv(const std::string& channel_dev, const BootParams& p);
 
 }  // namespace space::vminit

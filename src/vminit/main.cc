@@ -10,7 +10,8 @@
 //   4. overlay of the two -> /newroot; free the initramfs; move /newroot to / and chroot
 //   5. in the new root: /proc /sys /dev /dev/pts /dev/shm /tmp /run, cgroup2
 //   6. hostname, lo up, the sandbox's pids cgroup (space.* kernel parameters)
-//   7. exec /.space/space-agent --channel /dev/vportNpM with an empty environment
+//   7. exec /.space/space-agent --channel /dev/vportNpM (or, with space.channel=vsock:PORT,
+//      --channel-listen vsock:PORT) with an empty environment
 #include <dirent.h>
 #include <fcntl.h>
 #include <net/if.h>
@@ -304,15 +305,22 @@ Result<std::string> find_agent_port() {
   step("switching to the overlay root", switch_root(*disks));
   step("mounting the sandbox's filesystems", sandbox_mounts());
   step("applying kernel parameters", apply_params(*params));
-  auto port = find_agent_port();
-  if (!port) power_off(port.error().message());
-  auto argv = agent_argv(*port, *params);
+  // The channel: the virtio-serial port, unless the agent is to listen on vsock (firecracker).
+  std::string channel;
+  if (params->channel_vsock_port) {
+    channel = "vsock port " + std::to_string(*params->channel_vsock_port);
+  } else {
+    auto port = find_agent_port();
+    if (!port) power_off(port.error().message());
+    channel = *port;
+  }
+  auto argv = agent_argv(params->channel_vsock_port ? "" : channel, *params);
   std::vector<char*> cargv;
   for (auto& a : argv) cargv.push_back(a.data());
   cargv.push_back(nullptr);
   char* envp[] = {nullptr};
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
-  log("starting the agent on " + *port + " (init took " + std::to_string(ms) + " ms)");
+  log("starting the agent on " + channel + " (init took " + std::to_string(ms) + " ms)");
   ::execve(cargv[0], cargv.data(), envp);
   power_off(Error::sys("execve", cargv[0]).message() +
             " (the image disk must hold the agent at /.space/space-agent; `space image "

@@ -24,11 +24,16 @@ with the profile the linux runtime promises (docs/threat-model.md, docs/linux-ru
 As a library: check_running_sandbox(socket, cli, sid, daemon_pid) starts a few processes in the
 sandbox (a running exec, detached ones, a double fork) and returns (problems, summary). Run
 directly, it starts its own daemon and sandbox: `python3 posture.py` (root), exit 0 when clean.
+
+A microVM's only host process is its VMM, checked instead of the agent, with the same signature:
+check_running_vm (QEMU, the qemu runtime) and check_running_firecracker (Firecracker, started by
+its jailer). Both also look inside the guest for devices it should not have.
 """
 
 import fcntl
 import os
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -78,8 +83,12 @@ def expected_capabilities():
 
 
 def status_fields(pid):
+    return status_fields_of("/proc/%d/status" % pid)
+
+
+def status_fields_of(path):
     out = {}
-    for line in harness.read_text("/proc/%d/status" % pid).splitlines():
+    for line in harness.read_text(path).splitlines():
         k, _, v = line.partition(":")
         out[k] = v.strip()
     return out
@@ -398,7 +407,22 @@ def check_running_vm(socket_path, cli, sid, daemon_pid):
     for host_path in ("/etc/shadow", "/root", "/home", "/var/lib", "/run"):
         if os.path.exists(root + host_path):
             problems.append("QEMU's root shows the host's %s" % host_path)
+    for fd, target in held_daemon_sockets(pid, daemon_pid):
+        problems.append("QEMU holds spaced's socket %s at fd %s" % (target, fd))
+    if not any(sid in p for p in cgroup_paths(pid).values()):
+        problems.append("QEMU is not in the sandbox's cgroup: %s" % cgroup_paths(pid))
+    # Inside: only lo, only the two disks, only the agent's port.
+    problems += check_guest_devices(cli, sid, ports=1)
+    summary = ("QEMU pid %d as uid %s, no_new_privs, seccomp, no capabilities, own namespaces "
+               "and cgroup, no network device or shared directory; the guest has lo, vda, vdb "
+               "and one port" % (pid, uid_base))
+    return problems, summary
+
+
+def held_daemon_sockets(pid, daemon_pid):
+    """[(fd, "socket:[inode]")] of the sockets that both `pid` and spaced hold."""
     sockets = daemon_socket_inodes(daemon_pid)
+    out = []
     try:
         fds = os.listdir("/proc/%d/fd" % pid)
     except OSError:
@@ -409,26 +433,208 @@ def check_running_vm(socket_path, cli, sid, daemon_pid):
         except OSError:
             continue
         if target in sockets:
-            problems.append("QEMU holds spaced's socket %s at fd %s" % (target, fd))
-    if not any(sid in p for p in cgroup_paths(pid).values()):
-        problems.append("QEMU is not in the sandbox's cgroup: %s" % cgroup_paths(pid))
-    # Inside: only lo, only the two disks, only the agent's port.
+            out.append((fd, target))
+    return out
+
+
+def check_guest_devices(cli, sid, ports):
+    """Inside a microVM: only lo, only its two disks (the image and its writable disk), and
+    exactly `ports` virtio serial ports (QEMU's agent channel; Firecracker's is vsock)."""
     rc, out, err = cli("exec", sid, "--", "sh", "-c",
-                       "ls /sys/class/net; echo --; ls /sys/block; echo --; ls /dev | grep vport")
+                       "ls /sys/class/net; echo --; ls /sys/block; echo --; "
+                       "ls /dev | grep vport; true")
     parts = out.split("--")
     if rc != 0 or len(parts) != 3:
-        problems.append("the guest's devices could not be listed: %s" % err.strip()[:200])
+        return ["the guest's devices could not be listed: %s" % err.strip()[:200]]
+    problems = []
+    if parts[0].split() != ["lo"]:
+        problems.append("the guest has network interfaces %s" % parts[0].split())
+    disks = sorted(b for b in parts[1].split() if not b.startswith(("loop", "ram")))
+    if disks != ["vda", "vdb"]:
+        problems.append("the guest has block devices %s" % parts[1].split())
+    if len(parts[2].split()) != ports:
+        problems.append("the guest has virtio ports %s, want %d" % (parts[2].split(), ports))
+    return problems
+
+
+def daemon_state_dir(daemon_pid):
+    """spaced's --state-dir, from its command line (None if it has none there)."""
+    argv = harness.proc_cmdline(daemon_pid)
+    for i, a in enumerate(argv):
+        if a == "--state-dir" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--state-dir="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def netns_interfaces(pid):
+    """The interfaces of `pid`'s network namespace, from /proc/PID/net/dev."""
+    lines = harness.read_text("/proc/%d/net/dev" % pid).splitlines()[2:]
+    return sorted(l.split(":", 1)[0].strip() for l in lines if ":" in l)
+
+
+def cgroup_procs_file(hierarchy, path):
+    """cgroup.procs of `path` in a hierarchy named as in /proc/PID/cgroup ('' is unified)."""
+    if hierarchy == "":
+        roots = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
     else:
-        if parts[0].split() != ["lo"]:
-            problems.append("the guest has network interfaces %s" % parts[0].split())
-        disks = sorted(b for b in parts[1].split() if not b.startswith(("loop", "ram")))
-        if disks != ["vda", "vdb"]:
-            problems.append("the guest has block devices %s" % parts[1].split())
-        if len(parts[2].split()) != 1:
-            problems.append("the guest has virtio ports %s" % parts[2].split())
-    summary = ("QEMU pid %d as uid %s, no_new_privs, seccomp, no capabilities, own namespaces "
-               "and cgroup, no network device or shared directory; the guest has lo, vda, vdb "
-               "and one port" % (pid, uid_base))
+        ctrl = hierarchy.split(",")[0].replace("name=", "")
+        roots = ["/sys/fs/cgroup/%s" % ctrl, "/sys/fs/cgroup/%s" % hierarchy]
+    for r in roots:
+        f = r + path + "/cgroup.procs"
+        if os.path.exists(f):
+            return f
+    return None
+
+
+# Flags that would turn Firecracker's own seccomp filters off or replace them with the caller's.
+FIRECRACKER_SECCOMP_FLAGS = ("--no-seccomp", "--seccomp-filter")
+# Host paths that must not show in a VMM's root. The jailer makes /run (empty: the default place
+# of the API socket, which spaced moves to /api.sock) and /dev (kvm, net/tun, urandom,
+# userfaultfd) in every jail, so an empty directory of its own there is the jailer's.
+HOST_PATHS = ("/etc/shadow", "/root", "/home", "/var/lib", "/run")
+
+
+def check_running_firecracker(socket_path, cli, sid, daemon_pid):
+    """The posture of a firecracker sandbox, from the host. Its one host process is Firecracker,
+    which the jailer (cloned by spaced into new pid, net, ipc, uts and cgroup namespaces and the
+    sandbox's cgroup) execs in place after its own mount namespace, pivot_root into the jail and
+    the drop to the sandbox's uid; so host_pid is Firecracker. Checked:
+
+      identity     /proc/PID/comm or argv[0]'s basename is firecracker (the jailer execs its copy
+                   as "/firecracker" in the chroot), `--id <jail id>` (sb_x -> sb-x), neither
+                   --no-seccomp nor --seccomp-filter (Firecracker's own default filters)
+      every thread all uids and gids == uid_base (not 0), no supplementary group but it,
+                   Seccomp 2 with a filter, NoNewPrivs 1, CapEff/CapPrm/CapAmb empty
+      namespaces   pid, mnt, net, ipc, uts and cgroup differ from the host's (/proc/1/ns)
+      root         its jail (<state>/firecracker/jails/firecracker/<jail id>/root), which shows
+                   none of the host's /etc/shadow, /root, /home, /var/lib, /run
+      fds          none of spaced's sockets
+      network      its namespace has only lo (no tap: the guest's link is vsock through spaced)
+      cgroup       the sandbox's own, holding Firecracker alone (the jailer exec'd in place)
+      guest        only lo, vda and vdb, no virtio serial port
+
+    Seccomp and NoNewPrivs are per thread in Firecracker: it installs one filter per thread role
+    (API thread before its HTTP server starts, each vCPU thread and the main VMM thread before
+    guest code runs; docs/seccomp.md) with SECCOMP_SET_MODE_FILTER and no TSYNC, each preceded by
+    prctl(PR_SET_NO_NEW_PRIVS) on that thread (src/vmm/src/seccomp.rs, apply_filter). So every
+    thread of a running VM has both, and every thread is checked. Returns (problems, summary)."""
+    r = harness.http_request(socket_path, "GET", "/v1/sandboxes/%s" % sid)
+    info = r.json or {}
+    pid, uid_base = info.get("host_pid"), info.get("uid_base")
+    if not isinstance(pid, int) or not is_running(pid):
+        return ["no running Firecracker for %s: %s" % (sid, info)], ""
+    if not isinstance(uid_base, int) or uid_base <= 0:
+        return ["sandbox JSON has no unprivileged uid_base: %s" % info], ""
+    problems = []
+    jail_id = sid.replace("_", "-")
+    argv = harness.proc_cmdline(pid)
+    comm = harness.read_text("/proc/%d/comm" % pid).strip()
+    exe = os.path.basename(argv[0]) if argv else ""
+    if not (exe.startswith("firecracker") or comm.startswith("firecracker")):
+        problems.append("host_pid %d is not Firecracker (comm %r): %s" %
+                        (pid, comm, " ".join(argv)[:200]))
+    has_id = any(a == "--id=" + jail_id for a in argv) or any(
+        a == "--id" and argv[i + 1:i + 2] == [jail_id] for i, a in enumerate(argv))
+    if not has_id:
+        problems.append("Firecracker's command line lacks --id %s: %s" %
+                        (jail_id, " ".join(argv)[:200]))
+    for flag in FIRECRACKER_SECCOMP_FLAGS:
+        if any(a == flag or a.startswith(flag + "=") for a in argv):
+            problems.append("Firecracker runs with %s" % flag)
+
+    try:
+        tids = sorted(int(t) for t in os.listdir("/proc/%d/task" % pid))
+    except OSError:
+        tids = [pid]
+    threads = []
+    for tid in tids:
+        st = status_fields_of("/proc/%d/task/%d/status" % (pid, tid))
+        if not st:
+            continue  # exited meanwhile
+        name = "thread %d(%s)" % (tid, st.get("Name", "?"))
+        threads.append(name)
+        ids = st.get("Uid", "").split() + st.get("Gid", "").split()
+        if len(ids) != 8 or any(int(i) != uid_base for i in ids):
+            problems.append("%s runs as uids %s gids %s, not the sandbox's %d" %
+                            (name, st.get("Uid"), st.get("Gid"), uid_base))
+        if any(int(g) != uid_base for g in st.get("Groups", "").split()):
+            problems.append("%s has supplementary groups %s" % (name, st.get("Groups")))
+        if st.get("NoNewPrivs") != "1":
+            problems.append("%s NoNewPrivs %s" % (name, st.get("NoNewPrivs")))
+        if st.get("Seccomp") != "2" or int(st.get("Seccomp_filters", "1") or 0) < 1:
+            problems.append("%s Seccomp %s (filters %s)" % (name, st.get("Seccomp"),
+                                                             st.get("Seccomp_filters")))
+        for field in ("CapEff", "CapPrm", "CapAmb"):
+            if int(st.get(field, "0"), 16):
+                problems.append("%s has capabilities in %s: %s" % (name, field, st.get(field)))
+    if not threads:
+        problems.append("Firecracker's threads could not be read")
+
+    for ns in ("pid", "mnt", "net", "ipc", "uts", "cgroup"):
+        if ns_inode(pid, ns) == ns_inode(1, ns):
+            problems.append("Firecracker shares the host's %s namespace" % ns)
+
+    root = "/proc/%d/root" % pid
+    state_dir = daemon_state_dir(daemon_pid)
+    if state_dir:
+        jail_root = os.path.join(state_dir, "firecracker", "jails", "firecracker", jail_id, "root")
+        try:
+            a, b = os.stat(root), os.stat(jail_root)
+            if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+                problems.append("Firecracker's root is not its jail %s" % jail_root)
+        except OSError as e:
+            problems.append("Firecracker's root or jail cannot be read: %s" % e)
+    for host_path in HOST_PATHS:
+        try:
+            st = os.lstat(root + host_path)
+        except OSError:
+            continue
+        try:
+            host = os.lstat(host_path)
+            same = (st.st_dev, st.st_ino) == (host.st_dev, host.st_ino)
+        except OSError:
+            same = False
+        if same:
+            problems.append("Firecracker's root shows the host's %s" % host_path)
+        elif not stat.S_ISDIR(st.st_mode):
+            problems.append("Firecracker's root has a %s" % host_path)
+        else:
+            try:
+                entries = os.listdir(root + host_path)
+            except OSError as e:
+                entries = ["<unreadable: %s>" % e]
+            if entries:
+                problems.append("Firecracker's root has %s holding %s" % (host_path,
+                                                                        sorted(entries)[:8]))
+
+    for fd, target in held_daemon_sockets(pid, daemon_pid):
+        problems.append("Firecracker holds spaced's socket %s at fd %s" % (target, fd))
+
+    links = netns_interfaces(pid)
+    if links != ["lo"]:
+        problems.append("Firecracker's network namespace has interfaces %s, want only lo" % links)
+
+    cgroups = cgroup_paths(pid)
+    own = {h: p for h, p in cgroups.items() if sid in p.split("/")}
+    if not own:
+        problems.append("Firecracker is not in the sandbox's cgroup: %s" % cgroups)
+    for h, path in own.items():
+        f = cgroup_procs_file(h, path)
+        members = {int(x) for x in harness.read_text(f).split()} if f else None
+        if members is None:
+            problems.append("cannot read cgroup.procs of %s" % path)
+        elif members != {pid}:
+            problems.append("the sandbox's cgroup %s holds %s, not Firecracker (%d) alone" %
+                            (path, sorted(members), pid))
+
+    problems += check_guest_devices(cli, sid, ports=0)
+    summary = ("Firecracker pid %d (%d threads) as uid %d, no_new_privs and seccomp on every "
+               "thread, no capabilities, --id %s, own namespaces, %s, only lo, alone in the "
+               "sandbox's cgroup, none of spaced's sockets; the guest has lo, vda and vdb"
+               % (pid, len(threads), uid_base, jail_id,
+                  "root its jail" if state_dir else "no host files in its root"))
     return problems, summary
 
 

@@ -17,14 +17,19 @@ After every attempt the runner checks from outside that nothing changed: the hos
 (lib/watch.py: a file, a process, listeners, SysV IPC, sysctls, release_agent, the image), the
 victim sandbox (files, listeners, processes), and the daemon's health.
 
-Usage: run_suite.py [-k PATTERN] [-v] [--build-dir DIR] [--runtime linux|qemu]
+Usage: run_suite.py [-k PATTERN] [-v] [--build-dir DIR] [--runtime linux|qemu|firecracker]
 Prints a table with a count per class; the last line is `N passed, M failed`.
 
-With --runtime qemu every sandbox is a microVM running an image made from the host's busybox and
-python3 (lib/vmimage.py). An attempt whose success would only be inside the guest's own kernel
-(guest root mounting, loading modules, ...) is listed in GUEST_LOCAL with why: its in-guest
-verdict is reported as GUEST-LOCAL, and the host-side checks after it must still pass. QEMU's
-confinement replaces the linux runtime's posture check; the seccomp probe does not apply.
+With --runtime qemu or firecracker (VM_RUNTIMES) every sandbox is a microVM running an image made
+from the host's busybox and python3 (lib/vmimage.py); both boot the same guest (kernel, vminit,
+agent), so one set of tables serves both. An attempt whose success would only be inside the
+guest's own kernel (guest root mounting, loading modules, ...) is listed in GUEST_LOCAL with why:
+its in-guest verdict is reported as GUEST-LOCAL, and the host-side checks after it must still
+pass. Attempts that do not apply to microVMs are listed in VM_NOT_RUN. The VMM's confinement
+(QEMU's, or Firecracker's under its jailer) replaces the linux runtime's posture check; the
+seccomp probe does not apply. Where the runtime's prerequisites are missing (QEMU; KVM,
+firecracker and jailer; the guest kernel; busybox-static) the run is skipped with exit code 77
+and a line saying what is missing and how to get it.
 """
 
 import argparse
@@ -56,7 +61,10 @@ CLASS_TITLES = {
 KNOWN_ESCAPES: dict = {}
 # (Empty: the egress class's four findings — duplicate Host headers, an unbounded chunk line,
 # the header-section limit, and pre-final ECH/ESNI codepoints — were fixed in src/egress.)
-# --runtime qemu: attempts whose success is the guest kernel's own business. Guest root owns its
+# The runtimes whose sandboxes are microVMs. They boot the same guest (kernel, space-vminit, agent,
+# image disk), so GUEST_LOCAL and VM_NOT_RUN below hold for each of them.
+VM_RUNTIMES = ("qemu", "firecracker")
+# VM runtimes: attempts whose success is the guest kernel's own business. Guest root owns its
 # kernel (mounts, modules, capabilities, its clock, raw sockets on an interface-less machine);
 # the boundary is the VM, checked from the host after every attempt. Each entry says why.
 GUEST_LOCAL: dict = {
@@ -114,9 +122,11 @@ GUEST_LOCAL: dict = {
     "priv/ptrace_agent":
         "the agent is guest root's own process",
     "priv/reboot":
-        "sysrq/reboot of the guest: at most the VM ends (-no-reboot)",
+        "sysrq/reboot of the guest: at most its own VM ends (QEMU runs with -no-reboot; "
+        "Firecracker exits on the guest's reset)",
     "priv/seccomp_disable":
-        "a VM's guest processes have no seccomp filter; QEMU has one (posture)",
+        "a VM's guest processes have no seccomp filter; its VMM (QEMU, Firecracker) has one "
+        "(posture)",
     "priv/setns_host":
         "the 'host' namespaces there are the guest's init namespaces",
     "priv/syscall_i386_int80":
@@ -139,14 +149,14 @@ GUEST_LOCAL: dict = {
     "proc/pid1_proc_files":
         "PID 1 is the agent, guest root's own process",
     "res/cpu_spin":
-        "the guest's clock cannot see QEMU throttled by the host's CPU quota (no steal time under"
-        " TCG); the quota is on QEMU's cgroup",
+        "measured with the guest kernel's getrusage, which need not see its VMM throttled by the "
+        "host's CPU quota (QEMU under TCG has no steal time); the quota is on the VMM's cgroup",
     "res/fd_exhaustion":
         "rlimits of the guest kernel; its fds live in the VM's RAM (--memory)",
     "res/mlock_memory":
         "rlimits of the guest kernel; locked pages are the VM's RAM (--memory)",
     "res/sysv_shm_hog":
-        "SysV shm fills the VM's own RAM: the guest may panic, ending only its own VM; QEMU's "
+        "SysV shm fills the VM's own RAM: the guest may panic, ending only its own VM; the VMM's "
         "memory stays within its cgroup",
     "net/interface_config":
         "the guest's own interfaces (it has only lo)",
@@ -164,11 +174,12 @@ GUEST_LOCAL: dict = {
         "binds in the guest's own network stack; the gateway is outside the VM, reached only "
         "through the agent",
 }
-# --runtime qemu: attempts that are not run, with why (printed as NOT-RUN rows). Either they aim
-# at the linux runtime's host-side machinery, which a VM does not have, or they need what VMs do
-# not offer yet (docs/qemu-runtime.md, "Not yet"); the gateway code they exercise is the same
-# for both runtimes and runs against the linux runtime.
-_NO_DNS = "needs the egress DNS stub, which VMs do not offer yet (docs/qemu-runtime.md)"
+# VM runtimes: attempts that are not run, with why (printed as NOT-RUN rows). Either they aim
+# at the linux runtime's host-side machinery, which a VM does not have, or they need what the
+# microVMs' guest does not offer yet (docs/qemu-runtime.md, "Not yet"; the firecracker runtime
+# boots the same guest); the gateway code they exercise is the same for every runtime and runs
+# against the linux runtime.
+_NO_DNS = "needs the egress DNS stub, which microVMs do not offer yet (docs/qemu-runtime.md)"
 VM_NOT_RUN: dict = {
     "fs/agent_channel_steal":
         "guest root owns its agent and the agent's port (a second open of the port is EBUSY): "
@@ -176,7 +187,8 @@ VM_NOT_RUN: dict = {
     "fs/overlay_xattr_redirect":
         "reaches the linux runtime's host-side overlay; a VM's is in the guest",
     "snap/setuid_root_restore": "reaches the linux runtime's writable layer from the host",
-    "proc/exec_audit_evasion": "VMs have no in-guest exec audit yet (docs/qemu-runtime.md)",
+    "proc/exec_audit_evasion":
+        "microVMs have no in-guest exec audit yet (docs/qemu-runtime.md)",
     "proc/fork_bomb":
         "counts processes in /proc, which in a VM holds the guest kernel's own threads too; "
         "fork_bomb_shell and thread_bomb hit the same guest pids limit, read from its cgroup",
@@ -202,7 +214,7 @@ def parse_args():
                    "substring); 'posture' and 'probe' select the checks")
     p.add_argument("-v", "--verbose", action="store_true", help="print each attempt's stderr")
     p.add_argument("--build-dir", help="build directory (default $SPACE_BUILD_DIR or ./build)")
-    p.add_argument("--runtime", default="linux", choices=["linux", "qemu"],
+    p.add_argument("--runtime", default="linux", choices=["linux"] + list(VM_RUNTIMES),
                    help="the runtime of every sandbox (default linux)")
     p.add_argument("--list", action="store_true", help="list the attempts and exit")
     p.add_argument("--readme", action="store_true",
@@ -211,6 +223,8 @@ def parse_args():
 
 
 ARGS = parse_args()
+# True when every sandbox is a microVM (--runtime qemu or firecracker).
+IS_VM = ARGS.runtime in VM_RUNTIMES
 if ARGS.build_dir:
     os.environ["SPACE_BUILD_DIR"] = os.path.abspath(ARGS.build_dir)
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
@@ -324,6 +338,81 @@ def egress_config(up, secret):
         "gateway": {"resolve": resolve, "upstream_ca_files": [up.certs["ca"]],
                     "sandbox_ca_files": [up.certs["ca"]]},
     }
+
+
+FIRECRACKER_H = os.path.join(HERE, "..", "..", "src", "runtime", "firecracker",
+                             "firecracker_runtime.h")
+FIRECRACKER_RELEASES = "github.com/firecracker-microvm/firecracker/releases"
+
+
+def firecracker_binaries():
+    """(firecracker, jailer) as absolute paths, or None where not found: $SPACE_FIRECRACKER and
+    $SPACE_JAILER if set (as tests/kvm/test_firecracker.py takes them), else PATH. spaced gets
+    them as {"vm": {"firecracker": ..., "jailer": ...}}, so it runs what was checked here."""
+    out = []
+    for env, name in (("SPACE_FIRECRACKER", "firecracker"), ("SPACE_JAILER", "jailer")):
+        given = os.environ.get(env)
+        found = shutil.which(given or name)
+        out.append(os.path.abspath(found) if found else None)
+    return tuple(out)
+
+
+def firecracker_versions():
+    """(min, max) minor of the 1.x releases the runtime supports, read from kMinMinor/kMaxMinor
+    in firecracker_runtime.h (the one copy of it); None if they cannot be found there."""
+    m = re.search(r"kMinMinor\s*=\s*(\d+)\s*,\s*kMaxMinor\s*=\s*(\d+)",
+                  harness.read_text(FIRECRACKER_H))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def firecracker_missing():
+    """What this host lacks for --runtime firecracker, each with how to get it ([] = nothing)."""
+    out = []
+    versions = firecracker_versions()
+    want = "1.%d to 1.%d" % versions if versions else "a supported release"
+    latest = "firecracker-v1.%d.x-x86_64.tgz" % versions[1] if versions else "a release archive"
+    if not os.path.exists("/dev/kvm"):
+        out.append("no /dev/kvm: Firecracker runs only on KVM (a bare-metal host, or a VM with "
+                   "nested virtualization enabled; then `modprobe kvm_intel` or `kvm_amd`)")
+    else:
+        try:
+            os.close(os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC))
+        except OSError as e:
+            out.append("/dev/kvm cannot be opened read-write (%s): load kvm_intel or kvm_amd, "
+                       "and run as root" % e.strerror)
+    fc, jailer = firecracker_binaries()
+    not_in_path = []
+    for env, name, path in (("SPACE_FIRECRACKER", "firecracker", fc),
+                            ("SPACE_JAILER", "jailer", jailer)):
+        if path:
+            continue
+        if os.environ.get(env):
+            out.append("$%s=%s is not an executable file" % (env, os.environ[env]))
+        else:
+            not_in_path.append("`%s`" % name)
+    if not_in_path:
+        out.append("no %s in PATH: download %s from %s and put its firecracker and jailer "
+                   "(one release, %s) in /usr/local/bin, or set $SPACE_FIRECRACKER and "
+                   "$SPACE_JAILER to them" % (" and ".join(not_in_path), latest,
+                                              FIRECRACKER_RELEASES, want))
+    if fc and versions:
+        try:
+            text = subprocess.run([fc, "--version"], capture_output=True, text=True,
+                                  timeout=10).stdout
+        except (OSError, subprocess.TimeoutExpired) as e:
+            text = str(e)
+        m = re.search(r"(?:^|\s)v?(\d+)\.(\d+)", text)
+        if not m or int(m.group(1)) != 1 or not versions[0] <= int(m.group(2)) <= versions[1]:
+            out.append("%s --version says %r: spaced supports Firecracker %s (%s)" % (
+                fc, text.strip().splitlines()[0][:80] if text.strip() else "", want,
+                FIRECRACKER_RELEASES))
+    kernel = os.path.join(harness.BUILD_DIR, "guest", "vmlinux")
+    if not os.path.exists(kernel):
+        out.append("no guest kernel at %s (`make build`, or `make guest`)" % kernel)
+    if not os.path.exists("/bin/busybox"):
+        out.append("no busybox-static at /bin/busybox (scripts/install-deps.sh, or "
+                   "apt-get install busybox-static)")
+    return out
 
 
 def parse_size(text):
@@ -502,7 +591,7 @@ class Suite:
 
     def create(self, opts=()):
         opts = list(opts)
-        if ARGS.runtime == "qemu":
+        if IS_VM:
             # A VM needs at least 128M of RAM and a 16M disk; smaller limits are raised.
             def raised(value, floor):
                 return value if parse_size(value) >= floor else str(floor)
@@ -512,7 +601,7 @@ class Suite:
                         opts[i] = flag + "=" + raised(o.split("=", 1)[1], floor)
                     elif o == flag and i + 1 < len(opts):
                         opts[i + 1] = raised(opts[i + 1], floor)
-            opts = ["--runtime", "qemu", "--image", VM_IMAGE] + opts
+            opts = ["--runtime", ARGS.runtime, "--image", VM_IMAGE] + opts
         rc, out, err = self.cli("create", *opts, timeout=240)
         sid = out.strip().splitlines()[-1] if out.strip() else ""
         if rc != 0 or not harness.ID_RE.fullmatch(sid):
@@ -543,8 +632,13 @@ class Suite:
         os.makedirs(up_dir)
         self.upstream = SuiteUpstream(up_dir).start()
         self.daemon.config = egress_config(self.upstream, self.egress_secret)
-        if ARGS.runtime == "qemu":
+        if IS_VM:
+            # QEMU under TCG boots slowly; Firecracker's first VM of a template boots and saves it.
             self.daemon.config["vm"] = {"boot_timeout_s": 180}
+        if ARGS.runtime == "firecracker":
+            # The binaries the prerequisite check found (PATH, or $SPACE_FIRECRACKER/JAILER).
+            fc, jailer = firecracker_binaries()
+            self.daemon.config["vm"].update({"firecracker": fc, "jailer": jailer})
         # The daemon's environment holds a canary secret; no sandbox may ever see it.
         os.environ["SPACE_TEST_SECRET"] = self.secret
         try:
@@ -552,13 +646,14 @@ class Suite:
         finally:
             os.environ.pop("SPACE_TEST_SECRET", None)
         self.watch = HostWatch(self.tmp, self.daemon.state_dir, self.build)
-        if ARGS.runtime == "qemu":
+        if IS_VM:
             self.make_vm_image()
         self.shared = self.create()
         vid = self.create()
         self.victim = Victim(self.cli, vid)
         self.victim.setup(self.daemon.socket)
         self.watch.image = self.watch._image_digest()  # the image exists now
+        self.watch.templates = self.watch._template_stamps()  # and Firecracker's template
         self.watch.binaries = self.watch.snapshot_binaries()
 
     def stop(self):
@@ -590,7 +685,7 @@ class Suite:
     def _kill_strays(self):
         """Last resort after the daemon is gone: processes of our own sandboxes only."""
         import signal
-        for pid in harness.host_agent_pids() + self._qemu_pids():
+        for pid in harness.host_agent_pids() + self._vmm_pids():
             ids = set(harness.ID_RE.findall(harness.read_text("/proc/%d/cgroup" % pid)))
             if ids & self.known_ids:
                 for p in [pid] + harness.descendants(pid):
@@ -599,10 +694,17 @@ class Suite:
                     except OSError:
                         pass
 
-    def _qemu_pids(self):
-        return [p for p in harness.proc_pids()
-                if any(a.startswith("space.hostname=") for a in
-                       " ".join(harness.proc_cmdline(p)).split())]
+    def _vmm_pids(self):
+        """QEMUs (the guest's command line is on theirs), Firecrackers and jailers; the caller
+        keeps those in cgroups of our own sandboxes."""
+        out = []
+        for p in harness.proc_pids():
+            argv = harness.proc_cmdline(p)
+            exe = os.path.basename(argv[0]) if argv else ""
+            if (exe.startswith("firecracker") or exe == "jailer"
+                    or any(a.startswith("space.hostname=") for a in " ".join(argv).split())):
+                out.append(p)
+        return out
 
     # -- running attempts -------------------------------------------------------------------------
 
@@ -680,7 +782,7 @@ class Suite:
     def check_pids_limit(self, sid):
         """verify=pids_limit: the sandbox's pids cgroup refused forks (pids.events "max" > 0)
         and never held more tasks than pids.max. Read from the host, before teardown."""
-        if ARGS.runtime == "qemu":
+        if IS_VM:
             return self.check_guest_pids_limit(sid)
         r = self.api("GET", "/v1/sandboxes/%s" % sid)
         agent = (r.json or {}).get("host_pid") if r.status == 200 else None
@@ -747,6 +849,10 @@ class Suite:
         # as nothing of it is left on the host (checked below).
         if rc != 0 and "was destroyed" not in err:
             problems.append("space rm failed (rc %d): %s" % (rc, err.strip()[-200:]))
+        # A Firecracker VM's jail (its chroot: device nodes, links of the kernel, image disk and
+        # template, its writable disk) goes with it.
+        jail = (os.path.join(self.daemon.state_dir, "firecracker", "jails", "firecracker",
+                             sid.replace("_", "-")) if ARGS.runtime == "firecracker" else None)
         deadline = time.monotonic() + 10
         while True:
             alive = [p for p in pids if os.path.exists("/proc/%d" % p)
@@ -756,7 +862,9 @@ class Suite:
             cgroups = [d for d in harness.cgroup_dirs() if sid in d]
             marked = [p for p in harness.proc_pids()
                       if "space-sec-marker" in " ".join(harness.proc_cmdline(p))]
-            if not (alive or in_cgroup or cgroups or marked) or time.monotonic() > deadline:
+            jail_left = bool(jail) and os.path.lexists(jail)
+            if (not (alive or in_cgroup or cgroups or marked or jail_left)
+                    or time.monotonic() > deadline):
                 break
             time.sleep(0.1)
         if alive or in_cgroup:
@@ -765,6 +873,8 @@ class Suite:
             problems.append("marked processes survived teardown: %s" % marked)
         if cgroups:
             problems.append("cgroups left: %s" % cgroups)
+        if jail_left:
+            problems.append("the VM's jail is left: %s" % jail)
         return problems
 
     def verify(self, a):
@@ -806,7 +916,7 @@ class Suite:
         if fresh and sid != self.shared:
             problems += self.destroy_and_check(sid)
         problems += self.verify(a)
-        if ARGS.runtime == "qemu" and not fresh and not self.shared_usable():
+        if IS_VM and not fresh and not self.shared_usable():
             # Guest root can always wreck its own guest; the suite goes on in a new shared VM.
             problems.append("the shared VM's agent no longer answers after this attempt")
             self.shared = self.create()
@@ -826,7 +936,9 @@ class Suite:
         else:
             status = "ERROR"
             detail = "rc %s, last line %r; stderr: %s" % (rc, last[:200], (err or "").strip()[-400:])
-        if (status in ("ESCAPED", "ERROR") and not problems and ARGS.runtime == "qemu"
+        # rc None: the runner could not run the attempt (a fresh VM that did not start, say),
+        # which is an error of its own, not an outcome in the guest.
+        if (status in ("ESCAPED", "ERROR") and not problems and IS_VM and rc is not None
                 and a.id in GUEST_LOCAL):
             status, detail = "GUEST-LOCAL", GUEST_LOCAL[a.id] + " | in the guest: " + detail
         if status == "ESCAPED" and a.id in KNOWN_ESCAPES:
@@ -839,8 +951,9 @@ class Suite:
         t0 = time.monotonic()
         sid = self.create(["--pids", "64"])
         try:
-            check = (posture.check_running_vm if ARGS.runtime == "qemu"
-                     else posture.check_running_sandbox)
+            check = {"qemu": posture.check_running_vm,
+                     "firecracker": posture.check_running_firecracker}.get(
+                         ARGS.runtime, posture.check_running_sandbox)
             problems, summary = check(self.daemon.socket, self.cli, sid, self.daemon.pid)
         except Exception as e:  # noqa: BLE001
             problems, summary = ["posture check failed to run: %s" % e], ""
@@ -934,6 +1047,11 @@ def main():
             print("run_suite.py --runtime qemu: skipped, missing %s (scripts/install-deps.sh)"
                   % ", ".join(missing))
             return 77
+    if ARGS.runtime == "firecracker":
+        missing = firecracker_missing()
+        if missing:
+            print("run_suite.py --runtime firecracker: skipped, %s" % "; ".join(missing))
+            return 77
     suite = Suite()
     results = []
     readme = harness.read_text(os.path.join(HERE, "README.md"))
@@ -946,7 +1064,7 @@ def main():
     try:
         suite.start()
         for a in attacks:
-            if ARGS.runtime == "qemu" and a.id in VM_NOT_RUN:
+            if IS_VM and a.id in VM_NOT_RUN:
                 r = Result(a.cls, a.name, "NOT-RUN", VM_NOT_RUN[a.id], 0)
             else:
                 r = suite.run(a)

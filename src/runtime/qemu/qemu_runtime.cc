@@ -7,27 +7,20 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/sched.h>
-#include <net/if.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <cstring>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <thread>
 
 #include "common/guard.h"
@@ -36,6 +29,8 @@
 #include "runtime/linux/syscalls.h"
 #include "runtime/linux/writable_layer.h"
 #include "runtime/qemu/qmp.h"
+#include "runtime/vm_host.h"
+#include "runtime/vmm.h"
 
 extern char** environ;
 
@@ -45,6 +40,9 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using linux::Cgroup;
 using linux::CgroupLayout;
+using vm::disk_identity;
+using vm::image_changed;
+using vm::tail_of;
 
 namespace {
 
@@ -61,88 +59,10 @@ constexpr const char* kDiskFile = "disk.img";
 // disk whose blocks its memory caches) and its RAM and vCPUs.
 constexpr const char* kMachineFile = "machine.json";
 
-// The identity of an image disk: `space image build-vm` writes a new file when it rebuilds one.
-json disk_identity(int fd) {
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return nullptr;
-  return {{"dev", static_cast<uint64_t>(st.st_dev)},
-          {"ino", static_cast<uint64_t>(st.st_ino)},
-          {"size", static_cast<int64_t>(st.st_size)},
-          {"mtime_ns", static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec}};
-}
-
 // Where things are inside QEMU's jail.
 constexpr const char* kJailVm = "/vm";
 constexpr const char* kJailKernel = "/boot/vmlinux";
 constexpr const char* kJailInitrd = "/boot/initrd";
-
-Result<fs::path> find_in_path(const fs::path& prog) {
-  if (prog.is_absolute()) {
-    if (::access(prog.c_str(), X_OK) != 0) return fail_sys("access", prog.string());
-    return prog;
-  }
-  const char* path = std::getenv("PATH");
-  std::string p = path ? path : "/usr/local/bin:/usr/bin:/bin";
-  std::stringstream ss(p);
-  std::string dir;
-  while (std::getline(ss, dir, ':')) {
-    if (dir.empty()) continue;
-    fs::path cand = fs::path(dir) / prog;
-    if (::access(cand.c_str(), X_OK) == 0) return fs::canonical(cand);
-  }
-  return fail(Code::kUnavailable, prog.string() + " not found in PATH");
-}
-
-// Runs a fixed host tool (mke2fs) and waits; its output goes to `log` (appended).
-Result<void> run_tool(const std::vector<std::string>& argv, const fs::path& log) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-  std::vector<char*> args;
-  for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid;
-  char* env[] = {const_cast<char*>("PATH=/usr/sbin:/usr/bin:/sbin:/bin"), nullptr};
-  int rc = ::posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), env);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return fail_sys("posix_spawn", argv[0], rc);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return fail_sys("waitpid", argv[0]);
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return fail(Code::kInternal, argv[0] + " failed (status " + std::to_string(status) +
-                                     "); its output is in " + log.string());
-  return {};
-}
-
-// The last `n` lines of a (log) file, for error messages.
-std::string tail_of(const fs::path& p, size_t n) {
-  std::ifstream in(p);
-  std::deque<std::string> lines;
-  std::string line;
-  while (std::getline(in, line)) {
-    // What the guest printed is untrusted: keep it printable and short.
-    for (char& c : line)
-      if (static_cast<unsigned char>(c) < 0x20 && c != '\t') c = ' ';
-    if (line.size() > 200) line.resize(200);
-    lines.push_back(std::move(line));
-    if (lines.size() > n) lines.pop_front();
-  }
-  std::string out;
-  for (auto& l : lines) out += "\n  | " + l;
-  return out;
-}
-
-std::string image_changed(const std::string& image) {
-  return "the saved machine ran on another build of image \"" + image +
-         "\"'s VM disk (`space image build-vm` has rebuilt it since) or with other limits: "
-         "a VM snapshot resumes only on the disk it was saved with, so the snapshots taken "
-         "before the rebuild cannot be restored any more; start a new sandbox instead";
-}
 
 // Waits until the migration that was just started (either way) ends: kTimeout after
 // `deadline` (an outgoing one is cancelled then), QEMU's reason if it failed.
@@ -191,11 +111,6 @@ struct ChildPlan {
   std::vector<char*> argv_p;
 };
 
-struct ChildError {
-  int step;
-  int err;
-};
-
 constexpr const char* kStepNames[] = {
     "wait for the cgroup",   "make mounts private", "mount the tmpfs root", "create a mount point",
     "bind mount",            "remount read-only",   "mount /proc",          "mount a tmpfs",
@@ -204,11 +119,7 @@ constexpr const char* kStepNames[] = {
     "set up fds",            "exec QEMU",
 };
 
-[[noreturn]] void child_fail(const ChildPlan& p, int step) {
-  ChildError e{step, errno};
-  (void)!::write(p.err_fd, &e, sizeof e);
-  ::_exit(127);
-}
+[[noreturn]] void child_fail(const ChildPlan& p, int step) { vm::child_failed(p.err_fd, step); }
 
 int mkdir_p_raw(const std::string& path) {
   // Parents first; `path` is absolute. Uses a stack buffer: no allocation in the child.
@@ -277,18 +188,8 @@ int touch_raw(const std::string& path) {
   if (::mount(nullptr, "/", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
               nullptr) != 0)
     child_fail(p, 10);
-  {
-    // The network namespace holds only lo, where the gateway's listeners will be bound.
-    int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (s < 0) child_fail(p, 11);
-    struct ifreq ifr;
-    std::memset(&ifr, 0, sizeof ifr);
-    std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
-    if (::ioctl(s, SIOCGIFFLAGS, &ifr) != 0) child_fail(p, 11);
-    ifr.ifr_flags |= IFF_UP;
-    if (::ioctl(s, SIOCSIFFLAGS, &ifr) != 0) child_fail(p, 11);
-    ::close(s);
-  }
+  // The network namespace holds only lo, where the gateway's listeners will be bound.
+  if (vm::bring_up_lo_raw() != 0) child_fail(p, 11);
   if (::setgroups(p.groups.size(), p.groups.data()) != 0) child_fail(p, 12);
   if (::setresgid(p.uid, p.uid, p.uid) != 0) child_fail(p, 13);
   if (::setresuid(p.uid, p.uid, p.uid) != 0) child_fail(p, 14);  // every capability goes
@@ -301,35 +202,28 @@ int touch_raw(const std::string& path) {
   child_fail(p, 17);
 }
 
+void child_entry(void* plan, vm::ChildPipes pipes) {
+  auto& p = *static_cast<ChildPlan*>(plan);  // the child's own copy of the parent's memory
+  p.go_fd = pipes.go_fd;
+  p.err_fd = pipes.err_fd;
+  child_main(p);
+}
+
 // --- The instance.
 
-struct Parts {
-  std::string id;
-  pid_t pid = -1;
-  uint64_t start_time = 0;
-  bool is_child = true;
-  UniqueFd pidfd, channel, netns;
-  std::unique_ptr<Cgroup> cgroup;
+struct Parts : vm::VmmParts {
   std::mutex qmp_mu;
   std::optional<Qmp> qmp;
   bool paused = false;
-  bool destroyed = false;
   fs::path vm_dir;
   fs::path disk;  // the writable disk (QEMU has it as an fd)
-  json machine;   // kMachineFile's content (image disk identity, RAM, vCPUs)
   std::chrono::milliseconds save_timeout{120000};
-  std::chrono::milliseconds stop_timeout{5000};
 };
 
-class QemuInstance final : public Instance {
+class QemuInstance final : public vm::VmmInstance {
  public:
-  explicit QemuInstance(std::unique_ptr<Parts> p) : p_(std::move(p)) {}
+  explicit QemuInstance(std::unique_ptr<Parts> p) : VmmInstance(*p), p_(std::move(p)) {}
   ~QemuInstance() override = default;
-
-  int channel_fd() const override { return p_->channel.get(); }
-  int agent_pid() const override { return p_->pid; }
-  int netns_fd() const override { return p_->netns.get(); }
-  bool egress_over_channel() const override { return true; }
 
   Result<void> pause() override {
     std::lock_guard lock(p_->qmp_mu);
@@ -349,36 +243,13 @@ class QemuInstance final : public Instance {
     std::lock_guard lock(p_->qmp_mu);
     return p_->paused;
   }
-  Result<Usage> usage() const override {
-    if (!p_->cgroup) return fail(Code::kConflict, "VM " + p_->id + " is destroyed");
-    return TRY_CTX(p_->cgroup->usage(), "reading usage of VM " + p_->id);
-  }
-
   Result<void> destroy() override {
     if (p_->destroyed) return {};
-    std::string ctx = "destroying VM " + p_->id;
     {
       std::lock_guard lock(p_->qmp_mu);
       p_->qmp.reset();
     }
-    p_->channel.reset();
-    if (p_->cgroup) p_->cgroup->kill_all();
-    TRY_VOID_CTX(linux::kill_and_reap(p_->pidfd.get(), p_->is_child, p_->stop_timeout), ctx);
-    if (p_->cgroup) {
-      (void)p_->cgroup->thaw();
-      TRY_VOID_CTX(p_->cgroup->wait_empty(p_->stop_timeout), ctx);
-      TRY_VOID_CTX(p_->cgroup->remove(), ctx);
-    }
-    p_->netns.reset();
-    p_->pidfd.reset();
-    p_->destroyed = true;
-    return {};
-  }
-
-  Result<UniqueFd> writable_layer() override {
-    return fail(Code::kUnimplemented,
-                "a qemu sandbox keeps its files on its own disk, which the host does not read: "
-                "`space diff` of qemu sandboxes is not supported yet");
+    return stop_vmm();
   }
 
   // The VM stops; QEMU writes its migration stream (RAM and devices) into `memory`, through an
@@ -412,19 +283,9 @@ class QemuInstance final : public Instance {
     return {};
   }
 
-  Result<void> check_resumable(const Image& image) const override {
-    UniqueFd fd(image.vm_disk.empty() ? -1 : ::open(image.vm_disk.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd || !p_->machine.is_object() || disk_identity(fd.get()) != p_->machine["image_disk"])
-      return fail(Code::kConflict, image_changed(image.name));
-    return {};
-  }
-
   json persist() const override {
-    json j = {{"pid", p_->pid},
-              {"start_time", p_->start_time},
-              {"vm_dir", p_->vm_dir.string()},
-              {"machine", p_->machine}};
-    if (p_->cgroup) j["cgroups"] = p_->cgroup->persist();
+    json j = persist_base();
+    j["vm_dir"] = p_->vm_dir.string();
     return j;
   }
 
@@ -458,52 +319,13 @@ Result<UniqueFd> connect_port(const fs::path& path, int pidfd, Clock::time_point
   }
 }
 
-struct Persisted {
-  pid_t pid = 0;
-  uint64_t start_time = 0;
-  fs::path vm_dir;
-  json cgroups;
-  json machine;
-};
-
-Result<Persisted> parse_persisted(const json& j) {
-  try {
-    Persisted p;
-    p.pid = j.at("pid").get<pid_t>();
-    p.start_time = j.at("start_time").get<uint64_t>();
-    p.vm_dir = j.value("vm_dir", "");
-    if (j.contains("cgroups")) p.cgroups = j["cgroups"];
-    if (j.contains("machine")) p.machine = j["machine"];
-    if (p.pid <= 1) return fail(Code::kInvalidArgument, "persisted pid is not a QEMU process");
-    return p;
-  } catch (const json::exception& e) {
-    return fail(Code::kInvalidArgument, std::string("persisted VM state: ") + e.what());
-  }
-}
-
-// A pidfd for the persisted QEMU if that very process is alive and runs this sandbox.
-Result<UniqueFd> find_qemu(const Persisted& p, const std::string& id) {
-  UniqueFd pidfd(linux::sys_pidfd_open(p.pid));
-  if (!pidfd) {
-    if (errno == ESRCH) return fail(Code::kNotFound, "QEMU process is gone");
-    return fail_sys("pidfd_open", std::to_string(p.pid));
-  }
-  auto start = linux::process_start_time(p.pid);
-  if (!start || *start != p.start_time)
-    return fail(Code::kNotFound, "pid " + std::to_string(p.pid) + " is another process now");
-  auto cmdline = linux::read_text("/proc/" + std::to_string(p.pid) + "/cmdline");
-  if (!cmdline || cmdline->find("space.hostname=" + id) == std::string::npos)
-    return fail(Code::kNotFound, "pid " + std::to_string(p.pid) + " is not this sandbox's QEMU");
-  return pidfd;
-}
-
 }  // namespace
 
 // --- The runtime.
 
 QemuRuntime::QemuRuntime(Config config)
     : config_(std::move(config)), layout_(linux::detect_cgroups(config_.cgroup_root)) {
-  auto q = find_in_path(config_.qemu);
+  auto q = vm::find_in_path(config_.qemu);
   if (q)
     config_.qemu = *q;
   else
@@ -607,31 +429,18 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
       if (::fstatat(dir.get(), f, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
         return fail(Code::kProtocol,
                     ctx + ": the saved machine has no " + f + ": it is not a qemu snapshot");
-    {
-      UniqueFd m(::openat(dir.get(), kMachineFile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-      char buf[4096];
-      ssize_t n = m ? ::read(m.get(), buf, sizeof buf) : -1;
-      saved_machine = json::parse(std::string_view(buf, n > 0 ? n : 0), nullptr, false);
-      if (!saved_machine.is_object())
-        return fail(Code::kProtocol, ctx + ": the saved machine has no readable " +
-                                         kMachineFile + ": it is not a qemu snapshot");
-    }
+    auto m = vm::read_machine_file(dir.get(), kMachineFile);
+    if (!m)
+      return fail(Code::kProtocol, ctx + ": the saved machine has no readable " +
+                                       kMachineFile + ": it is not a qemu snapshot");
+    saved_machine = std::move(*m);
     memory_fd.reset(::openat(dir.get(), kMemoryFile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!memory_fd) return fail(Error::sys("openat", kMemoryFile).wrap(ctx));
     if (::renameat(dir.get(), kDiskFile, AT_FDCWD, disk.c_str()) != 0)
       return fail(Error::sys("rename", disk.string()).wrap(ctx));
     times.mark("saved machine");
   } else {
-    UniqueFd f(::open(disk.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-    if (!f) return fail(Error::sys("open", disk.string()).wrap(ctx));
-    if (::ftruncate(f.get(), static_cast<off_t>(spec.limits.disk_bytes)) != 0)
-      return fail(Error::sys("ftruncate", disk.string()).wrap(ctx));
-    f.reset();
-    // As many inodes as the linux runtime's writable layer would have (layer_inodes).
-    TRY_VOID_CTX(run_tool({"mke2fs", "-q", "-F", "-t", "ext4", "-L", "space-rw", "-m", "0", "-O",
-                           "^has_journal", "-N", std::to_string(linux::layer_inodes(spec.limits)),
-                           "-E", "lazy_itable_init=1,nodiscard", disk.string()},
-                          spec.dir / "mke2fs.log"),
+    TRY_VOID_CTX(vm::make_writable_disk(disk, spec.limits, spec.dir / "mke2fs.log"),
                  ctx + ": making the writable disk");
     times.mark("disk");
   }
@@ -750,13 +559,6 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
   UniqueFd log_fd(::open((spec.dir / "qemu.log").c_str(),
                          O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
   if (!null_fd || !log_fd) return fail(Error::sys("open", "qemu.log").wrap(ctx));
-  int go[2], err[2];
-  if (::pipe2(go, O_CLOEXEC) != 0) return fail(Error::sys("pipe2").wrap(ctx));
-  UniqueFd go_r(go[0]), go_w(go[1]);
-  if (::pipe2(err, O_CLOEXEC) != 0) return fail(Error::sys("pipe2").wrap(ctx));
-  UniqueFd err_r(err[0]), err_w(err[1]);
-  plan.go_fd = go_r.get();
-  plan.err_fd = err_w.get();
   plan.log_fd = log_fd.get();
   plan.null_fd = null_fd.get();
   plan.image_fd = image_fd.get();
@@ -764,42 +566,16 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
   plan.disk_ro_fd = disk_ro_fd.get();
 
   // 4. clone3 into the namespaces (and the v2 cgroup), attach the v1 controllers, let it go.
-  int pidfd_raw = -1;
-  clone_args args{};
-  args.flags = CLONE_PIDFD | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
-               CLONE_NEWUTS | CLONE_NEWCGROUP;
-  args.pidfd = reinterpret_cast<uint64_t>(&pidfd_raw);
-  args.exit_signal = SIGCHLD;
-  if (int cfd = cgroup->clone_into_fd(); cfd >= 0) {
-    args.flags |= CLONE_INTO_CGROUP;
-    args.cgroup = static_cast<uint64_t>(cfd);
-  }
-  long pid = linux::sys_clone3(&args);
-  if (pid < 0) return fail(Error::sys("clone3", "QEMU").wrap(ctx));
-  if (pid == 0) child_main(plan);
-  UniqueFd pidfd(pidfd_raw);
+  vm::LaunchedVmm launched = TRY_CTX(
+      vm::launch_vmm(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
+                         CLONE_NEWCGROUP,
+                     *cgroup, child_entry, &plan, kStepNames, std::size(kStepNames), "QEMU", stop),
+      ctx);
+  UniqueFd pidfd = std::move(launched.pidfd);
+  const pid_t pid = launched.pid;
+  UniqueFd netns = std::move(launched.netns);
+  auto start_time = launched.start_time;
   Guard child_guard([&] { (void)linux::kill_and_reap(pidfd.get(), true, stop); });
-  go_r.reset();
-  err_w.reset();
-  times.mark("clone");
-  UniqueFd netns(::open(("/proc/" + std::to_string(pid) + "/ns/net").c_str(),
-                        O_RDONLY | O_CLOEXEC));
-  if (!netns) return fail(Error::sys("open", "QEMU's network namespace").wrap(ctx));
-  auto start_time = linux::process_start_time(static_cast<int>(pid));
-  if (!start_time) return fail(std::move(start_time.error()).wrap(ctx));
-  TRY_VOID_CTX(cgroup->attach(static_cast<pid_t>(pid)), ctx + ": joining QEMU's cgroups");
-  if (::write(go_w.get(), "g", 1) != 1) return fail(Error::sys("write", "go pipe").wrap(ctx));
-  go_w.reset();
-  {
-    ChildError ce{};
-    ssize_t n;
-    do n = ::read(err_r.get(), &ce, sizeof ce);
-    while (n < 0 && errno == EINTR);
-    if (n == static_cast<ssize_t>(sizeof ce)) {
-      int step = std::clamp(ce.step, 0, static_cast<int>(std::size(kStepNames)) - 1);
-      return fail(Error::sys(std::string("QEMU's jail: ") + kStepNames[step], "", ce.err).wrap(ctx));
-    }
-  }
   times.mark("exec");
 
   // 5. The agent's port and QMP; then wait for the guest to boot up to the agent. The port is
@@ -849,8 +625,8 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
 
   auto parts = std::make_unique<Parts>();
   parts->id = spec.id;
-  parts->pid = static_cast<pid_t>(pid);
-  parts->start_time = *start_time;
+  parts->pid = pid;
+  parts->start_time = start_time;
   parts->pidfd = std::move(pidfd);
   parts->channel = std::move(*channel);
   parts->netns = std::move(netns);
@@ -868,52 +644,35 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
 Result<std::unique_ptr<Instance>> QemuRuntime::reattach(const SandboxSpec& spec,
                                                         const json& persisted) {
   std::string ctx = "reattaching VM " + spec.id;
-  Persisted p = TRY_CTX(parse_persisted(persisted), ctx);
+  vm::VmmPersisted p = TRY_CTX(vm::parse_vmm_persisted(persisted), ctx);
   const CgroupLayout* layout = TRY_CTX(cgroup_layout(), ctx);
-  UniqueFd pidfd = TRY_CTX(find_qemu(p, spec.id), ctx);
+  UniqueFd pidfd = TRY_CTX(vm::find_vmm(p, "space.hostname=" + spec.id, "QEMU"), ctx);
   fs::path vm = spec.dir / "vm";
-  if (p.vm_dir != vm) return fail(Code::kInvalidArgument, ctx + ": persisted vm_dir is not ours");
+  if (persisted.value("vm_dir", "") != vm.string())
+    return fail(Code::kInvalidArgument, ctx + ": persisted vm_dir is not ours");
   auto deadline = Clock::now() + std::chrono::seconds(5);
   UniqueFd channel = TRY_CTX(connect_port(vm / "agent.sock", pidfd.get(), deadline), ctx);
   Qmp qmp = TRY_CTX(Qmp::connect(vm / "qmp.sock", std::chrono::seconds(5)), ctx);
   json status = TRY_CTX(qmp.execute("query-status"), ctx);
-  UniqueFd netns(::open(("/proc/" + std::to_string(p.pid) + "/ns/net").c_str(),
-                        O_RDONLY | O_CLOEXEC));
-  if (!netns) return fail(Error::sys("open", "QEMU's network namespace").wrap(ctx));
-  if (p.cgroups.is_null()) return fail(Code::kInvalidArgument, ctx + ": no persisted cgroups");
   auto parts = std::make_unique<Parts>();
-  parts->id = spec.id;
-  parts->pid = p.pid;
-  parts->start_time = p.start_time;
-  parts->is_child = false;
-  parts->pidfd = std::move(pidfd);
-  parts->channel = std::move(channel);
-  parts->netns = std::move(netns);
-  parts->cgroup = TRY_CTX(Cgroup::open(*layout, config_.cgroup_name, p.cgroups), ctx);
+  TRY_VOID_CTX(vm::adopt_vmm(*parts, spec.id, p, std::move(pidfd), std::move(channel), *layout,
+                             config_.cgroup_name, config_.stop_timeout),
+               ctx);
   // Stopped by a pause, or by a save that the last spaced did not see to its end.
   parts->paused = status.is_object() && !status.value("running", true);
   parts->qmp.emplace(std::move(qmp));
   parts->vm_dir = vm;
   parts->disk = spec.dir / kDiskFile;
-  parts->machine = p.machine;
-  parts->stop_timeout = config_.stop_timeout;
   return std::unique_ptr<Instance>(new QemuInstance(std::move(parts)));
 }
 
 Result<void> QemuRuntime::cleanup(const SandboxSpec& spec, const json& persisted) {
-  std::string ctx = "cleaning up VM " + spec.id;
-  auto p = parse_persisted(persisted);
+  auto p = vm::parse_vmm_persisted(persisted);
   if (!p) return {};  // never started far enough to persist anything of QEMU's
-  if (auto pidfd = find_qemu(*p, spec.id))
-    TRY_VOID_CTX(linux::kill_and_reap(pidfd->get(), false, config_.stop_timeout), ctx);
-  if (!p->cgroups.is_null()) {
-    const CgroupLayout* layout = TRY_CTX(cgroup_layout(), ctx);
-    auto cg = TRY_CTX(Cgroup::open(*layout, config_.cgroup_name, p->cgroups), ctx);
-    cg->kill_all();
-    (void)cg->thaw();
-    TRY_VOID_CTX(cg->wait_empty(config_.stop_timeout), ctx);
-    TRY_VOID_CTX(cg->remove(), ctx);
-  }
+  const CgroupLayout* layout = TRY_CTX(cgroup_layout(), "cleaning up VM " + spec.id);
+  TRY_VOID_CTX(vm::cleanup_vmm(*p, "space.hostname=" + spec.id, "QEMU", *layout,
+                             config_.cgroup_name, config_.stop_timeout),
+               "cleaning up VM " + spec.id);
   return {};
 }
 

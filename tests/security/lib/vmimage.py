@@ -1,8 +1,9 @@
 """The image the escape suite's sandboxes run when it targets microVMs (run_suite.py --runtime
-qemu): a VM cannot use the `host` image, so this one is made from the host's own files, just
-what the attempts need: busybox (Debian's busybox-static) for the tools, dash as the shell, and
-the host's python3 with its standard library, the shared libraries it and its extension modules
-load, and `requests` (the egress attempts use it). Debian's merged /usr layout.
+qemu or firecracker: both boot the same guest): a VM cannot use the `host` image, so this one
+is made from the host's own files, just what the attempts need: busybox (Debian's
+busybox-static) for the tools, dash as the shell, and the host's python3 with its standard
+library, the shared libraries it and its extension modules load, and `requests` (the egress
+attempts use it). Debian's merged /usr layout.
 
     tarball(path)  writes it as a .tar.gz for `space image import`
 """

@@ -10,7 +10,12 @@ trusts an attack's own verdict alone):
   * host-wide kernel state an escape would change: sysctls, cgroup v1 release_agent files,
     /proc/modules, the hostname, files an attack tries to create on the host;
   * the image's files in the daemon's state directory (shared by every sandbox), and (on
-    request) the hashes of spaced, space-agent and /usr/bin/sleep.
+    request) the hashes of spaced, space-agent and /usr/bin/sleep;
+  * Firecracker's templates (<state>/firecracker/templates: the saved machine every VM of an
+    image and limits is restored from, its memory file mapped privately by each): a template
+    may appear, but one seen before must keep its files as they were (inode, owner, mode, size,
+    mtime; a write through a file or a shared mapping moves the mtime). Not hashed: a template's
+    memory is the VM's RAM, too large to hash after every attempt.
 Victim is the "other sandbox": planted secrets, listeners and processes that attacks from a
 different sandbox must neither see nor change.
 """
@@ -152,6 +157,7 @@ class HostWatch:
         self.pwned_before = {p for p in PWNED_PATHS if os.path.lexists(p)}
         self.baseline = self._volatile_state()
         self.image = self._image_digest()
+        self.templates = self._template_stamps()
         self.binaries = None
 
     def env(self):
@@ -187,6 +193,24 @@ class HostWatch:
     def _image_digest(self):
         images = os.path.join(self.state_dir, "images")
         return tree_digest(images) if os.path.isdir(images) else {}
+
+    def _template_stamps(self):
+        """{relative path: (inode, mode, uid, gid, size, mtime)} of Firecracker's finished
+        templates (a template being made is in a directory whose name starts with '.'). Not
+        the ctime: linking a template into a jail changes it."""
+        root = os.path.join(self.state_dir, "firecracker", "templates")
+        out = {}
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            for name in filenames:
+                p = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(p)
+                except OSError:
+                    continue
+                out[os.path.relpath(p, root)] = (st.st_ino, st.st_mode, st.st_uid, st.st_gid,
+                                                 st.st_size, st.st_mtime_ns)
+        return out
 
     def snapshot_binaries(self):
         paths = [os.path.join(self.build_dir, "spaced"), os.path.join(self.build_dir, "space-agent"),
@@ -227,6 +251,13 @@ class HostWatch:
                 changed = sorted(k for k in set(after) | set(self.image)
                                  if after.get(k) != self.image.get(k))
                 problems.append("image files changed on the host: %s" % changed[:5])
+            now = self._template_stamps()
+            changed = sorted(k for k, v in self.templates.items() if now.get(k) != v)
+            if changed:
+                problems.append("Firecracker template files changed or vanished: %s" %
+                                changed[:5])
+            # New templates (other limits, made by this attempt's sandbox) join the baseline.
+            self.templates.update({k: v for k, v in now.items() if k not in self.templates})
         if binaries:
             if self.binaries is None:
                 problems.append("binaries were not snapshotted")

@@ -2,7 +2,9 @@
 // a socketpair, the way the linux runtime starts it:
 //   space-agent --channel-fd 3 --spare-fds 4,5 --hold-fds 6
 // The test keeps the daemon's end of the channel and its own copy of the spare's daemon end
-// (what a restarted daemon would take with pidfd_getfd). Frames for other streams are queued
+// (what a restarted daemon would take with pidfd_getfd). With ListenChannel the agent instead
+// listens on a Unix socket (`--channel-listen unix:PATH`, the code path of the firecracker
+// runtime's vsock listener) and the test connects to it. Frames for other streams are queued
 // per stream, so tests can run several execs at once. The destructor SIGKILLs the agent; its
 // shims see their control pipes close and kill their process trees.
 #pragma once
@@ -13,6 +15,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -62,6 +65,28 @@ inline std::string agent_binary() {
       GTEST_SKIP() << "space-agent binary not found: build the space-agent target or set " \
                       "SPACE_AGENT_BIN";                                                   \
   } while (0)
+
+// A connection to the Unix socket at `path`, retried while it does not exist yet or refuses
+// (the agent is still starting) for up to `timeout`; an empty fd if none came.
+inline UniqueFd connect_unix(const std::string& path, std::chrono::milliseconds timeout = 5000ms) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  path.copy(sa.sun_path, sizeof sa.sun_path - 1);
+  while (true) {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) return {};
+    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0) return fd;
+    if ((errno != ENOENT && errno != ECONNREFUSED) || std::chrono::steady_clock::now() > deadline)
+      return {};
+    ::usleep(5000);
+  }
+}
+
+// Where an agent started with `--channel-listen unix:PATH` listens.
+struct ListenChannel {
+  std::string path;
+};
 
 // What an exec stream produced.
 struct ExecResult {
@@ -128,6 +153,24 @@ class AgentClient {
     }
     channel_ = std::move(daemon_end);
   }
+  // Starts `space-agent --channel-listen unix:PATH` (no spare, no held fd) plus `extra_args`.
+  // There is no channel until connect().
+  explicit AgentClient(ListenChannel listen, std::vector<std::string> extra_args = {})
+      : listen_path_(listen.path) {
+    std::string bin = agent_binary();
+    std::vector<std::string> args = {bin, "--channel-listen", "unix:" + listen.path};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    char* envp[] = {nullptr};
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close_range(3, ~0u, 0);
+      ::execve(argv[0], argv.data(), envp);
+      _exit(127);
+    }
+  }
   ~AgentClient() {
     if (pid_ > 0) {
       ::kill(pid_, SIGKILL);
@@ -142,6 +185,20 @@ class AgentClient {
   UniqueFd& channel() { return channel_; }
   // The test's copy of the spare's daemon end (the agent's fd 5).
   UniqueFd& spare() { return spare_; }
+
+  // A new connection to the agent's listener (ListenChannel), as a new daemon would make.
+  UniqueFd connect_listener(std::chrono::milliseconds timeout = 5000ms) {
+    UniqueFd fd = connect_unix(listen_path_, timeout);
+    EXPECT_TRUE(fd) << "connect " << listen_path_ << ": " << std::strerror(errno);
+    return fd;
+  }
+  // connect_listener(), and the client switches to that connection.
+  bool connect(std::chrono::milliseconds timeout = 5000ms) {
+    UniqueFd fd = connect_listener(timeout);
+    if (!fd) return false;
+    use_channel(std::move(fd));
+    return true;
+  }
 
   // Switches the client to another fd (after a reattach); pending frames are dropped.
   void use_channel(UniqueFd fd) {
@@ -288,6 +345,7 @@ class AgentClient {
   }
 
   pid_t pid_ = -1;
+  std::string listen_path_;
   UniqueFd channel_;
   UniqueFd spare_;
   proto::Decoder decoder_;

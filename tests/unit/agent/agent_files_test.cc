@@ -179,8 +179,17 @@ TEST_F(AgentFilesTest, WriteThroughFinalSymlinkIsRefused) {
 }
 
 // `resync` sets a guest's clock, hostname and entropy; an agent on a socketpair shares the
-// host's kernel and must refuse it before touching anything (this test's agent runs as root).
+// host's kernel and must refuse it before touching anything (this test's agent runs as root),
+// even before checking the fields (AgentListenTest.ResyncIsForGuestChannels sends the same bad
+// request to a listening agent, which gets past the refusal to the field checks).
 TEST_F(AgentFilesTest, ResyncIsRefusedOutsideAVmGuest) {
+  json bad = agent_->request(2, {{"op", "resync"},
+                                 {"hostname", "Bad/Host"},
+                                 {"time_ns", 1000000000},
+                                 {"seed", std::string(128, 'a')}});
+  EXPECT_FALSE(bad.value("ok", true));
+  EXPECT_EQ(bad["error"].value("code", ""), "permission_denied") << bad.dump();
+  EXPECT_EQ(bad["error"].value("errno", 0), EPERM) << bad.dump();
   char before[256] = {};
   ASSERT_EQ(::gethostname(before, sizeof before - 1), 0);
   json r = agent_->request(1, {{"op", "resync"},

@@ -55,6 +55,57 @@ TEST(Options, EgressListen) {
                       "--egress-listen=127.0.0.1:1"}));
 }
 
+TEST(Options, ChannelListen) {
+  auto v = parse({"--channel-listen", "vsock:1024", "--egress-listen", "127.0.0.1:3128"});
+  ASSERT_TRUE(v) << v.error().message();
+  ASSERT_TRUE(v->channel_listen);
+  EXPECT_EQ(v->channel_listen->family, Options::ChannelListen::Family::kVsock);
+  EXPECT_EQ(v->channel_listen->port, 1024u);
+  EXPECT_EQ(v->channel_listen->text, "vsock:1024");
+  EXPECT_EQ(v->channel_fd, -1);
+  EXPECT_TRUE(v->channel_path.empty());
+  EXPECT_TRUE(v->guest_channel());
+  EXPECT_EQ(parse({"--channel-listen=vsock:1"})->channel_listen->port, 1u);
+  EXPECT_EQ(parse({"--channel-listen=vsock:65535"})->channel_listen->port, 65535u);
+
+  auto u = parse({"--channel-listen=unix:/tmp/agent.sock"});
+  ASSERT_TRUE(u) << u.error().message();
+  EXPECT_EQ(u->channel_listen->family, Options::ChannelListen::Family::kUnix);
+  EXPECT_EQ(u->channel_listen->path, "/tmp/agent.sock");
+  std::string longest = "unix:/" + std::string(106, 'a');  // 107 bytes: sun_path holds them
+  EXPECT_TRUE(parse({"--channel-listen", longest.c_str()}));
+
+  EXPECT_TRUE(parse({"--channel", "/dev/vport0p1"})->guest_channel());
+  EXPECT_FALSE(parse({"--channel-fd", "3"})->guest_channel());
+
+  std::string too_long = "unix:/" + std::string(107, 'a');  // 108 bytes
+  for (const std::string& bad : std::vector<std::string>{
+           "vsock:", "vsock:0", "vsock:65536", "vsock:4294967296", "vsock:-1", "vsock:1x",
+           "vsock: 1", "vsock", "unix:", "unix", "tcp:1", "/tmp/agent.sock", "", too_long}) {
+    auto r = parse({"--channel-listen", bad.c_str()});
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message().find("--channel-listen"), std::string::npos)
+        << r.error().message();
+  }
+}
+
+TEST(Options, ExactlyOneChannel) {
+  for (auto args : std::vector<std::vector<const char*>>{
+           {},
+           {"--channel-fd", "3", "--channel", "/dev/x"},
+           {"--channel-fd", "3", "--channel-listen", "vsock:1024"},
+           {"--channel", "/dev/x", "--channel-listen", "vsock:1024"},
+           {"--channel-fd", "3", "--channel", "/dev/x", "--channel-listen", "unix:/s"},
+           {"--egress-listen", "127.0.0.1:3128"}}) {
+    auto r = parse(args);
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.error().message().find("exactly one of --channel-fd, --channel and "
+                                       "--channel-listen"),
+              std::string::npos)
+        << r.error().message();
+  }
+}
+
 TEST(Options, RejectsBadCommandLines) {
   for (auto args :
        std::vector<std::vector<const char*>>{{},

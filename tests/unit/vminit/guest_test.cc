@@ -21,6 +21,11 @@ TEST(VminitCmdline, ParsesSpaceKeysAndIgnoresOthers) {
   EXPECT_EQ(*p->pids, 256u);
   EXPECT_EQ(p->egress, (std::vector<uint16_t>{3128, 443, 80}));
   EXPECT_EQ(parse_cmdline("space.egress=3128")->egress, std::vector<uint16_t>{3128});
+  auto fc = parse_cmdline("console=ttyS0 space.channel=vsock:1024 space.egress=3128");
+  ASSERT_TRUE(fc) << fc.error().message();
+  EXPECT_EQ(fc->channel_vsock_port, 1024);
+  EXPECT_EQ(parse_cmdline("space.channel=vsock:1")->channel_vsock_port, 1);
+  EXPECT_EQ(parse_cmdline("space.channel=vsock:65535")->channel_vsock_port, 65535);
 }
 
 TEST(VminitCmdline, AbsentKeysStayUnset) {
@@ -29,6 +34,7 @@ TEST(VminitCmdline, AbsentKeysStayUnset) {
   EXPECT_EQ(p->hostname, "");
   EXPECT_FALSE(p->pids);
   EXPECT_TRUE(p->egress.empty());
+  EXPECT_FALSE(p->channel_vsock_port);
   EXPECT_TRUE(parse_cmdline(""));
 }
 
@@ -43,9 +49,16 @@ TEST(VminitCmdline, RejectsBadValues) {
   EXPECT_FALSE(parse_cmdline("space.egress=1,2,3,4,5,6,7,8,9"));
   EXPECT_FALSE(parse_cmdline("space.hostname=a/b"));
   EXPECT_FALSE(parse_cmdline("space.hostname"));
+  for (const char* bad :
+       {"space.channel=vsock:0", "space.channel=vsock:65536",
+        "space.channel=vsock:", "space.channel=vsock:1x", "space.channel=vsock",
+        "space.channel=", "space.channel=virtio-serial", "space.channel=unix:/x", "space.channel"})
+    EXPECT_FALSE(parse_cmdline(bad)) << bad;
   auto typo = parse_cmdline("space.pid=5");
   ASSERT_FALSE(typo);
   EXPECT_NE(typo.error().message().find("unknown kernel parameter space.pid"), std::string::npos);
+  EXPECT_NE(typo.error().message().find("space.channel"), std::string::npos)
+      << typo.error().message();
 }
 
 TEST(VminitModuleParams, CollectsModuleWordsLikeModprobe) {
@@ -67,6 +80,24 @@ TEST(VminitAgentArgv, EgressOnlyWhenGiven) {
   p.egress = {3128, 443};
   EXPECT_EQ(agent_argv("/dev/vport1p1", p),
             (std::vector<std::string>{"/.space/space-agent", "--channel", "/dev/vport1p1",
+                                      "--egress-listen", "127.0.0.1:3128", "--egress-listen",
+                                      "127.0.0.1:443"}));
+}
+
+TEST(VminitAgentArgv, VsockChannelListensInsteadOfTheDevice) {
+  BootParams p;
+  p.channel_vsock_port = 1024;
+  EXPECT_EQ(agent_argv("", p),
+            (std::vector<std::string>{"/.space/space-agent", "--channel-listen", "vsock:1024"}));
+  p.egress = {3128};
+  EXPECT_EQ(agent_argv("/dev/vport1p1", p),  // a device, if given anyway, is not used
+            (std::vector<std::string>{"/.space/space-agent", "--channel-listen", "vsock:1024",
+                                      "--egress-listen", "127.0.0.1:3128"}));
+  // What vminit builds from the kernel command line the firecracker runtime gives.
+  auto fc = parse_cmdline("console=ttyS0 space.channel=vsock:2049 space.egress=3128,443");
+  ASSERT_TRUE(fc);
+  EXPECT_EQ(agent_argv("", *fc),
+            (std::vector<std::string>{"/.space/space-agent", "--channel-listen", "vsock:2049",
                                       "--egress-listen", "127.0.0.1:3128", "--egress-listen",
                                       "127.0.0.1:443"}));
 }

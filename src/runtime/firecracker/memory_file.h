@@ -1,0 +1,22 @@
+// Guest memory files of Firecracker snapshots (docs/firecracker-runtime.md). A full snapshot's
+// memory file holds all of the guest's RAM; a diff snapshot's holds only the pages dirtied
+// since the previous snapshot, at their offsets, with holes in between. A diff is made
+// restorable by writing its data extents over the full file it follows (what Firecracker's
+// rebase-snap tool does). Holes cost nothing: SEEK_DATA / SEEK_HOLE find the extents.
+#pragma once
+
+#include <cstdint>
+
+#include "common/error.h"
+
+namespace space::runtime::firecracker {
+
+// Writes every data extent of `diff_fd` into `base_fd` at the same offsets; returns the bytes
+// written. The diff must not be larger than the base (the same machine's RAM).
+Result<uint64_t> apply_diff(int base_fd, int diff_fd);
+
+// Copies `src_fd` into the empty `dst_fd`, keeping holes (a fresh disk or memory file is mostly
+// holes): a reflink where the filesystem has them, else its data extents only.
+Result<void> copy_sparse(int src_fd, int dst_fd);
+
+}  // namespace space::runtime::firecracker
