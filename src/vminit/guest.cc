@@ -161,4 +161,11 @@ std::vector<std::string> agent_argv(const std::string& channel_dev, const BootPa
   return argv;
 }
 
+bool module_wanted(std::string_view module, const BootParams& p) {
+  if (module == "vsock" || module == "vmw_vsock_virtio_transport_common" ||
+      module == "vmw_vsock_virtio_transport")
+    return p.channel_vsock_port.has_value();
+  return true;
+}
+
 }  // namespace space::vminit

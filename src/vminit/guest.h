@@ -24,6 +24,11 @@ struct BootParams {
   std::optional<uint16_t> channel_vsock_port;
 };
 
+// Whether vminit loads the initramfs's module `module` (its file name without .ko) for a guest
+// booted with `p`: the vsock family only when the agent's channel is vsock (firecracker), so
+// that a qemu guest has no AF_VSOCK at all.
+[[nodiscard]] bool module_wanted(std::string_view module, const BootParams& p);
+
 // Parses /proc/cmdline's content (space-separated words, a trailing newline allowed).
 [[nodiscard]] Result<BootParams> parse_cmdline(std::string_view cmdline);
 

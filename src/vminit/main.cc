@@ -125,7 +125,7 @@ Result<void> early_mounts() {
 
 // 2. Modules, in the order the initramfs lists them (dependencies first), each with the
 // parameters the kernel command line gives it (module_params).
-Result<void> load_modules(const std::string& cmdline) {
+Result<void> load_modules(const std::string& cmdline, const BootParams& boot) {
   auto order = read_file("/modules.order");
   if (!order) return {};  // a kernel with everything built in needs no list
   std::stringstream ss(*order);
@@ -133,10 +133,11 @@ Result<void> load_modules(const std::string& cmdline) {
   int loaded = 0;
   while (std::getline(ss, name)) {
     if (name.empty()) continue;
+    std::string module = name.substr(0, name.find('.'));
+    if (!module_wanted(module, boot)) continue;
     std::string path = "/lib/modules/" + name;
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) return fail_sys("open", path);
-    std::string module = name.substr(0, name.find('.'));
     std::string params = module_params(cmdline, module);
     if (::syscall(SYS_finit_module, fd.get(), params.c_str(), 0) != 0 && errno != EEXIST)
       return fail_sys("finit_module", path + (params.empty() ? "" : " \"" + params + "\""));
@@ -296,9 +297,9 @@ Result<std::string> find_agent_port() {
   };
   step("early mounts", early_mounts());
   std::string cmdline = read_file("/proc/cmdline").value_or("");
-  step("loading modules", load_modules(cmdline));
   auto params = parse_cmdline(cmdline);
   if (!params) power_off("kernel command line: " + params.error().message());
+  step("loading modules", load_modules(cmdline, *params));
   auto disks = find_disks();
   if (!disks) power_off("finding disks: " + disks.error().message());
   log("image " + disks->image + ", writable layer " + disks->rw);

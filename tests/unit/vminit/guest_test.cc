@@ -131,5 +131,22 @@ TEST(VminitLabel, ReadsMke2fsLabel) {
   EXPECT_FALSE(read_ext4_label("/nonexistent/disk"));
 }
 
+// A qemu guest gets no AF_VSOCK at all: the vsock family is loaded only for a vsock channel.
+TEST(VminitModules, VsockOnlyForAVsockChannel) {
+  auto qemu = parse_cmdline("space.hostname=sb_1");
+  auto fc = parse_cmdline("space.hostname=sb_1 space.channel=vsock:1024");
+  ASSERT_TRUE(qemu);
+  ASSERT_TRUE(fc);
+  for (const char* m :
+       {"vsock", "vmw_vsock_virtio_transport_common", "vmw_vsock_virtio_transport"}) {
+    EXPECT_FALSE(module_wanted(m, *qemu)) << m;
+    EXPECT_TRUE(module_wanted(m, *fc)) << m;
+  }
+  for (const char* m : {"virtio_mmio", "virtio_blk", "ext4", "overlay", "virtio-rng"}) {
+    EXPECT_TRUE(module_wanted(m, *qemu)) << m;
+    EXPECT_TRUE(module_wanted(m, *fc)) << m;
+  }
+}
+
 }  // namespace
 }  // namespace space::vminit
