@@ -5,14 +5,11 @@
 // and check every body this file builds against it.
 #include "runtime/firecracker/api.h"
 
-#include <poll.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <cstring>
-#include <thread>
 
 #include "common/fd_stream.h"
 
@@ -174,48 +171,6 @@ ApiClient::ApiClient(UniqueFd fd) : conn_(std::make_unique<Conn>(std::move(fd)))
 ApiClient::ApiClient(ApiClient&&) noexcept = default;
 ApiClient& ApiClient::operator=(ApiClient&&) noexcept = default;
 ApiClient::~ApiClient() = default;
-
-Result<ApiClient> ApiClient::connect(const std::filesystem::path& socket,
-                                     Clock::time_point deadline, int pidfd) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  const std::string& path = socket.native();
-  if (path.empty() || path.size() >= sizeof addr.sun_path)
-    return fail(Code::kInvalidArgument, "Firecracker API socket path empty or too long: " + path);
-  std::memcpy(addr.sun_path, path.data(), path.size());
-  for (;;) {
-    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!fd) return fail_sys("socket", "AF_UNIX");
-    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0)
-      return ApiClient(std::move(fd));
-    int err = errno;
-    if (err != ENOENT && err != ECONNREFUSED && err != EINTR)
-      return fail(Error::sys("connect", "\"" + path + "\"", err)
-                      .wrap("connecting to Firecracker's API socket"));
-    // Not there yet (Firecracker is starting): wait a little, watching the process.
-    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) {
-      return fail(Code::kTimeout,
-                  "Firecracker's API socket " + path + " did not accept a connection in time (" +
-                      std::string(errno_name(err)) + ")",
-                  err);
-    }
-    int wait_ms = static_cast<int>(std::min<int64_t>(left.count(), 5));
-    if (pidfd < 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
-      continue;
-    }
-    pollfd p{pidfd, POLLIN, 0};
-    int r = ::poll(&p, 1, wait_ms);
-    if (r < 0 && errno != EINTR) return fail_sys("poll", "Firecracker's pidfd");
-    if (r > 0 && (p.revents & POLLNVAL))
-      return fail(Code::kInvalidArgument, "Firecracker's pidfd is not an open fd");
-    if (r > 0) {
-      return fail(Code::kUnavailable,
-                  "Firecracker exited before its API socket " + path + " accepted a connection");
-    }
-  }
-}
 
 Result<json> ApiClient::request(std::string_view method, std::string_view path,
                                 const std::optional<json>& body,

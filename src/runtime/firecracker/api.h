@@ -110,18 +110,10 @@ class ApiClient {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // Connects to Firecracker's API socket, retrying ENOENT and ECONNREFUSED every few ms until
-  // `deadline` (kTimeout then): Firecracker creates the socket as it starts. With a `pidfd`
-  // (-1 = none), its becoming readable (the process exited) fails at once with kUnavailable.
-  //
-  // The path is followed as given. A socket in a directory that a jailed (and possibly
-  // compromised) Firecracker can write may have been swapped for a link to another service's
-  // socket: for a connection after the guest has run, connect with connect_jailed (vsock.h),
-  // which checks the peer's uid, and wrap the fd with the constructor below.
-  static Result<ApiClient> connect(const std::filesystem::path& socket, Clock::time_point deadline,
-                                   int pidfd = -1);
-
-  // Wraps an already connected stream socket (made non-blocking here).
+  // Wraps a connected stream socket (made non-blocking here): the API socket in a jail is
+  // reached with connect_jailed (vsock.h), which retries while Firecracker starts and checks
+  // that the socket's peer is the jail's uid (a compromised Firecracker could have swapped it
+  // for a link to another service's socket).
   explicit ApiClient(UniqueFd fd);
   ApiClient(ApiClient&&) noexcept;
   ApiClient& operator=(ApiClient&&) noexcept;

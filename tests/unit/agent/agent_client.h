@@ -139,37 +139,16 @@ class AgentClient {
   // Starts `space-agent --channel DEVICE` (no spare, no held fd); `daemon_end` is the test's
   // side of that device (e.g. a pty master).
   AgentClient(const std::string& device, UniqueFd daemon_end) {
-    std::string bin = agent_binary();
-    std::vector<std::string> args = {bin, "--channel", device};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    char* envp[] = {nullptr};
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::close_range(3, ~0u, 0);
-      ::execve(argv[0], argv.data(), envp);
-      _exit(127);
-    }
+    spawn({agent_binary(), "--channel", device});
     channel_ = std::move(daemon_end);
   }
   // Starts `space-agent --channel-listen unix:PATH` (no spare, no held fd) plus `extra_args`.
   // There is no channel until connect().
   explicit AgentClient(ListenChannel listen, std::vector<std::string> extra_args = {})
       : listen_path_(listen.path) {
-    std::string bin = agent_binary();
-    std::vector<std::string> args = {bin, "--channel-listen", "unix:" + listen.path};
+    std::vector<std::string> args = {agent_binary(), "--channel-listen", "unix:" + listen.path};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    char* envp[] = {nullptr};
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::close_range(3, ~0u, 0);
-      ::execve(argv[0], argv.data(), envp);
-      _exit(127);
-    }
+    spawn(std::move(args));
   }
   ~AgentClient() {
     if (pid_ > 0) {
@@ -313,6 +292,21 @@ class AgentClient {
   }
 
  private:
+  // Forks and execs `args` (the agent and its options) with an empty environment and no fd
+  // above stderr.
+  void spawn(std::vector<std::string> args) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    char* envp[] = {nullptr};
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close_range(3, ~0u, 0);
+      ::execve(argv[0], argv.data(), envp);
+      _exit(127);
+    }
+  }
+
   // Reads more frames into the queues; false on timeout or EOF.
   bool pump(std::chrono::steady_clock::time_point deadline) {
     while (true) {

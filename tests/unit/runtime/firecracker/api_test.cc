@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "common/fd_stream.h"
+#include "runtime/firecracker/vsock.h"
 
 namespace space::runtime::firecracker {
 namespace {
@@ -835,12 +836,20 @@ TEST_F(FirecrackerApiErrors, BodyThatIsNotUtf8IsRefusedWithoutSending) {
   EXPECT_EQ(finish().size(), 0u);
 }
 
-// ---- connect() -----------------------------------------------------------------------------
+// ---- connect_jailed() + ApiClient: how the runtime reaches the API socket (vsock.h) --------
 
 std::filesystem::path temp_dir() {
   std::string tmpl = "/tmp/space-fc-api-XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
   return tmpl;
+}
+
+// The API socket `name` in `dir`, as the runtime connects to it (the peer is this process).
+Result<ApiClient> connect_api(const std::filesystem::path& dir, const std::string& name,
+                              Clock::time_point deadline, int pidfd = -1) {
+  UniqueFd d(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd fd = TRY(connect_jailed(d.get(), name, ::geteuid(), deadline, pidfd));
+  return ApiClient(std::move(fd));
 }
 
 TEST(FirecrackerApiConnect, SocketThatAppearsLaterIsConnected) {
@@ -863,7 +872,7 @@ TEST(FirecrackerApiConnect, SocketThatAppearsLaterIsConnected) {
                requests, mu);
   });
   auto start = Clock::now();
-  std::optional<Result<ApiClient>> c(ApiClient::connect(path, Clock::now() + 5s));
+  std::optional<Result<ApiClient>> c(connect_api(dir, "api.sock", Clock::now() + 5s));
   auto took = Clock::now() - start;
   std::optional<Result<std::string>> v;
   if (*c) v = (*c)->version();
@@ -880,7 +889,7 @@ TEST(FirecrackerApiConnect, SocketThatAppearsLaterIsConnected) {
 TEST(FirecrackerApiConnect, SocketThatNeverAppearsTimesOut) {
   auto dir = temp_dir();
   auto start = Clock::now();
-  auto c = ApiClient::connect(dir / "api.sock", start + 200ms);
+  auto c = connect_api(dir, "api.sock", start + 200ms);
   auto took = Clock::now() - start;
   ASSERT_FALSE(c);
   EXPECT_EQ(c.error().code(), Code::kTimeout) << c.error().message();
@@ -901,7 +910,7 @@ TEST(FirecrackerApiConnect, ExitedFirecrackerFailsAtOnce) {
   }
   auto dir = temp_dir();
   auto start = Clock::now();
-  auto c = ApiClient::connect(dir / "api.sock", start + 10s, pidfd.get());
+  auto c = connect_api(dir, "api.sock", start + 10s, pidfd.get());
   auto took = Clock::now() - start;
   ASSERT_FALSE(c);
   EXPECT_EQ(c.error().code(), Code::kUnavailable);
@@ -912,9 +921,11 @@ TEST(FirecrackerApiConnect, ExitedFirecrackerFailsAtOnce) {
 }
 
 TEST(FirecrackerApiConnect, OverlongPathIsInvalid) {
-  auto c = ApiClient::connect("/tmp/" + std::string(200, 'x'), Clock::now() + 1s);
+  auto dir = temp_dir();
+  auto c = connect_api(dir, std::string(200, 'x'), Clock::now() + 1s);
   ASSERT_FALSE(c);
   EXPECT_EQ(c.error().code(), Code::kInvalidArgument);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
