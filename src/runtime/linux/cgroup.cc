@@ -1,5 +1,6 @@
-// Cgroup back ends (see cgroup.h): layout detection, the cgroup2 directory helper shared by
-// the v2 back end and the unified part of hybrid hosts, CgroupV2 and CgroupV1.
+// Cgroup back ends (see cgroup.h): layout detection (with the v2 base: spaced's delegated
+// subtree), the cgroup2 directory helper shared by the v2 back end and the unified part of
+// hybrid hosts, CgroupV2 and CgroupV1.
 #include "runtime/linux/cgroup.h"
 
 #include <fcntl.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <optional>
 #include <thread>
@@ -238,6 +240,44 @@ class CgroupV2 final : public Cgroup {
   Cgroup2Dir cg_;
 };
 
+// The pids listed in <dir>/cgroup.procs (processes, not threads).
+Result<std::vector<std::string>> procs_of(const fs::path& dir) {
+  std::string text = TRY(read_text(dir / "cgroup.procs"));
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    if (end > pos) out.push_back(text.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return out;
+}
+
+// Makes the v2 base an inner node: every process in <base>/cgroup.procs (spaced itself, or a
+// service manager's holder process) moves into <base>/supervisor, then memory, pids and cpu are
+// enabled in <base>/cgroup.subtree_control (the kernel refuses that while <base> has processes:
+// "no internal processes"). The root is exempt from that rule and is left as it is.
+Result<void> prepare_v2_base(const fs::path& base, const fs::path& mount) {
+  if (base == mount) return CgroupV2::enable_controllers(base);
+  const fs::path leaf = base / std::string(kSupervisorLeaf);
+  // A few rounds: a process may fork while we move it (its child lands in <base> too).
+  for (int round = 0; round < 10; ++round) {
+    std::vector<std::string> pids = TRY(procs_of(base));
+    if (pids.empty()) break;
+    if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST) return fail_sys("mkdir", q(leaf));
+    for (const std::string& pid : pids) {
+      // Moving a pid moves the whole process, every thread. ESRCH: it exited meanwhile.
+      if (auto r = write_text(leaf / "cgroup.procs", pid); !r) {
+        if (::access((fs::path("/proc") / pid).c_str(), F_OK) != 0) continue;
+        return fail(std::move(r.error()).wrap("moving process " + pid + " of " + q(base) +
+                                              " into its leaf " + q(leaf)));
+      }
+    }
+  }
+  return CgroupV2::enable_controllers(base);
+}
+
 // ---------------------------------------------------------------------------------------------
 // cgroup v1 controllers, plus the unified kill/freeze cgroup on hybrid hosts.
 
@@ -390,12 +430,75 @@ constexpr std::string_view kV1Controllers[] = {"memory", "pids", "cpu", "cpuacct
 
 }  // namespace
 
+std::optional<std::string> unified_cgroup_path(std::string_view text) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (!line.starts_with("0::")) continue;
+    std::string_view path = line.substr(3);
+    if (!path.starts_with('/')) return std::nullopt;
+    return std::string(path);
+  }
+  return std::nullopt;
+}
+
+fs::path delegated_base(const fs::path& mount, std::string_view own) {
+  fs::path rel = fs::path(own).lexically_normal().relative_path();
+  while (!rel.empty() && !rel.has_filename()) rel = rel.parent_path();  // a trailing "/"
+  if (rel.empty()) return mount;
+  if (rel.filename() == kSupervisorLeaf) rel = rel.parent_path();
+  return rel.empty() ? mount : mount / rel;
+}
+
+namespace {
+
+// The v2 base (see cgroup.h): $SPACE_CGROUP_BASE, spaced's delegated cgroup, or the root.
+Result<fs::path> choose_v2_base(const fs::path& mount) {
+  if (const char* env = std::getenv("SPACE_CGROUP_BASE"); env != nullptr && *env != '\0') {
+    fs::path rel(env);
+    bool ok = rel.is_absolute() && rel == rel.lexically_normal();
+    for (const auto& part : rel) ok &= part != "..";
+    if (!ok) {
+      return fail(Code::kInvalidArgument, std::string("$SPACE_CGROUP_BASE=\"") + env +
+                                              "\": want an absolute cgroup path such as "
+                                              "/system.slice/space-sandboxes.service");
+    }
+    fs::path base = delegated_base(mount, env);
+    if (!path_exists(base / "cgroup.procs")) {
+      return fail(Code::kUnavailable,
+                  std::string("$SPACE_CGROUP_BASE=\"") + env + "\": no cgroup at " + q(base));
+    }
+    return base;
+  }
+  std::string self = TRY(read_text("/proc/self/cgroup"));
+  std::optional<std::string> own = unified_cgroup_path(self);
+  if (!own) return mount;
+  fs::path base = delegated_base(mount, *own);
+  if (base == mount) return mount;
+  if (base == mount / fs::path(*own).relative_path()) {
+    // Still in the cgroup we were started in: ours only if nobody else is in it. A shell's
+    // session scope, say, is not delegated to us: keep the sandboxes at the root then, as a
+    // host without delegation has to.
+    const std::string me = std::to_string(::getpid());
+    for (const std::string& pid : TRY(procs_of(base))) {
+      if (pid != me) return mount;
+    }
+  }
+  return base;
+}
+
+}  // namespace
+
 Result<CgroupLayout> detect_cgroups(const fs::path& root) {
   CgroupLayout layout;
   layout.root = root;
   if (path_exists(root / "cgroup.controllers")) {
     layout.mode = CgroupMode::kV2;
     layout.unified = root;
+    layout.base = TRY(choose_v2_base(root));
     return layout;
   }
   for (std::string_view c : kV1Controllers) {
@@ -442,10 +545,11 @@ Result<std::unique_ptr<Cgroup>> Cgroup::create(const CgroupLayout& layout,
     return fail(Code::kInvalidArgument, "bad cgroup name \"" + parent + "/" + id + "\"");
   }
   if (layout.mode == CgroupMode::kV2) {
-    // The parent sits directly under the root: the root is exempt from the "no internal
-    // processes" rule, so controllers can be enabled for it whatever the daemon's own cgroup is.
-    TRY_VOID(CgroupV2::enable_controllers(layout.unified));
-    fs::path dir = TRY(make_sandbox_dir(layout.unified, parent, id, CgroupV2::enable_controllers));
+    // <base>/<parent>/<id>: controllers on in <base> (after its processes moved to its
+    // supervisor leaf) and in <parent>.
+    const fs::path& base = layout.base.empty() ? layout.unified : layout.base;
+    TRY_VOID(prepare_v2_base(base, layout.unified));
+    fs::path dir = TRY(make_sandbox_dir(base, parent, id, CgroupV2::enable_controllers));
     auto cg = std::make_unique<CgroupV2>(dir);
     if (auto r = cg->apply(limits); !r) {
       (void)cg->remove();
@@ -501,7 +605,9 @@ Result<std::unique_ptr<Cgroup>> Cgroup::open(const CgroupLayout& layout, const s
   try {
     std::string mode = persisted.at("mode").get<std::string>();
     std::string unified = persisted.value("unified", "");
-    if (!unified.empty() && !under(unified, layout.unified)) {
+    const fs::path& unified_base =
+        layout.mode == CgroupMode::kV2 && !layout.base.empty() ? layout.base : layout.unified;
+    if (!unified.empty() && !under(unified, unified_base)) {
       return fail(Code::kInvalidArgument, "persisted cgroup " + q(unified) + " is not ours");
     }
     if (mode == "v2") {

@@ -2,8 +2,18 @@
 // managers: CgroupV2 (pure cgroup2 hosts, most of the world) and CgroupV1 (v1 controllers, plus
 // on hybrid hosts a cgroup in the controller-less unified hierarchy for cgroup.kill,
 // cgroup.freeze and CLONE_INTO_CGROUP). Each sandbox gets fresh cgroups at
-// <mount>/<parent>/<sandbox id> (after cgroup.kill a cgroup cannot be reused). The runtime
+// <base>/<parent>/<sandbox id> (after cgroup.kill a cgroup cannot be reused). The runtime
 // only ever creates and removes its own `<parent>` directories and their children.
+//
+// <base> is the hierarchy's mount on v1 and hybrid hosts. On pure cgroup2 hosts it is the
+// subtree delegated to spaced (docs/hosts.md): $SPACE_CGROUP_BASE when set (a cgroup another
+// unit owns, e.g. the space-sandboxes.service that deploy/systemd/spaced.service starts), else
+// spaced's own cgroup (the "0::" line of /proc/self/cgroup; its parent when that is already
+// `<own>/supervisor`), else the root when spaced runs in the root or shares its cgroup with
+// processes that are not its own (no delegation). Before the first sandbox, the processes in
+// <base> itself (spaced, or a unit's holder process) move into the leaf <base>/supervisor, so
+// that <base> has no internal processes and memory, pids and cpu can be enabled in its
+// cgroup.subtree_control.
 #pragma once
 
 #include <sys/types.h>
@@ -12,7 +22,9 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
@@ -29,10 +41,25 @@ struct CgroupLayout {
   CgroupMode mode = CgroupMode::kV2;
   std::filesystem::path root;     // the cgroup fs mount ("/sys/fs/cgroup")
   std::filesystem::path unified;  // the cgroup2 mount: root (v2), root/unified (hybrid), or ""
+  // v2: where sandbox cgroups go (<base>/<parent>/<id>): the root or spaced's delegated
+  // subtree (see above). v1 and hybrid: empty (each hierarchy's mount is the base).
+  std::filesystem::path base;
   // v1: controller -> its mount ("memory" -> /sys/fs/cgroup/memory). Empty on v2.
   std::vector<std::pair<std::string, std::filesystem::path>> v1;
 };
+// Reads the host's layout and, on v2, chooses the base; it changes nothing (the move into
+// <base>/supervisor happens at the first Cgroup::create).
 Result<CgroupLayout> detect_cgroups(const std::filesystem::path& root = "/sys/fs/cgroup");
+
+// The cgroup2 path ("0::" line) in the text of /proc/<pid>/cgroup; nullopt if there is none
+// (a v1-only host) or it is not absolute.
+std::optional<std::string> unified_cgroup_path(std::string_view proc_pid_cgroup);
+// Where a daemon whose cgroup2 path is `own` keeps its sandboxes under the cgroup2 mount
+// `mount`: the mount itself for "/", the parent of a `.../supervisor` leaf (the daemon already
+// moved there, or its service manager started it there), else `own`.
+std::filesystem::path delegated_base(const std::filesystem::path& mount, std::string_view own);
+// The leaf below the base for the processes that are not sandboxes.
+inline constexpr std::string_view kSupervisorLeaf = "supervisor";
 
 class Cgroup {
  public:
@@ -43,7 +70,7 @@ class Cgroup {
                                                 const std::string& parent, const std::string& id,
                                                 const Limits& limits);
   // Finds the cgroups of a persisted sandbox again (reattach, cleanup). Every path must be
-  // <mount>/<parent>/<one component>; missing directories are tolerated so that cleanup stays
+  // <base>/<parent>/<one component>; missing directories are tolerated so that cleanup stays
   // idempotent.
   static Result<std::unique_ptr<Cgroup>> open(const CgroupLayout& layout, const std::string& parent,
                                               const nlohmann::json& persisted);
