@@ -95,3 +95,11 @@ format:
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(RELEASE_DIR) $(FUZZ_DIR)
+
+# make test-hosts: build + the pure cgroup v2 host matrix (tests/hosts, docs/hosts.md) under
+# QEMU TCG: a systemd guest (deploy/systemd/spaced.service) and two plain-init guests (spaced
+# in the root cgroup, in a delegated one); every check, 50 create/destroy cycles each. Results
+# in $(BUILD_DIR)/Testing/hosts/<variant>/.
+.PHONY: test-hosts
+test-hosts: build
+	python3 tests/hosts/run_hosts.py --build-dir $(BUILD_DIR) --cycles 50

@@ -559,7 +559,7 @@ class Checks:
             ensure(not os.path.exists(os.path.join(CG, "space")), "%s/space exists" % CG)
         left = sorted(p for p in cgroup_tree() if ID_RE.search(p))
         ensure(not left, "sandbox cgroups left: %r" % left)
-        return "new cgroups outside the unit: %r" % outside[:10]
+        return "new cgroups outside the base (systemd's own): %r" % outside[:10]
 
     # -- driver ----------------------------------------------------------------------------
 
