@@ -3,7 +3,9 @@
 # missing and does nothing else: when everything is present it only asks dpkg (well under a
 # second), so `make run` and `make test` can call it every time.
 #
-#   scripts/install-deps.sh           install what is missing (needs root for that)
+#   scripts/install-deps.sh           install what is missing (needs root for that): the run
+#                                     and test groups below
+#   scripts/install-deps.sh --run     only the run group: what `make run` builds and runs
 #   scripts/install-deps.sh --check   list what is missing; exit 1 if anything is
 #   scripts/install-deps.sh --bench   also the bench-only group (BENCH_PACKAGES below); combines
 #                                     with --check. Only `make bench` asks for it.
@@ -11,19 +13,21 @@ set -euo pipefail
 
 check=0
 bench=0
+run_only=0
 for arg in "$@"; do
   case "$arg" in
     --check) check=1 ;;
     --bench) bench=1 ;;
-    *) echo "install-deps: unknown argument: $arg (use --check, --bench)" >&2; exit 2 ;;
+    --run) run_only=1 ;;
+    *) echo "install-deps: unknown argument: $arg (use --run, --check, --bench)" >&2; exit 2 ;;
   esac
 done
 
-PACKAGES=(
+# `make run`: build space, spaced and space-agent, and run the demo (scripts/demo.sh) in a
+# linux sandbox. Kept to what that needs, since a fresh machine downloads all of it.
+RUN_PACKAGES=(
   # toolchain
   build-essential cmake ninja-build pkg-config g++
-  clang                   # fuzz targets (libFuzzer) and clang-tidy runs
-  clang-format            # make format
   # libraries (headers + static/shared libs)
   libboost-dev            # Beast/Asio, header-only: the HTTP server and client
   libssl-dev              # TLS for the egress gateway
@@ -34,22 +38,27 @@ PACKAGES=(
   libfmt-dev libspdlog-dev
   libzstd-dev             # snapshot chunks
   libarchive-dev          # image import, cp of directories
+  libidn2-dev             # the gateway's host-name normalisation (IDNA)
   # the static libraries libarchive needs, for the statically linked CLI (CMakeLists.txt)
   libacl1-dev liblz4-dev liblzma-dev libbz2-dev zlib1g-dev
+  # what the demo runs in its sandbox (the host image is the host's /usr)
+  python3 curl procps
+  util-linux              # unshare, nsenter, mount
+  e2fsprogs               # mkfs.ext4: VM disks (essential on Debian; listed for minimal images)
+)
+
+# `make test`: the test suites and the microVM runtimes they exercise.
+TEST_PACKAGES=(
+  clang                   # fuzz targets (libFuzzer) and clang-tidy runs
+  clang-format            # make format
   libgtest-dev libgmock-dev
   libbenchmark-dev        # bench/ microbenchmarks
-  # runtime tools used by the daemon, the tests, the demo and the bench
-  python3                 # integration tests (stdlib only) and the demo
-  curl                    # talking to the API by hand, egress tests
   # clients the egress tests run inside sandboxes, and the test CA
   python3-requests python3-pip git nodejs openssl
   iproute2                # ip: network namespace checks
-  e2fsprogs               # mkfs.ext4: VM disks
-  qemu-system-x86 qemu-utils  # the qemu runtime (-M microvm; TCG where there is no KVM)
+  qemu-system-x86 qemu-utils  # the qemu runtime (-M microvm; TCG where KVM cannot run the guest)
   cpio kmod               # scripts/guest-kernel.sh: the guest's initramfs, depmod for modules.dep
   busybox-static          # tests: the small static userland of the qemu runtime's test image
-  procps                  # ps, pgrep
-  util-linux              # unshare, nsenter, mount
 )
 
 # Bench only: peers the benchmarks compare SPACE against. Installed by `make bench`
@@ -61,6 +70,10 @@ BENCH_PACKAGES=(
   runsc                   # bench/peers.py: gVisor (ptrace platform)
   # (unshare, the fourth peer, is util-linux, already above)
 )
+PACKAGES=("${RUN_PACKAGES[@]}")
+if [[ $run_only -eq 0 ]]; then
+  PACKAGES+=("${TEST_PACKAGES[@]}")
+fi
 if [[ $bench -eq 1 ]]; then
   PACKAGES+=("${BENCH_PACKAGES[@]}")
 fi

@@ -8,14 +8,11 @@
 #include <chrono>
 
 #include "api/handlers.h"
+#include "common/clock.h"
 #include "daemon/daemon.h"  // rfc3339
 
 namespace space::api::handlers {
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 Result<daemon::TokenStore*> token_store(const ApiContext& ctx) {
   if (ctx.tokens == nullptr) return fail(Code::kUnavailable, "this spaced keeps no API tokens");

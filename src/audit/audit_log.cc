@@ -3,21 +3,20 @@
 #include "audit/audit_log.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
+#include <fmt/format.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
-
 #include "api/base64.h"
+#include "common/clock.h"
 #include "daemon/sqlite_stmt.h"
 
 namespace space::audit {
@@ -37,11 +36,6 @@ std::string hex(const unsigned char* p, size_t n) {
     s += d[p[i] & 15];
   }
   return s;
-}
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 Error sql_error(sqlite3* db, std::string_view what) {
@@ -75,8 +69,8 @@ Result<void> exec_sql(sqlite3* db, const char* sql) {
 
 Result<sqlite3*> open_db(const fs::path& file) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX,
-                           nullptr);
+  int rc =
+      sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
@@ -114,12 +108,16 @@ std::string chain_mac(const std::string& key, const std::string& prev_hash,
 }
 
 json Event::to_json() const {
-  return {{"sandbox_id", sandbox_id}, {"seq", seq}, {"ts", ts},
-          {"kind", kind},             {"data", data}, {"hash", hash}};
+  return {{"sandbox_id", sandbox_id},
+          {"seq", seq},
+          {"ts", ts},
+          {"kind", kind},
+          {"data", data},
+          {"hash", hash}};
 }
 
-Result<std::unique_ptr<AuditLog>> AuditLog::open(const fs::path& db_file,
-                                                 const fs::path& key_file, Options options) {
+Result<std::unique_ptr<AuditLog>> AuditLog::open(const fs::path& db_file, const fs::path& key_file,
+                                                 Options options) {
   std::string key = TRY(load_or_create_key(key_file));
   sqlite3* w = TRY(open_db(db_file));
   auto r = open_db(db_file);
@@ -158,8 +156,7 @@ AuditLog::~AuditLog() {
   sqlite3_close(rdb_);
 }
 
-Result<void> AuditLog::append(const std::string& sandbox_id, const std::string& kind,
-                              json data) {
+Result<void> AuditLog::append(const std::string& sandbox_id, const std::string& kind, json data) {
   Pending p{sandbox_id, now_s(), kind, data.dump(-1, ' ', false, json::error_handler_t::replace)};
   std::unique_lock lock(mu_);
   if (queue_.size() >= options_.queue_limit) {
@@ -192,8 +189,9 @@ uint64_t AuditLog::blocked_appends() const {
 }
 
 Result<AuditLog::ChainHead> AuditLog::load_head(const std::string& sandbox_id) {
-  Stmt s(wdb_, "SELECT seq, hash FROM audit_events WHERE sandbox_id = ? ORDER BY seq DESC "
-               "LIMIT 1");
+  Stmt s(wdb_,
+         "SELECT seq, hash FROM audit_events WHERE sandbox_id = ? ORDER BY seq DESC "
+         "LIMIT 1");
   if (!s.s) return fail(sql_error(wdb_, "reading the audit chain head"));
   sqlite3_bind_text(s.s, 1, sandbox_id.data(), static_cast<int>(sandbox_id.size()),
                     SQLITE_TRANSIENT);
@@ -207,8 +205,9 @@ Result<void> AuditLog::write_batch(std::vector<Pending>& batch) {
   std::map<std::string, ChainHead> heads;  // applied to heads_ only after COMMIT
   TRY_VOID(exec_sql(wdb_, "BEGIN IMMEDIATE"));
   auto body = [&]() -> Result<void> {
-    Stmt ins(wdb_, "INSERT INTO audit_events (sandbox_id, seq, ts, kind, data, hash) "
-                   "VALUES (?,?,?,?,?,?)");
+    Stmt ins(wdb_,
+             "INSERT INTO audit_events (sandbox_id, seq, ts, kind, data, hash) "
+             "VALUES (?,?,?,?,?,?)");
     if (!ins.s) return fail(sql_error(wdb_, "preparing the audit insert"));
     for (auto& p : batch) {
       auto it = heads.find(p.sandbox_id);
@@ -257,8 +256,8 @@ void AuditLog::writer_loop() {
       auto r = write_batch(batch);
       if (r) break;
       // Never drop: keep retrying; appenders block behind the full queue meanwhile.
-      spdlog::error("audit log: writing {} events failed (attempt {}): {}", batch.size(),
-                    ++attempt, r.error().message());
+      spdlog::error("audit log: writing {} events failed (attempt {}): {}", batch.size(), ++attempt,
+                    r.error().message());
       std::this_thread::sleep_for(std::chrono::milliseconds(std::min(100 * attempt, 2000)));
     }
     {
@@ -275,8 +274,9 @@ void AuditLog::writer_loop() {
 Result<std::vector<Event>> AuditLog::read(const std::string& sandbox_id, int64_t after,
                                           size_t limit) {
   std::lock_guard lock(rmu_);
-  Stmt s(rdb_, "SELECT seq, ts, kind, data, hash FROM audit_events WHERE sandbox_id = ? AND "
-               "seq > ? ORDER BY seq LIMIT ?");
+  Stmt s(rdb_,
+         "SELECT seq, ts, kind, data, hash FROM audit_events WHERE sandbox_id = ? AND "
+         "seq > ? ORDER BY seq LIMIT ?");
   if (!s.s) return fail(sql_error(rdb_, "reading the audit log"));
   sqlite3_bind_text(s.s, 1, sandbox_id.data(), static_cast<int>(sandbox_id.size()),
                     SQLITE_TRANSIENT);
@@ -313,8 +313,9 @@ Result<bool> AuditLog::has_events(const std::string& sandbox_id) {
 Result<VerifyReport> AuditLog::verify(const std::string& sandbox_id) {
   std::lock_guard lock(rmu_);
   // Ordered by rowid, not seq: a reordered or re-numbered row shows up as a gap.
-  Stmt s(rdb_, "SELECT seq, ts, kind, data, hash FROM audit_events WHERE sandbox_id = ? "
-               "ORDER BY id");
+  Stmt s(rdb_,
+         "SELECT seq, ts, kind, data, hash FROM audit_events WHERE sandbox_id = ? "
+         "ORDER BY id");
   if (!s.s) return fail(sql_error(rdb_, "verifying the audit log"));
   sqlite3_bind_text(s.s, 1, sandbox_id.data(), static_cast<int>(sandbox_id.size()),
                     SQLITE_TRANSIENT);
@@ -331,17 +332,20 @@ Result<VerifyReport> AuditLog::verify(const std::string& sandbox_id) {
     if (seq != expect) {
       rep.ok = false;
       rep.first_bad_seq = expect;
-      rep.problem = fmt::format("expected event {} but found {} (deleted, inserted or "
-                                "reordered events)", expect, seq);
+      rep.problem = fmt::format(
+          "expected event {} but found {} (deleted, inserted or "
+          "reordered events)",
+          expect, seq);
       continue;
     }
     std::string mac = chain_mac(key_, prev, sandbox_id, seq, ts, kind, data);
-    if (mac.size() != hash.size() ||
-        CRYPTO_memcmp(mac.data(), hash.data(), mac.size()) != 0) {
+    if (mac.size() != hash.size() || CRYPTO_memcmp(mac.data(), hash.data(), mac.size()) != 0) {
       rep.ok = false;
       rep.first_bad_seq = seq;
-      rep.problem = fmt::format("event {} does not match its MAC (edited, or the chain "
-                                "before it was changed)", seq);
+      rep.problem = fmt::format(
+          "event {} does not match its MAC (edited, or the chain "
+          "before it was changed)",
+          seq);
       continue;
     }
     prev = std::move(hash);
@@ -353,8 +357,9 @@ Result<VerifyReport> AuditLog::verify(const std::string& sandbox_id) {
 
 Result<int> AuditLog::prune_destroyed(double before) {
   std::lock_guard lock(rmu_);
-  Stmt s(rdb_, "DELETE FROM audit_events WHERE sandbox_id IN (SELECT sandbox_id FROM "
-               "audit_events WHERE kind = 'sandbox.destroy' AND ts < ?)");
+  Stmt s(rdb_,
+         "DELETE FROM audit_events WHERE sandbox_id IN (SELECT sandbox_id FROM "
+         "audit_events WHERE kind = 'sandbox.destroy' AND ts < ?)");
   if (!s.s) return fail(sql_error(rdb_, "pruning the audit log"));
   sqlite3_bind_double(s.s, 1, before);
   if (sqlite3_step(s.s) != SQLITE_DONE) return fail(sql_error(rdb_, "pruning the audit log"));
@@ -415,8 +420,8 @@ Result<std::string> load_or_create_key(const fs::path& file) {
   ssize_t n = ::read(fd, buf, sizeof buf);
   ::close(fd);
   if (n != static_cast<ssize_t>(kKeyBytes))
-    return fail(Code::kUnavailable, "key " + file.string() + " is not " +
-                                        std::to_string(kKeyBytes) + " bytes");
+    return fail(Code::kUnavailable,
+                "key " + file.string() + " is not " + std::to_string(kKeyBytes) + " bytes");
   return std::string(buf, kKeyBytes);
 }
 

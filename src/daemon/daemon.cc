@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <spdlog/spdlog.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -17,19 +18,14 @@
 #include <set>
 #include <sstream>
 
-#include <spdlog/spdlog.h>
-
+#include "common/clock.h"
 #include "common/janitor.h"
 #include "daemon/caller.h"
+#include "runtime/kvm.h"
 
 namespace space::daemon {
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string random_id(std::string_view prefix, size_t bytes) {
   unsigned char b[32];
@@ -88,14 +84,15 @@ Daemon::Daemon(Config cfg, Runtimes runtimes, std::unique_ptr<Store> store)
 Result<std::unique_ptr<Daemon>> Daemon::start(Config cfg, Runtimes runtimes) {
   std::error_code ec;
   fs::create_directories(cfg.state_dir / "sandboxes", ec);
-  if (ec) return fail(Code::kUnavailable, "creating state dir " + cfg.state_dir.string() + ": " +
-                                               ec.message());
+  if (ec)
+    return fail(Code::kUnavailable,
+                "creating state dir " + cfg.state_dir.string() + ": " + ec.message());
   // Image trees and sandbox directories may hold setuid files and secrets: root only.
   ::chmod(cfg.state_dir.c_str(), 0700);
   auto store = TRY_CTX(Store::open(cfg.state_dir / "space.db"), "opening the state database");
-  auto audit_log = TRY_CTX(audit::AuditLog::open(cfg.state_dir / "space.db",
-                                                 cfg.state_dir / "audit.key"),
-                           "opening the audit log");
+  auto audit_log =
+      TRY_CTX(audit::AuditLog::open(cfg.state_dir / "space.db", cfg.state_dir / "audit.key"),
+              "opening the audit log");
   std::unique_ptr<Daemon> d(new Daemon(std::move(cfg), std::move(runtimes), std::move(store)));
   d->audit_ = std::move(audit_log);
   TRY_VOID_CTX(d->images_.init(), "preparing images");
@@ -107,15 +104,15 @@ Result<std::unique_ptr<Daemon>> Daemon::start(Config cfg, Runtimes runtimes) {
       p->audit(id, kind, std::move(data));
     };
     d->secrets_ = std::make_shared<egress::SecretStore>(d->cfg_.secrets);
-    d->gateway_ = TRY_CTX(egress::Gateway::start(std::move(go), d->secrets_),
-                          "starting the egress gateway");
+    d->gateway_ =
+        TRY_CTX(egress::Gateway::start(std::move(go), d->secrets_), "starting the egress gateway");
   }
   TRY_VOID_CTX(d->reconcile(), "reconciling sandboxes from the previous run");
   (void)d->store_->prune_destroyed(now_s() - d->cfg_.destroyed_retention_s);
   if (auto r = d->audit_->prune_destroyed(now_s() - d->cfg_.audit_retention_s); r && *r > 0)
     spdlog::info("audit log: removed {} events of sandboxes destroyed over the retention", *r);
   d->snap_key_ = TRY_CTX(audit::load_or_create_key(d->cfg_.state_dir / "snapshot.key"),
-                        "opening the snapshot key");
+                         "opening the snapshot key");
   d->reconcile_snapshots();
   d->reaper_ = std::thread([p = d.get()] { p->reaper(); });
   d->snapshotter_ = std::thread([p = d.get()] { p->snapshot_loop(); });
@@ -147,8 +144,7 @@ void Daemon::shutdown() {
     std::lock_guard lock(mu_);
     all = sandboxes_;
   }
-  for (auto& [id, sb] : all)
-    close_agent(*sb);
+  for (auto& [id, sb] : all) close_agent(*sb);
   if (gateway_) gateway_->stop();
   Janitor::instance().drain();
   if (audit_) (void)audit_->flush();
@@ -456,21 +452,23 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
   if (!req.limits_given[3]) req.limits.disk_bytes = cfg_.default_limits.disk_bytes;
   auto rt_it = runtimes_.find(req.runtime);
   if (rt_it == runtimes_.end())
-    return fail(Code::kUnavailable,
-                "runtime \"" + req.runtime + "\" is not available in this spaced; available: " +
-                    [&] {
-                      std::string s;
-                      for (auto& [n, r] : runtimes_) s += (s.empty() ? "" : ", ") + n;
-                      return s;
-                    }() + " (`space doctor` explains what the host supports)");
+    return fail(
+        Code::kUnavailable, "runtime \"" + req.runtime +
+                                "\" is not available in this spaced; available: " +
+                                [&] {
+                                  std::string s;
+                                  for (auto& [n, r] : runtimes_) s += (s.empty() ? "" : ", ") + n;
+                                  return s;
+                                }() +
+                                " (`space doctor` explains what the host supports)");
   if (!cfg_.profiles.count(req.profile))
-    return fail(Code::kInvalidArgument, "unknown profile \"" + req.profile.substr(0, 64) +
-                                            "\"; configured profiles: " + [&] {
-                                              std::string s;
-                                              for (auto& p : cfg_.profiles)
-                                                s += (s.empty() ? "" : ", ") + p;
-                                              return s;
-                                            }());
+    return fail(
+        Code::kInvalidArgument,
+        "unknown profile \"" + req.profile.substr(0, 64) + "\"; configured profiles: " + [&] {
+          std::string s;
+          for (auto& p : cfg_.profiles) s += (s.empty() ? "" : ", ") + p;
+          return s;
+        }());
   {
     std::lock_guard lock(mu_);
     if (stopping_) return fail(Code::kUnavailable, "spaced is shutting down");
@@ -595,8 +593,10 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
     metrics_.create_ns_sum += ns;
     metrics_.add_steps(times);
   }
-  spdlog::info("created sandbox {} (image {}, profile {}, agent pid {}{}) in {:.2f} ms: {}", rec.id,
-               rec.image, rec.profile, sb->inst->agent_pid(), pooled ? ", warm pool" : "",
+  json details = sb->inst->details();
+  spdlog::info("created sandbox {} (image {}, profile {}, agent pid {}{}{}) in {:.2f} ms: {}",
+               rec.id, rec.image, rec.profile, sb->inst->agent_pid(), pooled ? ", warm pool" : "",
+               details.is_null() ? std::string() : ", " + details.dump(),
                static_cast<double>(ns) / 1e6, times.summary());
   return info(rec, sb.get(), false);
 }
@@ -621,8 +621,7 @@ Result<std::shared_ptr<Daemon::Sandbox>> Daemon::live(const std::string& id) {
 Result<std::shared_ptr<Daemon::Sandbox>> Daemon::running(const std::string& id) {
   auto sb = TRY(live(id));
   if (sb->paused)
-    return fail(Code::kConflict, "sandbox " + id + " is paused; `space resume " + id +
-                                     "` first");
+    return fail(Code::kConflict, "sandbox " + id + " is paused; `space resume " + id + "` first");
   if (!sb->conn->alive())
     return fail(Code::kUnavailable, "sandbox " + id + " lost its agent and is being removed");
   return sb;
@@ -689,10 +688,13 @@ SandboxInfo Daemon::info(const SandboxRecord& rec, const Sandbox* sb, bool usage
   }
   if (sb && sb->inst && !sb->destroyed) {
     j["host_pid"] = sb->inst->agent_pid();
+    if (json d = sb->inst->details(); !d.is_null()) j["vm"] = std::move(d);
     if (auto u = usage ? sb->inst->usage() : Result<runtime::Usage>(fail(Code::kUnavailable, ""));
         u) {
-      j["usage"] = {{"memory_bytes", u->memory_bytes}, {"memory_limit", u->memory_limit},
-                    {"oom_kills", u->oom_kills},       {"pids", u->pids},
+      j["usage"] = {{"memory_bytes", u->memory_bytes},
+                    {"memory_limit", u->memory_limit},
+                    {"oom_kills", u->oom_kills},
+                    {"pids", u->pids},
                     {"cpu_usage_ns", u->cpu_usage_ns}};
     }
   }
@@ -880,15 +882,20 @@ Result<void> Daemon::reconcile() {
 
 Result<nlohmann::json> Daemon::import_image(const std::string& name, const ChunkSource& source) {
   auto rec = TRY(images_.import(name, source));
-  return json{{"name", rec.name}, {"kind", rec.kind}, {"created_at", rfc3339(rec.created_at)},
-              {"size_bytes", rec.size_bytes}, {"files", rec.files}};
+  return json{{"name", rec.name},
+              {"kind", rec.kind},
+              {"created_at", rfc3339(rec.created_at)},
+              {"size_bytes", rec.size_bytes},
+              {"files", rec.files}};
 }
 
 Result<nlohmann::json> Daemon::list_images() {
   json out = json::array();
   for (auto& rec : TRY(images_.list()))
-    out.push_back({{"name", rec.name}, {"kind", rec.kind},
-                   {"created_at", rfc3339(rec.created_at)}, {"size_bytes", rec.size_bytes},
+    out.push_back({{"name", rec.name},
+                   {"kind", rec.kind},
+                   {"created_at", rfc3339(rec.created_at)},
+                   {"size_bytes", rec.size_bytes},
                    {"files", rec.files}});
   return out;
 }
@@ -908,7 +915,9 @@ Result<void> Daemon::remove_image(const std::string& name) {
 Result<nlohmann::json> Daemon::build_image_vm(
     const std::string& name, const std::function<void(const std::string&)>& progress) {
   auto disk = TRY(images_.build_vm(name, cfg_.agent, progress));
-  return json{{"name", name}, {"path", disk.path.string()}, {"size_bytes", disk.size_bytes},
+  return json{{"name", name},
+              {"path", disk.path.string()},
+              {"size_bytes", disk.size_bytes},
               {"cached", disk.cached}};
 }
 
@@ -1023,19 +1032,23 @@ std::string first_line_of(const char* cmd) {
 
 // Facts about the host that the VM runtimes and memory snapshots depend on.
 json host_facts() {
-  json kvm = {{"present", ::access("/dev/kvm", F_OK) == 0},
-              {"usable", ::access("/dev/kvm", R_OK | W_OK) == 0}};
-  if (!kvm["present"].get<bool>())
-    kvm["reason"] = "no /dev/kvm: the firecracker runtime cannot run, and qemu microVMs run "
-                    "under TCG emulation (slow)";
+  // The device's facts; Daemon::doctor puts the qemu runtime's proven verdict in their place
+  // where that runtime could decide one.
+  runtime::vm::KvmFacts facts = runtime::vm::gather_kvm_facts();
+  json kvm = facts.to_json();
+  std::string why = runtime::vm::kvm_non_starter(facts);
+  kvm["usable"] = why.empty();
+  kvm["decided_by"] = "device facts";
+  if (!why.empty()) kvm["reason"] = why;
   std::string qemu = first_line_of("qemu-system-x86_64 --version 2>/dev/null");
   std::string criu = first_line_of("criu --version 2>/dev/null");
-  return {{"kvm", kvm},
-          {"qemu", qemu.empty() ? json{{"found", false}, {"hint", "apt-get install qemu-system-x86"}}
-                                : json{{"found", true}, {"version", qemu}}},
-          {"criu", criu.empty() ? json{{"found", false},
-                                       {"note", "process memory snapshots need CRIU >= 4"}}
-                                : json{{"found", true}, {"version", criu}}}};
+  return {
+      {"kvm", kvm},
+      {"qemu", qemu.empty() ? json{{"found", false}, {"hint", "apt-get install qemu-system-x86"}}
+                            : json{{"found", true}, {"version", qemu}}},
+      {"criu", criu.empty()
+                   ? json{{"found", false}, {"note", "process memory snapshots need CRIU >= 4"}}
+                   : json{{"found", true}, {"version", criu}}}};
 }
 
 }  // namespace
@@ -1044,6 +1057,7 @@ json Daemon::doctor() {
   json rts = json::object();
   for (auto& [name, rt] : runtimes_) rts[name] = rt->doctor();
   json host = host_facts();
+  if (rts.contains("qemu") && rts["qemu"].contains("kvm")) host["kvm"] = rts["qemu"]["kvm"];
   // What a snapshot holds (docs/snapshots.md): say it, and why, rather than let a user expect a
   // linux sandbox's process to survive a rollback.
   std::string criu = host["criu"].value("found", false)
@@ -1053,21 +1067,19 @@ json Daemon::doctor() {
   // The top-level fields describe the linux runtime's snapshots; `by_runtime` every runtime's.
   json by_runtime = json::object();
   for (auto& [name, rt] : runtimes_)
-    by_runtime[name] = rt->keeps_machine_state()
-                           ? json{{"contents", "machine"},
-                                  {"processes", "resumed"},
-                                  {"memory", true}}
-                           : json{{"contents", "filesystem"},
-                                  {"processes", "restarted"},
-                                  {"memory", false}};
+    by_runtime[name] =
+        rt->keeps_machine_state()
+            ? json{{"contents", "machine"}, {"processes", "resumed"}, {"memory", true}}
+            : json{{"contents", "filesystem"}, {"processes", "restarted"}, {"memory", false}};
   json snapshots = {
       {"contents", "filesystem"},
       {"processes", "restarted"},
       {"memory", false},
-      {"reason", "a linux sandbox's snapshots hold its writable layer only: spaced does not drive "
-                 "CRIU, so its processes start afresh after a rollback or restore (qemu and "
-                 "firecracker sandboxes' snapshots are whole machines: their processes resume). " +
-                     criu + "."},
+      {"reason",
+       "a linux sandbox's snapshots hold its writable layer only: spaced does not drive "
+       "CRIU, so its processes start afresh after a rollback or restore (qemu and "
+       "firecracker sandboxes' snapshots are whole machines: their processes resume). " +
+           criu + "."},
       {"by_runtime", by_runtime},
       {"store", (cfg_.state_dir / "snapshots").string()}};
   return {{"version", SPACE_VERSION},

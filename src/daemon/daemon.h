@@ -16,9 +16,10 @@
 #include <thread>
 
 #include "audit/audit_log.h"
+#include "common/clock.h"
 #include "daemon/agent_conn.h"
-#include "daemon/egress_relay.h"
 #include "daemon/config.h"
+#include "daemon/egress_relay.h"
 #include "daemon/images.h"
 #include "daemon/service.h"
 #include "daemon/store.h"
@@ -44,8 +45,7 @@ class Daemon : public SandboxService {
   Result<std::vector<SandboxInfo>> list() override;
   Result<SandboxInfo> inspect(const std::string& id) override;
   Result<void> destroy(const std::string& id, bool force) override;
-  Result<std::unique_ptr<ExecSession>> exec(const std::string& id,
-                                            const ExecRequest& req) override;
+  Result<std::unique_ptr<ExecSession>> exec(const std::string& id, const ExecRequest& req) override;
   Result<nlohmann::json> processes(const std::string& id) override;
   Result<void> kill(const std::string& id, int pid, int sig) override;
   Result<FileStat> stat(const std::string& id, const std::string& path) override;
@@ -70,14 +70,12 @@ class Daemon : public SandboxService {
   Result<SandboxInfo> restore(const std::string& snap,
                               const std::optional<std::string>& profile) override;
   Result<nlohmann::json> diff_since(const std::string& id, const std::string& snap) override;
-  Result<nlohmann::json> import_image(const std::string& name,
-                                      const ChunkSource& source) override;
+  Result<nlohmann::json> import_image(const std::string& name, const ChunkSource& source) override;
   Result<nlohmann::json> list_images() override;
   Result<void> remove_image(const std::string& name) override;
   Result<nlohmann::json> build_image_vm(
       const std::string& name, const std::function<void(const std::string&)>& progress) override;
-  Result<nlohmann::json> audit_events(const std::string& id, int64_t after,
-                                      size_t limit) override;
+  Result<nlohmann::json> audit_events(const std::string& id, int64_t after, size_t limit) override;
   Result<nlohmann::json> audit_verify(const std::string& id) override;
   nlohmann::json health() override;
   std::string metrics() override;
@@ -279,10 +277,9 @@ class Daemon : public SandboxService {
  public:
   // Counters for /metrics.
   struct Metrics {
-    std::atomic<uint64_t> creates{0}, create_failures{0}, destroys{0}, execs{0},
-        exec_failures{0}, timeouts{0}, agents_lost{0}, reattached{0}, cleaned_up{0},
-        snapshots{0}, snapshot_failures{0}, snapshots_dropped{0}, rollbacks{0}, restores{0},
-        gc_bytes_freed{0};
+    std::atomic<uint64_t> creates{0}, create_failures{0}, destroys{0}, execs{0}, exec_failures{0},
+        timeouts{0}, agents_lost{0}, reattached{0}, cleaned_up{0}, snapshots{0},
+        snapshot_failures{0}, snapshots_dropped{0}, rollbacks{0}, restores{0}, gc_bytes_freed{0};
     std::atomic<uint64_t> create_ns_sum{0};
     std::atomic<uint64_t> creates_pooled{0}, pooled_ns_sum{0};
     // Where creation time goes, by step (StepTimes names): count and nanoseconds.
@@ -306,6 +303,5 @@ class Daemon : public SandboxService {
 std::string rfc3339(double unix_seconds);
 // `prefix` and `bytes` random bytes in hex: "sb_3f2a...", "snap_...".
 std::string random_id(std::string_view prefix, size_t bytes);
-double now_s();
 
 }  // namespace space::daemon

@@ -2,13 +2,12 @@
 // flags: archives are untrusted input) and VM disks (build_vm: mke2fs -d + debugfs, no mounts).
 #include "daemon/images.h"
 
-#include "daemon/archive_names.h"
-
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <spawn.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,16 +19,12 @@
 #include <regex>
 #include <sstream>
 
-#include <spdlog/spdlog.h>
+#include "common/clock.h"
+#include "daemon/archive_names.h"
 
 namespace space::daemon {
 namespace fs = std::filesystem;
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 Result<void> write_file(const fs::path& p, std::string_view content, mode_t mode) {
   int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
@@ -70,12 +65,13 @@ Result<void> Images::build_host_skeleton(const fs::path& root) {
     if (t.rfind("usr/", 0) != 0 && t.rfind("/usr/", 0) != 0) continue;  // only into /usr
     fs::create_symlink(target, root / e.path().filename(), ec);
   }
-  for (const char* d : {"usr", "etc", "etc/ssl", "etc/alternatives", "root", "home", "tmp",
-                        "var", "var/tmp", "var/lib", "var/cache", "var/log", "run", "proc", "dev",
-                        "sys", "mnt", "opt", "srv", "workspace"}) {
+  for (const char* d :
+       {"usr",     "etc",     "etc/ssl",   "etc/alternatives", "root", "home", "tmp", "var",
+        "var/tmp", "var/lib", "var/cache", "var/log",          "run",  "proc", "dev", "sys",
+        "mnt",     "opt",     "srv",       "workspace"}) {
     fs::create_directories(root / d, ec);
-    if (ec) return fail(Code::kInternal, "creating skeleton dir " + std::string(d) + ": " +
-                                             ec.message());
+    if (ec)
+      return fail(Code::kInternal, "creating skeleton dir " + std::string(d) + ": " + ec.message());
   }
   ::chmod((root / "tmp").c_str(), 01777);
   ::chmod((root / "var/tmp").c_str(), 01777);
@@ -94,8 +90,8 @@ Result<void> Images::build_host_skeleton(const fs::path& root) {
   ::chown((root / "home/user").c_str(), 1000, 1000);
   // Small host files that programs expect; copied, not bound, so the sandbox sees a snapshot.
   for (const char* f : {"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/os-release",
-                        "/etc/debian_version", "/etc/localtime", "/etc/mime.types",
-                        "/etc/profile", "/etc/bash.bashrc", "/etc/shells", "/etc/login.defs"}) {
+                        "/etc/debian_version", "/etc/localtime", "/etc/mime.types", "/etc/profile",
+                        "/etc/bash.bashrc", "/etc/shells", "/etc/login.defs"}) {
     fs::path src(f);
     if (!fs::exists(src, ec)) continue;
     fs::copy(src, root / src.relative_path(),
@@ -153,8 +149,8 @@ Result<ImageRecord> Images::import(const std::string& name, const ChunkSource& s
   if (name == "host")
     return fail(Code::kInvalidArgument, "\"host\" is the built-in image; choose another name");
   if (auto existing = TRY(store_.get_image(name)); existing)
-    return fail(Code::kAlreadyExists, "image \"" + name + "\" exists; `space image rm " + name +
-                                          "` first");
+    return fail(Code::kAlreadyExists,
+                "image \"" + name + "\" exists; `space image rm " + name + "` first");
   std::random_device rd;
   fs::path base = dir_ / name;
   fs::path tmp = dir_ / (".import-" + name + "-" + std::to_string(rd()));
@@ -173,10 +169,10 @@ Result<ImageRecord> Images::import(const std::string& name, const ChunkSource& s
   auto upload = TRY(UploadArchive::open(source, "image archive"));
   archive* in = upload->get();
   archive* out = archive_write_disk_new();
-  archive_write_disk_set_options(
-      out, ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-               ARCHIVE_EXTRACT_PERM |
-               ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_XATTR);
+  archive_write_disk_set_options(out, ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+                                          ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_PERM |
+                                          ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_TIME |
+                                          ARCHIVE_EXTRACT_XATTR);
   struct FreeOut {
     archive* out;
     ~FreeOut() { archive_write_free(out); }
@@ -200,28 +196,26 @@ Result<ImageRecord> Images::import(const std::string& name, const ChunkSource& s
       archive_entry_set_hardlink(e, h.c_str());
     }
     if (archive_write_header(out, e) < ARCHIVE_WARN)
-      return fail(Code::kInvalidArgument, std::string("extracting \"") +
-                                              archive_entry_pathname(e) +
+      return fail(Code::kInvalidArgument, std::string("extracting \"") + archive_entry_pathname(e) +
                                               "\": " + archive_error_string(out));
     const void* blk;
     size_t sz;
     la_int64_t off;
     while ((r = archive_read_data_block(in, &blk, &sz, &off)) == ARCHIVE_OK) {
       if (archive_write_data_block(out, blk, sz, off) < ARCHIVE_WARN)
-        return fail(Code::kInternal, std::string("writing image data: ") +
-                                         archive_error_string(out));
+        return fail(Code::kInternal,
+                    std::string("writing image data: ") + archive_error_string(out));
       bytes += sz;
     }
     if (r != ARCHIVE_EOF) return fail(upload->error());
     ++files;
   }
   if (archive_write_finish_entry(out) < ARCHIVE_WARN || archive_write_close(out) != ARCHIVE_OK)
-    return fail(Code::kInternal, std::string("finishing extraction: ") +
-                                     archive_error_string(out));
+    return fail(Code::kInternal, std::string("finishing extraction: ") + archive_error_string(out));
   if (files == 0) return fail(Code::kInvalidArgument, "the image archive is empty");
   if (auto existing = TRY(store_.get_image(name)); existing)
-    return fail(Code::kAlreadyExists, "image \"" + name + "\" exists; `space image rm " + name +
-                                          "` first");
+    return fail(Code::kAlreadyExists,
+                "image \"" + name + "\" exists; `space image rm " + name + "` first");
   fs::remove_all(base, ec);
   fs::rename(tmp, base, ec);
   if (ec) return fail(Code::kInternal, "installing image " + name + ": " + ec.message());
@@ -352,8 +346,8 @@ Result<AgentId> agent_stat(const fs::path& agent) {
   if (::stat(agent.c_str(), &st) != 0)
     return fail_sys("stat", agent.string() + " (the space-agent binary)");
   if (!S_ISREG(st.st_mode))
-    return fail(Code::kUnavailable, "the space-agent binary " + agent.string() +
-                                        " is not a regular file");
+    return fail(Code::kUnavailable,
+                "the space-agent binary " + agent.string() + " is not a regular file");
   return AgentId{"", static_cast<uint64_t>(st.st_size),
                  st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec};
 }
@@ -384,8 +378,8 @@ Result<TreeSize> measure_tree(const fs::path& root) {
 }  // namespace
 
 std::string Images::vm_image_id(const ImageRecord& rec) {
-  return "format " + std::to_string(kVmDiskFormat) + "\nimage " + rec.name + " " + rec.kind +
-         " " + std::to_string(static_cast<int64_t>(rec.created_at * 1e6)) + " " +
+  return "format " + std::to_string(kVmDiskFormat) + "\nimage " + rec.name + " " + rec.kind + " " +
+         std::to_string(static_cast<int64_t>(rec.created_at * 1e6)) + " " +
          std::to_string(rec.files) + " " + std::to_string(rec.size_bytes) + "\n";
 }
 
@@ -474,16 +468,16 @@ Result<Images::VmDisk> Images::build_vm(const std::string& name, const fs::path&
     if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
       return fail_sys("ftruncate", tmp.string());
   }
-  progress("formatting ext4 (" + std::to_string(bytes >> 20) + " MiB, " +
-           std::to_string(t.inodes) + " files) from " + name + "'s tree");
+  progress("formatting ext4 (" + std::to_string(bytes >> 20) + " MiB, " + std::to_string(t.inodes) +
+           " files) from " + name + "'s tree");
   // -d copies the tree with its owners, modes, xattrs and hard links as they are on disk:
   // imported images keep the archive's ids there (the linux runtime shifts them with an
   // idmapped mount), which is what the VM's real root should see. No journal: the disk is
   // mounted read-only in the guest.
-  TRY_VOID(run_checked({"mke2fs", "-q", "-F", "-t", "ext4", "-L", "space-image", "-O",
-                        "^has_journal", "-m", "0", "-N", std::to_string(inodes), "-E",
-                        "root_owner=0:0", "-d", rootfs.string(), tmp.string()},
-                       "formatting the VM disk"));
+  TRY_VOID(run_checked(
+      {"mke2fs", "-q", "-F", "-t", "ext4", "-L", "space-image", "-O", "^has_journal", "-m", "0",
+       "-N", std::to_string(inodes), "-E", "root_owner=0:0", "-d", rootfs.string(), tmp.string()},
+      "formatting the VM disk"));
   progress("adding the agent at /.space/space-agent");
   // debugfs keeps going after a failed command and exits 0, so its result is checked below.
   fs::path cmds = base / (".vm.debugfs" + std::to_string(::getpid()));
@@ -493,10 +487,12 @@ Result<Images::VmDisk> Images::build_vm(const std::string& name, const fs::path&
                       "set_inode_field /.space uid 0\n"
                       "set_inode_field /.space gid 0\n"
                       "rm /.space/space-agent\n"
-                      "write " + agent.string() + " /.space/space-agent\n"
-                      "set_inode_field /.space/space-agent mode 0100755\n"
-                      "set_inode_field /.space/space-agent uid 0\n"
-                      "set_inode_field /.space/space-agent gid 0\n",
+                      "write " +
+                          agent.string() +
+                          " /.space/space-agent\n"
+                          "set_inode_field /.space/space-agent mode 0100755\n"
+                          "set_inode_field /.space/space-agent uid 0\n"
+                          "set_inode_field /.space/space-agent gid 0\n",
                       0600));
   auto wrote = run_tool({"debugfs", "-w", "-f", cmds.string(), tmp.string()});
   fs::remove(cmds, ec);

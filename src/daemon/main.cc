@@ -163,6 +163,7 @@ int run(int argc, char** argv) {
     qc.initrd = guest(cfg.vm.initrd, "initrd.img");
     qc.qemu = cfg.vm.qemu;
     qc.accel = cfg.vm.accel;
+    qc.probe_cache = cfg.state_dir / "kvm-probe.json";
     qc.cgroup_name = cfg.cgroup_name;
     qc.egress_ports = {egress::kProxyPort, egress::kTransparentTlsPort,
                        egress::kTransparentHttpPort};

@@ -24,6 +24,7 @@
 
 #include "common/fd.h"
 #include "common/units.h"
+#include "egress/ascii.h"
 
 namespace space::egress {
 namespace {
@@ -58,13 +59,6 @@ bool has_control(std::string_view s) {
     auto u = static_cast<unsigned char>(c);
     return (u < 0x20 && c != '\t') || u == 0x7f;
   });
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
 }
 
 // Headers that frame the message or the connection: a secret must not set them.

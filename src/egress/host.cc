@@ -5,9 +5,8 @@
 // names are normalized the way the WHATWG URL host parser does (TR46 via libidn2, then "a name
 // whose last label is a number is an IPv4 address, or nothing"), and IP literals in every form
 // inet_aton accepts are recognized and canonicalized, so a policy never compares spellings.
-#include "egress/policy.h"
-
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <idn2.h>
 
 #include <algorithm>
@@ -15,7 +14,8 @@
 #include <cstdlib>
 #include <memory>
 
-#include <fmt/format.h>
+#include "egress/ascii.h"
+#include "egress/policy.h"
 
 namespace space::egress {
 namespace {
@@ -48,15 +48,6 @@ namespace {
 std::unexpected<Error> bad_host(std::string_view raw, std::string_view why) {
   return fail(Code::kInvalidArgument, fmt::format("invalid host \"{}\": {}", printable(raw), why));
 }
-
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-bool is_hex(char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
-int hex_value(char c) {
-  if (is_digit(c)) return c - '0';
-  return (c | 0x20) - 'a' + 10;
-}
-char to_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c; }
 
 // ---- IP literals ----
 
@@ -176,8 +167,8 @@ Result<void> check_ascii_name(std::string_view raw, std::string_view name) {
       int rc = idn2_to_ascii_8z(l.c_str(), &out, IDN2_NONTRANSITIONAL | IDN2_NFC_INPUT);
       std::unique_ptr<char, decltype(&std::free)> guard(out, &std::free);
       if (rc != IDN2_OK) {
-        return bad_host(raw, fmt::format("invalid A-label \"{}\": {}", printable(label),
-                                         idn2_strerror(rc)));
+        return bad_host(
+            raw, fmt::format("invalid A-label \"{}\": {}", printable(label), idn2_strerror(rc)));
       }
       if (l != out) return bad_host(raw, fmt::format("A-label \"{}\" is not canonical", l));
     }
@@ -193,13 +184,23 @@ const char* forbidden_host_byte(unsigned char c) {
     return nullptr;
   }
   switch (c) {
-    case '@': return "userinfo (\"user@\") is not allowed";
-    case '%': return "percent-encoding is not allowed";
-    case '/': case '?': case '#': case '\\': return "a path, query or fragment is not allowed";
-    case ':': return "':' is allowed only in a bracketed IPv6 address";
-    case '*': return "'*' is not allowed in a host";
-    case ' ': return "spaces are not allowed";
-    default: break;
+    case '@':
+      return "userinfo (\"user@\") is not allowed";
+    case '%':
+      return "percent-encoding is not allowed";
+    case '/':
+    case '?':
+    case '#':
+    case '\\':
+      return "a path, query or fragment is not allowed";
+    case ':':
+      return "':' is allowed only in a bracketed IPv6 address";
+    case '*':
+      return "'*' is not allowed in a host";
+    case ' ':
+      return "spaces are not allowed";
+    default:
+      break;
   }
   if (c < 0x20 || c == 0x7f) return "control characters are not allowed";
   return "only letters, digits, '-' and '.' are allowed";
@@ -255,15 +256,15 @@ Result<Host> normalize_host(std::string_view raw) {
   std::string name;
   if (ascii) {
     name.reserve(raw.size());
-    for (char c : raw) name += to_lower(c);
+    for (char c : raw) name += ascii_lower(c);
   } else {
     std::string in(raw);
     char* out = nullptr;
     int rc = idn2_to_ascii_8z(in.c_str(), &out, IDN2_NONTRANSITIONAL | IDN2_NFC_INPUT);
     std::unique_ptr<char, decltype(&std::free)> guard(out, &std::free);
     if (rc != IDN2_OK) {
-      return bad_host(raw, fmt::format("not a valid internationalized name ({})",
-                                       idn2_strerror(rc)));
+      return bad_host(raw,
+                      fmt::format("not a valid internationalized name ({})", idn2_strerror(rc)));
     }
     name = out;
     for (char& ch : name) {
@@ -271,10 +272,10 @@ Result<Host> normalize_host(std::string_view raw) {
       // not hold ("／" -> '/'): check again.
       auto c = static_cast<unsigned char>(ch);
       if (c >= 0x80 || c == ':' || forbidden_host_byte(c)) {
-        return bad_host(raw, fmt::format("maps to \"{}\", which is not a valid host",
-                                         printable(name)));
+        return bad_host(raw,
+                        fmt::format("maps to \"{}\", which is not a valid host", printable(name)));
       }
-      ch = to_lower(ch);
+      ch = ascii_lower(ch);
     }
   }
 
@@ -287,8 +288,9 @@ Result<Host> normalize_host(std::string_view raw) {
   if (ends_in_number(name)) {
     auto v4 = parse_ipv4(name);
     if (!v4) {
-      return bad_host(raw, "not a valid IPv4 address (a name whose last label is numeric "
-                           "must be one)");
+      return bad_host(raw,
+                      "not a valid IPv4 address (a name whose last label is numeric "
+                      "must be one)");
     }
     return ip_host(v4_from(*v4));
   }
@@ -396,11 +398,11 @@ AddressClass classify_v4(uint32_t a) {
       {v4(192, 0, 2, 0), 24, AddressClass::kReserved},    // TEST-NET-1
       {v4(192, 88, 99, 0), 24, AddressClass::kReserved},  // 6to4 relay anycast (deprecated)
       {v4(192, 168, 0, 0), 16, AddressClass::kPrivate},
-      {v4(198, 18, 0, 0), 15, AddressClass::kReserved},   // benchmarking
-      {v4(198, 51, 100, 0), 24, AddressClass::kReserved}, // TEST-NET-2
-      {v4(203, 0, 113, 0), 24, AddressClass::kReserved},  // TEST-NET-3
+      {v4(198, 18, 0, 0), 15, AddressClass::kReserved},    // benchmarking
+      {v4(198, 51, 100, 0), 24, AddressClass::kReserved},  // TEST-NET-2
+      {v4(203, 0, 113, 0), 24, AddressClass::kReserved},   // TEST-NET-3
       {v4(224, 0, 0, 0), 4, AddressClass::kMulticast},
-      {v4(240, 0, 0, 0), 4, AddressClass::kReserved},     // and 255.255.255.255
+      {v4(240, 0, 0, 0), 4, AddressClass::kReserved},  // and 255.255.255.255
   };
   for (const Block& b : kBlocks) {
     if (in_v4(a, b.base, b.prefix)) return b.cls;
@@ -439,8 +441,8 @@ AddressClass classify_v6(const std::array<unsigned char, 16>& b) {
   static constexpr Bytes kNat64 = {0x00, 0x64, 0xff, 0x9b};
   if (in_v6(b, kNat64, 96)) return classify_v4(v4_at(b, 12));  // 64:ff9b::a.b.c.d
   static constexpr Bytes k6to4 = {0x20, 0x02};
-  if (in_v6(b, k6to4, 16)) return classify_v4(v4_at(b, 2));  // 2002:aabb:ccdd::
-  if (b[0] == 0xff) return AddressClass::kMulticast;         // ff00::/8
+  if (in_v6(b, k6to4, 16)) return classify_v4(v4_at(b, 2));                    // 2002:aabb:ccdd::
+  if (b[0] == 0xff) return AddressClass::kMulticast;                           // ff00::/8
   if (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) return AddressClass::kLinkLocal;  // fe80::/10
   if (b[0] == 0xfe && (b[1] & 0xc0) == 0xc0) return AddressClass::kPrivate;    // fec0::/10
   if ((b[0] & 0xfe) == 0xfc) return AddressClass::kUniqueLocal;                // fc00::/7
@@ -472,15 +474,24 @@ AddressClass classify(const IpAddress& addr) {
 
 std::string_view address_class_name(AddressClass c) {
   switch (c) {
-    case AddressClass::kPublic: return "public";
-    case AddressClass::kUnspecified: return "unspecified";
-    case AddressClass::kLoopback: return "loopback";
-    case AddressClass::kPrivate: return "private";
-    case AddressClass::kLinkLocal: return "link-local";
-    case AddressClass::kCgnat: return "carrier-grade NAT";
-    case AddressClass::kUniqueLocal: return "unique-local";
-    case AddressClass::kMulticast: return "multicast";
-    case AddressClass::kReserved: return "reserved";
+    case AddressClass::kPublic:
+      return "public";
+    case AddressClass::kUnspecified:
+      return "unspecified";
+    case AddressClass::kLoopback:
+      return "loopback";
+    case AddressClass::kPrivate:
+      return "private";
+    case AddressClass::kLinkLocal:
+      return "link-local";
+    case AddressClass::kCgnat:
+      return "carrier-grade NAT";
+    case AddressClass::kUniqueLocal:
+      return "unique-local";
+    case AddressClass::kMulticast:
+      return "multicast";
+    case AddressClass::kReserved:
+      return "reserved";
   }
   return "unknown";
 }

@@ -6,19 +6,16 @@
 // text escaped and truncated.
 #include "egress/policy.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/units.h"
+#include "egress/ascii.h"
 
 namespace space::egress {
 namespace {
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-bool is_hex(char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
-int hex_value(char c) { return is_digit(c) ? c - '0' : (c | 0x20) - 'a' + 10; }
 char to_upper(char c) { return (c >= 'a' && c <= 'z') ? static_cast<char>(c - 32) : c; }
 
 }  // namespace
@@ -158,8 +155,8 @@ Result<Rule> parse_rule_object(const nlohmann::json& j, const std::string& where
       }
       for (const auto& p : v) {
         if (!p.is_number_integer() || p.get<int64_t>() < 1 || p.get<int64_t>() > 65535) {
-          return bad_profile(at, fmt::format("invalid port {}: a port is 1..65535",
-                                             printable(p.dump())));
+          return bad_profile(
+              at, fmt::format("invalid port {}: a port is 1..65535", printable(p.dump())));
         }
         r.ports.push_back(static_cast<uint16_t>(p.get<int64_t>()));
       }
@@ -173,7 +170,8 @@ Result<Rule> parse_rule_object(const nlohmann::json& j, const std::string& where
       }
     } else {
       return bad_profile(where, fmt::format("unknown key \"{}\" (expected host, ports, methods, "
-                                            "paths)", printable(key)));
+                                            "paths)",
+                                            printable(key)));
     }
   }
   if (!have_host) return bad_profile(where, "\"host\" is required");
@@ -302,8 +300,8 @@ Decision Policy::check_host(const Host& host, uint16_t port) const {
     if (n.host.matches(host)) narrow_host = true;
   }
   if (narrow_host) {
-    return Decision{false, fmt::format("port {} not allowed for {} by this sandbox's --allow",
-                                       port, host.name)};
+    return Decision{false, fmt::format("port {} not allowed for {} by this sandbox's --allow", port,
+                                       host.name)};
   }
   return Decision{false, fmt::format("host {} not in this sandbox's --allow list (profile {})",
                                      host.name, profile_)};
@@ -375,8 +373,7 @@ std::vector<uint16_t> Policy::ports() const {
   for (const Rule& r : rules_) {
     std::vector<uint16_t> rp = r.ports.empty() ? std::vector<uint16_t>{80, 443} : r.ports;
     for (uint16_t port : rp) {
-      bool ok = narrow_.empty() ||
-                std::any_of(narrow_.begin(), narrow_.end(), [&](const Rule& n) {
+      bool ok = narrow_.empty() || std::any_of(narrow_.begin(), narrow_.end(), [&](const Rule& n) {
                   bool overlap = n.host.within(r.host) || r.host.within(n.host);
                   bool port_ok = n.ports.empty() || n.ports.front() == port;
                   return overlap && port_ok;

@@ -13,6 +13,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
+#include "egress/ascii.h"
 #include "egress/internal.h"
 #include "egress/tls_hello.h"
 
@@ -45,12 +46,6 @@ std::string path_only(std::string_view target) {
   std::string p(target.substr(0, target.find('?')));
   if (p.size() > kAuditPathMax) p = p.substr(0, kAuditPathMax) + "...";
   return p;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(x) == std::tolower(y);
-         });
 }
 
 // A minimal response the gateway itself gives (refusals, errors); always closes.

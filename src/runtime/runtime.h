@@ -154,6 +154,10 @@ class Instance {
 
   // What reattach() needs to find this sandbox again after a daemon restart.
   virtual nlohmann::json persist() const = 0;
+
+  // Facts of this runtime about the sandbox for `space inspect` (a VM's accelerator and why),
+  // or null.
+  virtual nlohmann::json details() const { return nullptr; }
 };
 
 class Runtime {

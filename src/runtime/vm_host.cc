@@ -3,6 +3,8 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +14,7 @@
 #include <sstream>
 
 #include "common/fd.h"
+#include "runtime/linux/syscalls.h"
 #include "runtime/linux/writable_layer.h"
 
 namespace space::runtime::vm {
@@ -35,7 +38,8 @@ Result<fs::path> find_in_path(const fs::path& prog) {
   return fail(Code::kUnavailable, prog.string() + " not found in PATH");
 }
 
-Result<void> run_tool(const std::vector<std::string>& argv, const fs::path& log) {
+Result<void> run_tool(const std::vector<std::string>& argv, const fs::path& log,
+                      std::chrono::milliseconds timeout) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -50,10 +54,33 @@ Result<void> run_tool(const std::vector<std::string>& argv, const fs::path& log)
   int rc = ::posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), env);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) return fail_sys("posix_spawn", argv[0], rc);
+  bool timed_out = false;
+  if (timeout.count() > 0) {
+    // Our own unreaped child: its pid cannot be reused before the waitpid below.
+    UniqueFd pidfd(linux::sys_pidfd_open(pid));
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      deadline - std::chrono::steady_clock::now())
+                      .count();
+      pollfd pfd{pidfd.get(), POLLIN, 0};
+      int r = pidfd ? ::poll(&pfd, 1, static_cast<int>(std::max<int64_t>(left, 0))) : 0;
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {  // the deadline passed (or no pidfd to wait on: stop at once)
+        timed_out = true;
+        ::kill(pid, SIGKILL);
+      }
+      break;
+    }
+  }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return fail_sys("waitpid", argv[0]);
   }
+  if (timed_out)
+    return fail(Code::kTimeout, argv[0] + " did not finish within " +
+                                    std::to_string(timeout.count()) + " ms (killed); its output "
+                                    "is in " + log.string());
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return fail(Code::kInternal, argv[0] + " failed (status " + std::to_string(status) +
                                      "); its output is in " + log.string());

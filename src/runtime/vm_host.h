@@ -3,6 +3,7 @@
 // and the last lines of a VMM's log for error messages.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -17,8 +18,10 @@ namespace space::runtime::vm {
 // (canonical).
 Result<std::filesystem::path> find_in_path(const std::filesystem::path& prog);
 
-// Runs a fixed host tool (mke2fs) and waits; its output goes to `log` (appended).
-Result<void> run_tool(const std::vector<std::string>& argv, const std::filesystem::path& log);
+// Runs a fixed host tool (mke2fs, QEMU's boot probe) and waits; its output goes to `log`
+// (appended). With a `timeout`, a tool still running then is killed and kTimeout returned.
+Result<void> run_tool(const std::vector<std::string>& argv, const std::filesystem::path& log,
+                      std::chrono::milliseconds timeout = {});
 
 // Creates `path` (which must not exist) as the sandbox's writable disk: a sparse file of
 // limits.disk_bytes holding an empty ext4 with the linux runtime's inode count (layer_inodes),

@@ -82,10 +82,16 @@ Result<BootParams> parse_cmdline(std::string_view cmdline) {
         return fail(Code::kInvalidArgument,
                     "space.channel=" + std::string(value.substr(0, 80)) + ": expected vsock:PORT");
       p.channel_vsock_port = TRY(parse_number<uint16_t>(key, value.substr(6), 1, 65535));
+    } else if (key == "space.probe") {
+      if (value != "1")
+        return fail(Code::kInvalidArgument,
+                    "space.probe=" + std::string(value.substr(0, 80)) + ": expected 1");
+      p.probe = true;
     } else {
       return fail(Code::kInvalidArgument,
                   "unknown kernel parameter " + std::string(key.substr(0, 80)) +
-                      " (known: space.hostname, space.pids, space.egress, space.channel)");
+                      " (known: space.hostname, space.pids, space.egress, space.channel, "
+                      "space.probe)");
     }
   }
   return p;

@@ -22,6 +22,9 @@ struct BootParams {
   // space.channel=vsock:PORT: the agent listens on this guest vsock port for the daemon (the
   // firecracker runtime) instead of using the virtio-serial port named space.agent.
   std::optional<uint16_t> channel_vsock_port;
+  // space.probe=1: a boot probe (the qemu runtime's test of an accelerator): init prints
+  // proto::kProbeMarker on the console once it runs, then ends the VM.
+  bool probe = false;
 };
 
 // Whether vminit loads the initramfs's module `module` (its file name without .ko) for a guest

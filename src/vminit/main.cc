@@ -1,7 +1,8 @@
 // space-vminit: PID 1 of the microVM guest, run from the initramfs that
 // scripts/guest-kernel.sh builds (docs/vm-guest.md). A straight-line recipe: each step either
 // works or says what failed (syscall, arguments, errno) on the console and powers the VM off,
-// so a broken guest never hangs and the host sees why on the serial log.
+// so a broken guest never hangs and the host sees why on the serial log. With space.probe=1
+// (the host's boot probe of an accelerator) it stops after step 1: prints kProbeMarker, ends.
 //
 //   1. /dev (devtmpfs), /proc, /sys; the console as stdin/stdout/stderr
 //   2. load the modules listed in /modules.order (finit_module, with their parameters from
@@ -35,6 +36,7 @@
 #include <vector>
 
 #include "common/fd.h"
+#include "proto/guest_boot.h"
 #include "vminit/guest.h"
 
 namespace space::vminit {
@@ -299,6 +301,14 @@ Result<std::string> find_agent_port() {
   std::string cmdline = read_file("/proc/cmdline").value_or("");
   auto params = parse_cmdline(cmdline);
   if (!params) power_off("kernel command line: " + params.error().message());
+  if (params->probe) {
+    // The host only asks whether a guest runs this far under its accelerator: say so, end.
+    (void)!::write(STDOUT_FILENO, proto::kProbeMarker.data(), proto::kProbeMarker.size());
+    (void)!::write(STDOUT_FILENO, "\n", 1);
+    ::sync();
+    ::reboot(g_have_acpi ? RB_POWER_OFF : RB_AUTOBOOT);
+    for (;;) ::pause();
+  }
   step("loading modules", load_modules(cmdline, *params));
   auto disks = find_disks();
   if (!disks) power_off("finding disks: " + disks.error().message());

@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,6 +37,9 @@
 
 namespace space::runtime::firecracker {
 
+// kvm_non_starter(gather_kvm_facts(device)) (runtime/kvm.h).
+std::string default_kvm_check(const std::filesystem::path& device);
+
 struct Config {
   std::filesystem::path firecracker = "firecracker";  // looked up in PATH if not absolute
   std::filesystem::path jailer = "jailer";
@@ -43,6 +47,10 @@ struct Config {
   // (tests/unit/runtime/firecracker/fake_firecracker.py) points it elsewhere: the jailer
   // creates the jail's own /dev/kvm regardless.
   std::filesystem::path kvm_device = "/dev/kvm";
+  // Why KVM cannot run a stock Linux guest through `kvm_device` ("" when nothing known stops
+  // it): vm::kvm_non_starter of the device's facts. The stand-in tests, whose kvm_device is a
+  // plain file, replace it.
+  std::function<std::string(const std::filesystem::path&)> kvm_check = default_kvm_check;
   std::filesystem::path kernel;  // uncompressed vmlinux (ELF)
   std::filesystem::path initrd;  // initramfs with space-vminit as /init
   // Where jails (<dir>/jails/<firecracker's file name>/<id>/root) and templates

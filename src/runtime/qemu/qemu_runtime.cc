@@ -14,6 +14,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -23,11 +24,15 @@
 #include <mutex>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+
 #include "common/guard.h"
+#include "runtime/kvm.h"
 #include "runtime/linux/host_files.h"
 #include "runtime/linux/launcher.h"
 #include "runtime/linux/syscalls.h"
 #include "runtime/linux/writable_layer.h"
+#include "runtime/qemu/qemu_args.h"
 #include "runtime/qemu/qmp.h"
 #include "runtime/vm_host.h"
 #include "runtime/vmm.h"
@@ -218,6 +223,8 @@ struct Parts : vm::VmmParts {
   fs::path vm_dir;
   fs::path disk;  // the writable disk (QEMU has it as an fd)
   std::chrono::milliseconds save_timeout{120000};
+  std::string accel;       // "kvm" or "tcg"
+  std::string accel_note;  // with tcg: why KVM is not used
 };
 
 class QemuInstance final : public vm::VmmInstance {
@@ -286,6 +293,14 @@ class QemuInstance final : public vm::VmmInstance {
   json persist() const override {
     json j = persist_base();
     j["vm_dir"] = p_->vm_dir.string();
+    j["accel"] = p_->accel;
+    j["accel_note"] = p_->accel_note;
+    return j;
+  }
+
+  json details() const override {
+    json j = {{"accelerator", p_->accel}};
+    if (!p_->accel_note.empty()) j["accelerator_note"] = p_->accel_note;
     return j;
   }
 
@@ -350,17 +365,37 @@ std::unique_ptr<QemuRuntime> QemuRuntime::create(Config config) {
   return std::unique_ptr<QemuRuntime>(new QemuRuntime(std::move(config)));
 }
 
+const AccelVerdict& QemuRuntime::kvm_verdict() const {
+  std::call_once(kvm_once_, [this] {
+    if (config_.accel == "tcg") {
+      kvm_.facts = vm::gather_kvm_facts(config_.kvm_device);
+      kvm_.kvm_reason = "vm.accel is \"tcg\" in spaced's config";
+      kvm_.how = "config";
+      return;
+    }
+    kvm_ = decide_kvm({.qemu = config_.qemu,
+                       .kernel = config_.kernel,
+                       .initrd = config_.initrd,
+                       .cache = config_.probe_cache,
+                       .kvm_device = config_.kvm_device});
+    if (kvm_.kvm_usable)
+      spdlog::info("qemu runtime: microVMs run under KVM ({})", kvm_.how);
+    else
+      spdlog::info("qemu runtime: KVM is not used, microVMs run under TCG emulation: {} ({})",
+                   kvm_.kvm_reason, kvm_.how);
+  });
+  return kvm_;
+}
+
 Result<std::string> QemuRuntime::accelerator() const {
-  bool kvm = ::access("/dev/kvm", R_OK | W_OK) == 0;
-  if (config_.accel == "kvm") {
-    if (!kvm)
-      return fail(Code::kUnavailable,
-                  "vm.accel is \"kvm\" but /dev/kvm is missing or not usable on this host; use "
-                  "\"auto\" to fall back to TCG emulation");
-    return std::string("kvm");
-  }
   if (config_.accel == "tcg") return std::string("tcg");
-  return std::string(kvm ? "kvm" : "tcg");
+  const AccelVerdict& v = kvm_verdict();
+  if (config_.accel == "kvm" && !v.kvm_usable)
+    return fail(Code::kUnavailable, "vm.accel is \"kvm\" but KVM cannot run the guest here: " +
+                                        v.kvm_reason +
+                                        "; set vm.accel to \"auto\" to fall back to TCG "
+                                        "emulation (see `space doctor`)");
+  return std::string(v.kvm_usable ? "kvm" : "tcg");
 }
 
 Result<void> QemuRuntime::usable() const {
@@ -383,6 +418,12 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
                 ctx + ": a VM's files are on its own disk: it restores whole machines "
                       "(restore_machine), not writable layers");
   const bool restoring = static_cast<bool>(spec.restore_machine);
+  if (spec.image.vm_disk.empty() && !spec.image.ro_binds.empty())  // the host image
+    return fail(Code::kConflict,
+                ctx + ": image \"" + spec.image.name + "\" binds the host's /usr and cannot "
+                "boot in a VM; give --image an image of its own: `space image import NAME DIR` "
+                "(a root filesystem, e.g. from debootstrap) and `space image build-vm NAME` "
+                "(docs/vm-guest.md)");
   if (spec.image.vm_disk.empty())
     return fail(Code::kConflict,
                 ctx + ": image \"" + spec.image.name + "\" has no VM disk yet: run `space image "
@@ -477,28 +518,32 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
   }
   if (::access("/etc/ld.so.cache", R_OK) == 0)
     plan.binds.push_back({.src = "/etc/ld.so.cache", .dst = in_jail("/etc/ld.so.cache"), .dir = false});
-  std::vector<std::string> devs = {"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"};
-  if (accel == "kvm") devs.push_back("/dev/kvm");
-  for (auto& d : devs)
+  for (const char* d : {"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"})
     plan.binds.push_back({.src = d, .dst = in_jail(d), .dir = false, .rw = true, .dev = true});
+  if (accel == "kvm") {
+    // QEMU's uid gets a KVM node of its own, as Firecracker's jailer makes one in its chroot:
+    // made in the sandbox's root-only directory and bound to the jail's /dev/kvm, so the host's
+    // node keeps its owner, group and mode. It goes with the sandbox's directory.
+    fs::path node = spec.dir / "kvm";
+    TRY_VOID_CTX(vm::make_private_device_node(node, makedev(vm::kKvmMajor, vm::kKvmMinor),
+                                              spec.uid_base),
+                 ctx + ": making QEMU's /dev/kvm");
+    plan.binds.push_back(
+        {.src = node.string(), .dst = in_jail("/dev/kvm"), .dir = false, .rw = true, .dev = true});
+  }
   plan.binds.push_back({.src = vm.string(), .dst = in_jail(kJailVm), .rw = true});
   plan.binds.push_back({.src = config_.kernel.string(), .dst = in_jail(kJailKernel), .dir = false});
   plan.binds.push_back({.src = config_.initrd.string(), .dst = in_jail(kJailInitrd), .dir = false});
   plan.tmpfs_dirs = {in_jail("/tmp"), in_jail("/var/tmp")};
   plan.proc_dir = in_jail("/proc");
   plan.old_root = in_jail("/.old");
-  plan.uid = spec.uid_base;
-  if (accel == "kvm") {
-    struct stat st;
-    if (::stat("/dev/kvm", &st) == 0) plan.groups.push_back(st.st_gid);
-  }
+  plan.uid = spec.uid_base;  // no supplementary groups: not even the host's kvm group
   plan.exe = config_.qemu.string();
 
   uint64_t mem_mib = spec.limits.memory_bytes >> 20;
   int smp = std::max(1, static_cast<int>(std::ceil(spec.limits.cpus)));
   std::string cmdline =
-      "console=ttyS0 reboot=t panic=-1 quiet loglevel=4 tsc_early_khz=2000000 lpj=8000000 "
-      "no_timer_check rdinit=/init space.hostname=" + spec.id +
+      std::string(kGuestCmdline) + " space.hostname=" + spec.id +
       " space.pids=" + std::to_string(spec.limits.pids) +
       " space.egress=" + [&] {
         std::string ports;
@@ -510,7 +555,7 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
   plan.argv = {
       plan.exe,
       "-name", "space-" + spec.id,
-      "-M", "microvm,rtc=on,isa-serial=on",
+      "-M", kMachine,
       "-accel", accel == "kvm" ? std::string("kvm") : "tcg,tb-size=" + std::to_string(kTcgCacheMiB),
       "-cpu", accel == "kvm" ? "host" : "max",
       "-m", std::to_string(mem_mib) + "M",
@@ -534,7 +579,7 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
       "-chardev", "socket,id=agent,path=" + vmd + "/agent.sock,server=on,wait=off",
       "-device", "virtserialport,chardev=agent,name=space.agent",
       "-qmp", "unix:" + vmd + "/qmp.sock,server=on,wait=off",
-      "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+      "-sandbox", kQemuSandbox,
       "-msg", "timestamp=on",
   };
   if (restoring) {
@@ -636,6 +681,8 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
   parts->disk = disk;
   parts->machine = std::move(machine);
   parts->stop_timeout = stop;
+  parts->accel = accel;
+  if (accel == "tcg") parts->accel_note = tcg_note();
   child_guard.dismiss();
   cgroup_guard.dismiss();
   return std::unique_ptr<Instance>(new QemuInstance(std::move(parts)));
@@ -663,6 +710,8 @@ Result<std::unique_ptr<Instance>> QemuRuntime::reattach(const SandboxSpec& spec,
   parts->qmp.emplace(std::move(qmp));
   parts->vm_dir = vm;
   parts->disk = spec.dir / kDiskFile;
+  parts->accel = persisted.value("accel", "");
+  parts->accel_note = persisted.value("accel_note", "");
   return std::unique_ptr<Instance>(new QemuInstance(std::move(parts)));
 }
 
@@ -676,10 +725,16 @@ Result<void> QemuRuntime::cleanup(const SandboxSpec& spec, const json& persisted
   return {};
 }
 
+std::string QemuRuntime::tcg_note() const {
+  return "TCG emulation, correct but slow (seconds to boot, every instruction emulated): " +
+         kvm_verdict().kvm_reason;
+}
+
 json QemuRuntime::doctor() const {
   json j = {{"qemu", config_.qemu.string()},
             {"kernel", config_.kernel.string()},
-            {"initrd", config_.initrd.string()}};
+            {"initrd", config_.initrd.string()},
+            {"accel_config", config_.accel}};
   if (auto r = usable(); !r) {
     j["available"] = false;
     j["reason"] = r.error().message();
@@ -688,10 +743,9 @@ json QemuRuntime::doctor() const {
   std::string accel = *accelerator();
   j["available"] = true;
   j["accelerator"] = accel;
-  j["note"] = accel == "kvm"
-                  ? "microVMs run under KVM"
-                  : "no usable /dev/kvm: microVMs run under QEMU's TCG emulation, correct but "
-                    "slow (seconds to boot, every instruction emulated)";
+  j["kvm"] = kvm_verdict().to_json();
+  j["note"] = accel == "kvm" ? "microVMs run under KVM (a test boot of the guest proved it)"
+                             : "microVMs run under " + tcg_note();
   if (!layout_) j["cgroups"] = layout_.error().message();
   return j;
 }

@@ -17,10 +17,12 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
 #include "runtime/linux/cgroup.h"
+#include "runtime/qemu/accel_probe.h"
 #include "runtime/runtime.h"
 
 namespace space::runtime::qemu {
@@ -29,7 +31,10 @@ struct Config {
   std::filesystem::path qemu = "qemu-system-x86_64";  // looked up in PATH if not absolute
   std::filesystem::path kernel;  // uncompressed vmlinux (PVH entry point)
   std::filesystem::path initrd;  // initramfs with space-vminit as /init
-  std::string accel = "auto";    // auto (kvm if usable, else tcg), kvm, tcg
+  std::string accel = "auto";    // auto (kvm if a guest boots under it, else tcg), kvm, tcg
+  // Where the KVM boot probe's verdict is cached (accel_probe.h); empty: probe per process.
+  std::filesystem::path probe_cache;
+  std::filesystem::path kvm_device = "/dev/kvm";
   std::string cgroup_name = "space";
   std::filesystem::path cgroup_root = "/sys/fs/cgroup";
   std::chrono::milliseconds boot_timeout{60000};  // QEMU start to the agent's first byte
@@ -62,16 +67,24 @@ class QemuRuntime final : public Runtime {
   Result<void> cleanup(const SandboxSpec& spec, const nlohmann::json& persisted) override;
   nlohmann::json doctor() const override;
 
-  // "kvm" or "tcg", or the reason this runtime cannot run.
+  // "kvm" or "tcg", or the reason this runtime cannot run. The first call decides (with
+  // vm.accel "auto" or "kvm": KVM's device facts, then a cached or new boot probe, which may
+  // take seconds); later calls return that.
   Result<std::string> accelerator() const;
+  // The KVM verdict behind accelerator() (decided by the first call to either).
+  const AccelVerdict& kvm_verdict() const;
 
  private:
   explicit QemuRuntime(Config config);
   Result<void> usable() const;
+  // "TCG emulation ...: <why KVM is not used>", for doctor, inspect and the logs.
+  std::string tcg_note() const;
   Result<const linux::CgroupLayout*> cgroup_layout() const;
 
   Config config_;
   std::optional<Error> qemu_error_, kernel_error_;
+  mutable std::once_flag kvm_once_;
+  mutable AccelVerdict kvm_;
   Result<linux::CgroupLayout> layout_;
 };
 

@@ -28,6 +28,15 @@ TEST(VminitCmdline, ParsesSpaceKeysAndIgnoresOthers) {
   EXPECT_EQ(parse_cmdline("space.channel=vsock:65535")->channel_vsock_port, 65535);
 }
 
+TEST(VminitCmdline, ProbeIsOneOrAnError) {
+  auto p = parse_cmdline("console=ttyS0 rdinit=/init space.probe=1");
+  ASSERT_TRUE(p) << p.error().message();
+  EXPECT_TRUE(p->probe);
+  EXPECT_FALSE(parse_cmdline("console=ttyS0")->probe);
+  for (const char* bad : {"space.probe=0", "space.probe=yes", "space.probe", "space.probe="})
+    EXPECT_FALSE(parse_cmdline(bad)) << bad;
+}
+
 TEST(VminitCmdline, AbsentKeysStayUnset) {
   auto p = parse_cmdline("console=ttyS0");
   ASSERT_TRUE(p);

@@ -67,6 +67,7 @@ class FirecrackerOrchestrationTest : public ::testing::Test {
     config_.firecracker = base_ / "bin" / "fake-firecracker";
     config_.jailer = base_ / "bin" / "fake-jailer";
     config_.kvm_device = base_ / "kvm";
+    config_.kvm_check = [](const fs::path&) { return std::string(); };  // the stand-in's "KVM"
     config_.kernel = base_ / "vmlinux";
     config_.initrd = base_ / "initrd";
     config_.dir = base_ / "fc";
