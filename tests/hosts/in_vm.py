@@ -20,10 +20,12 @@ cgroup v2 Debian 12 guest; docs/hosts.md). Drives the real spaced and `space` CL
   restart       live sandboxes survive a daemon restart (systemctl restart / SIGKILL + start),
                 exec in them and are destroyed cleanly
   cycles        N create/exec/destroy cycles leave no cgroup, mount, process or state behind
-  outside       nothing of SPACE's exists outside spaced's delegated subtree (systemd)
+  outside       nothing of spaced's exists outside its base (systemd, delegated), and no
+                sandbox cgroup is left
 
 Writes <results>/results.json ({"variant", "ok", "checks": [{name, ok, seconds, detail}]}) and
-the daemon's logs; reads <results>/config.json ({"cycles": N}). Only the Python standard library.
+the daemon's logs; reads <results>/config.json ({"cycles": N, "gdb": bool}). Only the Python
+standard library.
 """
 
 import argparse
@@ -255,9 +257,12 @@ class Daemon:
     def status(self):
         if self.variant != "systemd":
             return ""
-        _, out, _ = run(["systemctl", "status", "--no-pager", "-l", "spaced"])
-        _, j, _ = run(["journalctl", "--no-pager", "-n", "40", "-u", "spaced"])
-        return out + "\n" + j
+        try:  # short: a wedged systemd must not keep the results from being written
+            _, out, _ = run(["systemctl", "status", "--no-pager", "-l", "spaced"], timeout=15)
+            _, j, _ = run(["journalctl", "--no-pager", "-n", "40", "-u", "spaced"], timeout=15)
+            return out + "\n" + j
+        except subprocess.TimeoutExpired as e:
+            return "(no status: %s)" % e
 
     def save_logs(self):
         if self.variant == "systemd":
@@ -573,6 +578,7 @@ class Checks:
                                      "detail": "skipped: spaced did not start"})
                 continue
             t0 = time.monotonic()
+            log("%-12s ..." % name)
             try:
                 detail = getattr(self, "check_" + name)()
                 ok = True
