@@ -8,9 +8,6 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <vector>
-
 #include "common/fd.h"
 
 namespace space::runtime::vm {
@@ -36,31 +33,31 @@ bool has_vendor(const std::string& list, std::string_view m) {
 
 nlohmann::json KvmFacts::to_json() const {
   nlohmann::json j = {{"device", device}, {"present", present}};
+  if (sysfs_seen) j["modules"] = vendor_modules;
   if (!present) return j;
   j["kvm_node"] = is_kvm_node;
   j["opens"] = open_errno == 0;
   if (open_errno) j["open_error"] = std::string(errno_name(open_errno));
   if (api_version >= 0) j["api_version"] = api_version;
   if (create_vm_errno >= 0) j["create_vm"] = create_vm_errno == 0;
-  if (sysfs_seen) j["modules"] = vendor_modules;
   return j;
 }
 
 KvmFacts gather_kvm_facts(const fs::path& device, const fs::path& sys_module) {
   KvmFacts f;
   f.device = device.string();
+  // The modules first: they are read even where the node is missing.
+  if (::access((sys_module / "kvm").c_str(), F_OK) == 0) {
+    f.sysfs_seen = true;
+    for (const char* m : kVendorModules)
+      if (::access((sys_module / m).c_str(), F_OK) == 0)
+        f.vendor_modules += (f.vendor_modules.empty() ? "" : ",") + std::string(m);
+  }
   struct stat st;
   if (::stat(device.c_str(), &st) != 0) return f;
   f.present = true;
   f.is_kvm_node =
       S_ISCHR(st.st_mode) && major(st.st_rdev) == kKvmMajor && minor(st.st_rdev) == kKvmMinor;
-  if (::access((sys_module / "kvm").c_str(), F_OK) == 0) {
-    f.sysfs_seen = true;
-    std::vector<std::string> seen;
-    for (const char* m : kVendorModules)
-      if (::access((sys_module / m).c_str(), F_OK) == 0) seen.emplace_back(m);
-    for (auto& m : seen) f.vendor_modules += (f.vendor_modules.empty() ? "" : ",") + m;
-  }
   if (!f.is_kvm_node) return f;
   UniqueFd kvm(::open(device.c_str(), O_RDWR | O_CLOEXEC));
   if (!kvm) {
@@ -76,10 +73,16 @@ KvmFacts gather_kvm_facts(const fs::path& device, const fs::path& sys_module) {
 }
 
 std::string kvm_non_starter(const KvmFacts& f) {
+  const bool pvm_only = f.sysfs_seen && has_vendor(f.vendor_modules, "kvm_pvm") &&
+                        !has_vendor(f.vendor_modules, "kvm_intel") &&
+                        !has_vendor(f.vendor_modules, "kvm_amd");
   if (!f.present)
     return "no " + f.device +
            ": this host has no KVM (it needs a bare-metal host, or a VM with nested "
-           "virtualization, and the kvm_intel or kvm_amd module)";
+           "virtualization, and the kvm_intel or kvm_amd module)" +
+           (pvm_only ? "; the kvm_pvm module is loaded, but nested PVM runs only guest kernels "
+                       "built for PVM"
+                     : "");
   if (!f.is_kvm_node)
     return f.device + " is not the KVM device (a character device " + std::to_string(kKvmMajor) +
            ":" + std::to_string(kKvmMinor) + ")";
@@ -92,8 +95,7 @@ std::string kvm_non_starter(const KvmFacts& f) {
   if (f.create_vm_errno != 0)
     return "KVM_CREATE_VM on " + f.device + " fails (" +
            std::string(errno_name(f.create_vm_errno)) + ")";
-  if (f.sysfs_seen && has_vendor(f.vendor_modules, "kvm_pvm") &&
-      !has_vendor(f.vendor_modules, "kvm_intel") && !has_vendor(f.vendor_modules, "kvm_amd"))
+  if (pvm_only)
     return f.device +
            " is nested PVM (module kvm_pvm): it runs only guest kernels built for PVM, and "
            "the microVM guest is a stock x86 kernel (QEMU aborts on MSR 0x10a with -cpu host; "

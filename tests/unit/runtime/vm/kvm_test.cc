@@ -39,6 +39,13 @@ KvmFacts working(const std::string& modules) {
 TEST(KvmVerdict, KnownNonStarters) {
   KvmFacts none;
   EXPECT_NE(kvm_non_starter(none).find("no /dev/kvm"), std::string::npos);
+  EXPECT_EQ(kvm_non_starter(none).find("PVM"), std::string::npos);
+  // This project's machines of one day: kvm_pvm loaded, yet no node at all.
+  KvmFacts pvm_no_node = working("kvm_pvm");
+  pvm_no_node.present = pvm_no_node.is_kvm_node = false;
+  std::string why = kvm_non_starter(pvm_no_node);
+  EXPECT_NE(why.find("no /dev/kvm"), std::string::npos) << why;
+  EXPECT_NE(why.find("kvm_pvm module is loaded"), std::string::npos) << why;
 
   KvmFacts file = working("kvm_intel");
   file.is_kvm_node = false;
@@ -78,6 +85,7 @@ TEST(KvmFacts, GatheredFromTheNodeAndSysModule) {
   fs::path dir = temp_dir();
   KvmFacts missing = gather_kvm_facts(dir / "kvm", dir / "module");
   EXPECT_FALSE(missing.present);
+  EXPECT_FALSE(missing.sysfs_seen);
   EXPECT_EQ(missing.to_json()["present"], false);
 
   std::ofstream(dir / "file") << "x";
@@ -95,6 +103,11 @@ TEST(KvmFacts, GatheredFromTheNodeAndSysModule) {
   EXPECT_EQ(null.api_version, -1);
   EXPECT_TRUE(null.sysfs_seen);
   EXPECT_EQ(null.vendor_modules, "kvm_pvm");
+  // The modules are read even where the node is missing.
+  KvmFacts no_node = gather_kvm_facts(dir / "kvm", dir / "module");
+  EXPECT_FALSE(no_node.present);
+  EXPECT_EQ(no_node.vendor_modules, "kvm_pvm");
+  EXPECT_EQ(no_node.to_json()["modules"], "kvm_pvm");
   fs::create_directories(dir / "module" / "kvm_intel");
   EXPECT_EQ(gather_kvm_facts("/dev/null", dir / "module").vendor_modules, "kvm_intel,kvm_pvm");
   fs::remove_all(dir);
