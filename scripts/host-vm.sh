@@ -18,6 +18,9 @@ set -euo pipefail
 say() { echo "host-vm: $*"; }
 die() { echo "host-vm: error: $*" >&2; exit 1; }
 unavailable() { echo "host-vm: unavailable: $*" >&2; exit 3; }
+lib="$(cd "$(dirname "$0")" && pwd)/lib/kernel-package.sh"
+# shellcheck source=lib/kernel-package.sh
+source "$lib"
 
 [[ $# -eq 1 ]] || die "usage: $0 OUTDIR"
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -49,13 +52,9 @@ find_deb() {
 }
 deb="$(find_deb)"
 if [[ -z "$deb" ]]; then
-  pkg="$(apt-cache depends linux-image-amd64 2>/dev/null |
-         sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*-amd64\)$/\1/p' | head -n1)"
-  [[ -n "$pkg" ]] || unavailable "apt knows no linux-image-amd64 (no Debian package lists?)"
-  say "downloading $pkg"
-  (cd "$out/cache" && apt-get download -q "$pkg" 2>&1 |
-     grep -v '^W: Download is performed unsandboxed' || true)
-  deb="$(ls -1 "$out"/cache/"$pkg"_*.deb 2>/dev/null | tail -n1 || true)"
+  if ! kp_download_deb "$out/cache"; then
+    [[ -n "$pkg" ]] || unavailable "apt knows no linux-image-amd64 (no Debian package lists?)"
+  fi
   [[ -n "$deb" ]] || unavailable "cannot download $pkg: is Debian's mirror reachable?"
 fi
 
@@ -64,7 +63,8 @@ up_to_date() {
   for f in vmlinux initrd.img kernel-release; do
     [[ -s "$out/$f" && "$out/$f" -nt "$deb" ]] || return 1
   done
-  [[ "$out/initrd.img" -nt "$0" && "$out/initrd.img" -nt "$init_script" &&
+  [[ "$out/initrd.img" -nt "$0" && "$out/initrd.img" -nt "$lib" &&
+     "$out/initrd.img" -nt "$init_script" &&
      "$out/initrd.img" -nt "$busybox" ]]
 }
 if up_to_date; then
@@ -75,72 +75,16 @@ fi
 work="$(mktemp -d "$out/.work.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
-say "unpacking $(basename "$deb")"
-dpkg-deb -x "$deb" "$work/pkg"
-release="$(ls -1 "$work/pkg/lib/modules" | head -n1)"
-[[ -n "$release" && -f "$work/pkg/boot/vmlinuz-$release" ]] || die "$(basename "$deb") has no vmlinuz"
-moddir="$work/pkg/lib/modules/$release"
+kp_unpack "$deb" "$work"
 
-# --- 2. vmlinux: the first compressed stream in the bzImage that decompresses to an ELF file
-# (what the kernel's scripts/extract-vmlinux does; scripts/guest-kernel.sh does the same).
-extract() {  # extract MAGIC_HEX DECOMPRESSOR...
-  local magic="$1"; shift
-  local off
-  for off in $(LC_ALL=C grep -obUaP "$magic" "$work/vmlinuz" 2>/dev/null | cut -d: -f1 | head -n 8); do
-    tail -c +"$((off + 1))" "$work/vmlinuz" | "$@" > "$work/vmlinux" 2>/dev/null || true
-    if [[ "$(head -c 4 "$work/vmlinux" | od -An -tx1 | tr -d ' \n')" == 7f454c46 ]]; then
-      return 0
-    fi
-  done
-  return 1
-}
-cp "$work/pkg/boot/vmlinuz-$release" "$work/vmlinuz"
-extract '\xfd\x37\x7a\x58\x5a\x00' xz -dc ||
-  extract '\x1f\x8b\x08' gzip -dc ||
-  extract '\x28\xb5\x2f\xfd' zstd -dc ||
-  die "no compressed ELF kernel found in vmlinuz-$release"
-
-# --- 3. modules, dependencies first (modules.dep lists them so that right to left loads).
-[[ -f "$moddir/modules.dep" ]] || depmod -b "$work/pkg" "$release"
-order=()
-declare -A seen=()
-add_module() {
-  local rel="$1" deps d
-  [[ -n "${seen[$rel]:-}" ]] && return 0
-  seen[$rel]=1
-  deps="$(grep -m1 "^$rel:" "$moddir/modules.dep" | cut -d: -f2-)"
-  local rev=()
-  for d in $deps; do rev=("$d" "${rev[@]}"); done
-  for d in "${rev[@]}"; do add_module "$d"; done
-  order+=("$rel")
-}
-for m in "${WANT[@]}"; do
-  rel="$(grep -m1 -E "(^|/)$m\.ko(\.xz|\.zst|\.gz)?:" "$moddir/modules.dep" | cut -d: -f1 || true)"
-  if [[ -z "$rel" ]]; then
-    grep -qE "(^|/)$m\.ko" "$moddir/modules.builtin" && continue
-    die "module $m is neither in modules.dep nor built into $release"
-  fi
-  add_module "$rel"
-done
-
-# --- 4. the initramfs: busybox, modules, /init.
+# --- 2. the initramfs: busybox, the modules, /init.
 root="$work/root"
-mkdir -p "$root/bin" "$root/lib/modules" "$root/dev" "$root/proc" "$root/sys" "$root/newroot"
+mkdir -p "$root/bin" "$root/dev" "$root/proc" "$root/sys" "$root/newroot"
 cp "$busybox" "$root/bin/busybox"
 ln -s busybox "$root/bin/sh"
-: > "$root/modules.order"
-for rel in "${order[@]}"; do
-  name="$(basename "$rel")"
-  case "$name" in
-    *.ko.xz) xz -dc "$moddir/$rel" > "$root/lib/modules/${name%.xz}"; name="${name%.xz}" ;;
-    *.ko.zst) zstd -qdc "$moddir/$rel" > "$root/lib/modules/${name%.zst}"; name="${name%.zst}" ;;
-    *) cp "$moddir/$rel" "$root/lib/modules/$name" ;;
-  esac
-  echo "$name" >> "$root/modules.order"
-done
+kp_add_modules "$root" "${WANT[@]}"
 install -m 0755 "$init_script" "$root/init"
-(cd "$root" && find . -mindepth 1 | LC_ALL=C sort |
-   cpio --quiet -o -H newc -R 0:0 --reproducible 2>/dev/null) | gzip -1n > "$work/initrd.img"
+kp_pack "$root" "$work/initrd.img" 1
 
 mv -f "$work/vmlinux" "$out/vmlinux"
 mv -f "$work/initrd.img" "$out/initrd.img"
