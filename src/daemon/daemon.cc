@@ -1032,18 +1032,9 @@ std::string first_line_of(const char* cmd) {
 
 // Facts about the host that the VM runtimes and memory snapshots depend on.
 json host_facts() {
-  // The device's facts; Daemon::doctor puts the qemu runtime's proven verdict in their place
-  // where that runtime could decide one.
-  runtime::vm::KvmFacts facts = runtime::vm::gather_kvm_facts();
-  json kvm = facts.to_json();
-  std::string why = runtime::vm::kvm_non_starter(facts);
-  kvm["usable"] = why.empty();
-  kvm["decided_by"] = "device facts";
-  if (!why.empty()) kvm["reason"] = why;
   std::string qemu = first_line_of("qemu-system-x86_64 --version 2>/dev/null");
   std::string criu = first_line_of("criu --version 2>/dev/null");
   return {
-      {"kvm", kvm},
       {"qemu", qemu.empty() ? json{{"found", false}, {"hint", "apt-get install qemu-system-x86"}}
                             : json{{"found", true}, {"version", qemu}}},
       {"criu", criu.empty()
@@ -1057,7 +1048,11 @@ json Daemon::doctor() {
   json rts = json::object();
   for (auto& [name, rt] : runtimes_) rts[name] = rt->doctor();
   json host = host_facts();
-  if (rts.contains("qemu") && rts["qemu"].contains("kvm")) host["kvm"] = rts["qemu"]["kvm"];
+  // KVM as the qemu runtime proved it; where that runtime could not decide (no QEMU, no guest
+  // kernel), the device's facts alone.
+  host["kvm"] = rts.contains("qemu") && rts["qemu"].contains("kvm")
+                    ? rts["qemu"]["kvm"]
+                    : runtime::vm::judge_kvm_facts(runtime::vm::gather_kvm_facts()).to_json();
   // What a snapshot holds (docs/snapshots.md): say it, and why, rather than let a user expect a
   // linux sandbox's process to survive a rollback.
   std::string criu = host["criu"].value("found", false)

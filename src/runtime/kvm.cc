@@ -105,6 +105,23 @@ std::string kvm_non_starter(const KvmFacts& f) {
   return "";
 }
 
+nlohmann::json KvmVerdict::to_json() const {
+  nlohmann::json j = facts.to_json();
+  j["usable"] = usable;
+  j["decided_by"] = how;
+  if (!reason.empty()) j["reason"] = reason;
+  return j;
+}
+
+KvmVerdict judge_kvm_facts(KvmFacts facts) {
+  KvmVerdict v;
+  v.reason = kvm_non_starter(facts);
+  v.usable = v.reason.empty();
+  v.how = "device facts";
+  v.facts = std::move(facts);
+  return v;
+}
+
 Result<void> make_private_device_node(const fs::path& path, dev_t dev, uid_t owner) {
   // mknod applies the umask, fchmodat makes the mode exact; the node is made before it is
   // handed to anyone, so nothing can race it between the calls.

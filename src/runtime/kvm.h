@@ -45,6 +45,20 @@ KvmFacts gather_kvm_facts(const std::filesystem::path& device = "/dev/kvm",
 // vendor module at all.
 std::string kvm_non_starter(const KvmFacts& f);
 
+// Whether KVM runs this project's guests here, why not, and how that was decided: "device
+// facts" (judge_kvm_facts), "boot probe" or "boot probe (cached)" (qemu/accel_probe.h), "config".
+struct KvmVerdict {
+  bool usable = false;
+  std::string reason;  // "" when usable
+  std::string how;
+  KvmFacts facts;
+  nlohmann::json to_json() const;  // the facts with usable, decided_by and reason
+};
+
+// The verdict of the facts alone: usable unless kvm_non_starter() names a reason. Only a boot
+// proves a usable one.
+KvmVerdict judge_kvm_facts(KvmFacts facts);
+
 // Creates the character device `path` (which must not exist) for KVM, owned by uid:gid `owner`
 // with mode 0600: a node for one jailed VMM's uid, as Firecracker's jailer makes in its chroot,
 // so that the host's /dev/kvm keeps its own owner and mode. `dev` is the device number to use

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "proto/guest_boot.h"
+#include "runtime/linux/host_files.h"
 #include "runtime/qemu/qemu_args.h"
 #include "runtime/vm_host.h"
 
@@ -18,15 +19,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-std::string read_small(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string s = ss.str();
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
 
 std::string identity(const fs::path& p) {
   struct stat st;
@@ -37,20 +29,13 @@ std::string identity(const fs::path& p) {
 
 }  // namespace
 
-json AccelVerdict::to_json() const {
-  json j = facts.to_json();
-  j["usable"] = kvm_usable;
-  j["decided_by"] = how;
-  if (!kvm_reason.empty()) j["reason"] = kvm_reason;
-  return j;
-}
-
 std::string probe_key(const AccelInputs& in) {
   struct utsname u {};
   ::uname(&u);
-  return "boot " + read_small("/proc/sys/kernel/random/boot_id") + "\nhost kernel " + u.release +
-         "\nqemu " + identity(in.qemu) + "\nkernel " + identity(in.kernel) + "\ninitrd " +
-         identity(in.initrd) + "\ndevice " + in.kvm_device.string();
+  return "boot " + linux::read_text("/proc/sys/kernel/random/boot_id").value_or("") +
+         "\nhost kernel " + u.release + "\nqemu " + identity(in.qemu) + "\nkernel " +
+         identity(in.kernel) + "\ninitrd " + identity(in.initrd) + "\ndevice " +
+         in.kvm_device.string();
 }
 
 Result<void> boot_probe(const AccelInputs& in, const std::string& accel, const fs::path& work) {
@@ -89,7 +74,7 @@ Result<void> boot_probe(const AccelInputs& in, const std::string& accel, const f
   auto ran = vm::run_tool(argv, log, in.timeout);
   // The marker is what counts: a QEMU killed at the deadline after the guest printed it (an
   // ACPI-less power-off that halts) still proves the boot.
-  std::string out = read_small(console);
+  std::string out = linux::read_text(console).value_or("");
   if (out.find(proto::kProbeMarker) != std::string::npos) return {};
   std::string what = ran ? "the guest ended without reaching its init"
                      : ran.error().code() == Code::kTimeout
@@ -103,11 +88,8 @@ Result<void> boot_probe(const AccelInputs& in, const std::string& accel, const f
 }
 
 AccelVerdict decide_kvm(const AccelInputs& in) {
-  AccelVerdict v;
-  v.facts = vm::gather_kvm_facts(in.kvm_device, in.sys_module);
-  v.kvm_reason = vm::kvm_non_starter(v.facts);
-  v.how = "device facts";
-  if (!v.kvm_reason.empty()) return v;
+  AccelVerdict v = vm::judge_kvm_facts(vm::gather_kvm_facts(in.kvm_device, in.sys_module));
+  if (!v.usable) return v;
   AccelVerdict proven = probe_cached(in, "kvm");
   proven.facts = std::move(v.facts);
   return proven;
@@ -121,8 +103,8 @@ AccelVerdict probe_cached(const AccelInputs& in, const std::string& accel) {
     json cached = json::parse(f, nullptr, false);
     if (cached.is_object() && cached.value("key", "") == key && cached.contains("usable") &&
         cached["usable"].is_boolean()) {
-      v.kvm_usable = cached["usable"].get<bool>();
-      v.kvm_reason = v.kvm_usable ? "" : cached.value("reason", "the cached boot probe failed");
+      v.usable = cached["usable"].get<bool>();
+      v.reason = v.usable ? "" : cached.value("reason", "the cached boot probe failed");
       v.how = "boot probe (cached)";
       return v;
     }
@@ -132,19 +114,19 @@ AccelVerdict probe_cached(const AccelInputs& in, const std::string& accel) {
   fs::path base = in.cache.empty() ? fs::temp_directory_path() : in.cache.parent_path();
   std::string tmpl = (base / "accel-probe.XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) {
-    v.kvm_reason = Error::sys("mkdtemp", tmpl).wrap("preparing the boot probe").message();
+    v.reason = Error::sys("mkdtemp", tmpl).wrap("preparing the boot probe").message();
     return v;  // not cached: nothing was learnt about the accelerator
   }
   fs::path work = tmpl;
   auto r = boot_probe(in, accel, work);
   std::error_code ec;
   fs::remove_all(work, ec);
-  v.kvm_usable = r.has_value();
-  if (!r) v.kvm_reason = r.error().message();
+  v.usable = r.has_value();
+  if (!r) v.reason = r.error().message();
   if (!in.cache.empty()) {
     json out = {{"key", key},
-                {"usable", v.kvm_usable},
-                {"reason", v.kvm_reason},
+                {"usable", v.usable},
+                {"reason", v.reason},
                 {"probed_at", static_cast<int64_t>(std::time(nullptr))}};
     fs::path tmp = in.cache;
     tmp += ".tmp";

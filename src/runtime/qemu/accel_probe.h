@@ -32,14 +32,9 @@ struct AccelInputs {
   std::chrono::milliseconds timeout = kProbeTimeout;
 };
 
-struct AccelVerdict {
-  bool kvm_usable = false;
-  std::string kvm_reason;  // why KVM is not used ("" when it is usable)
-  // How it was decided: "device facts", "boot probe", "boot probe (cached)".
-  std::string how;
-  vm::KvmFacts facts;
-  nlohmann::json to_json() const;
-};
+// whether the guest boots under an accelerator: KVM's verdict (runtime/kvm.h), which a boot
+// probe under TCG answers too.
+using AccelVerdict = vm::KvmVerdict;
 
 // Boots `in.kernel` and `in.initrd` with space.probe=1 under `accel` ("kvm" or "tcg") and
 // succeeds once kProbeMarker reached the console before `timeout`; otherwise says what QEMU and
@@ -55,7 +50,7 @@ std::string probe_key(const AccelInputs& in);
 AccelVerdict decide_kvm(const AccelInputs& in);
 
 // The verdict of a boot probe under `accel` as cached in `in.cache` for this probe_key, else a
-// new boot_probe (whose verdict is then cached). kvm_usable/kvm_reason say whether the guest
+// new boot_probe (whose verdict is then cached). usable/reason say whether the guest
 // booted under `accel` and why not.
 AccelVerdict probe_cached(const AccelInputs& in, const std::string& accel);
 

@@ -369,7 +369,7 @@ const AccelVerdict& QemuRuntime::kvm_verdict() const {
   std::call_once(kvm_once_, [this] {
     if (config_.accel == "tcg") {
       kvm_.facts = vm::gather_kvm_facts(config_.kvm_device);
-      kvm_.kvm_reason = "vm.accel is \"tcg\" in spaced's config";
+      kvm_.reason = "vm.accel is \"tcg\" in spaced's config";
       kvm_.how = "config";
       return;
     }
@@ -378,11 +378,11 @@ const AccelVerdict& QemuRuntime::kvm_verdict() const {
                        .initrd = config_.initrd,
                        .cache = config_.probe_cache,
                        .kvm_device = config_.kvm_device});
-    if (kvm_.kvm_usable)
+    if (kvm_.usable)
       spdlog::info("qemu runtime: microVMs run under KVM ({})", kvm_.how);
     else
       spdlog::info("qemu runtime: KVM is not used, microVMs run under TCG emulation: {} ({})",
-                   kvm_.kvm_reason, kvm_.how);
+                   kvm_.reason, kvm_.how);
   });
   return kvm_;
 }
@@ -390,12 +390,12 @@ const AccelVerdict& QemuRuntime::kvm_verdict() const {
 Result<std::string> QemuRuntime::accelerator() const {
   if (config_.accel == "tcg") return std::string("tcg");
   const AccelVerdict& v = kvm_verdict();
-  if (config_.accel == "kvm" && !v.kvm_usable)
+  if (config_.accel == "kvm" && !v.usable)
     return fail(Code::kUnavailable, "vm.accel is \"kvm\" but KVM cannot run the guest here: " +
-                                        v.kvm_reason +
+                                        v.reason +
                                         "; set vm.accel to \"auto\" to fall back to TCG "
                                         "emulation (see `space doctor`)");
-  return std::string(v.kvm_usable ? "kvm" : "tcg");
+  return std::string(v.usable ? "kvm" : "tcg");
 }
 
 Result<void> QemuRuntime::usable() const {
@@ -727,7 +727,7 @@ Result<void> QemuRuntime::cleanup(const SandboxSpec& spec, const json& persisted
 
 std::string QemuRuntime::tcg_note() const {
   return "TCG emulation, correct but slow (seconds to boot, every instruction emulated): " +
-         kvm_verdict().kvm_reason;
+         kvm_verdict().reason;
 }
 
 json QemuRuntime::doctor() const {

@@ -31,9 +31,9 @@ TEST(AccelProbe, NoKvmDeviceDecidesWithoutBooting) {
                  .cache = dir / "cache.json",
                  .kvm_device = dir / "kvm"};
   AccelVerdict v = decide_kvm(in);
-  EXPECT_FALSE(v.kvm_usable);
+  EXPECT_FALSE(v.usable);
   EXPECT_EQ(v.how, "device facts");
-  EXPECT_NE(v.kvm_reason.find("no " + (dir / "kvm").string()), std::string::npos) << v.kvm_reason;
+  EXPECT_NE(v.reason.find("no " + (dir / "kvm").string()), std::string::npos) << v.reason;
   EXPECT_FALSE(fs::exists(in.cache));  // nothing probed, nothing cached
   auto j = v.to_json();
   EXPECT_EQ(j["usable"], false);
@@ -67,13 +67,13 @@ TEST(AccelProbe, FailingQemuIsAReasonAndCached) {
                  .cache = dir / "cache.json",
                  .timeout = std::chrono::milliseconds(5000)};
   AccelVerdict v = probe_cached(in, "kvm");
-  EXPECT_FALSE(v.kvm_usable);
+  EXPECT_FALSE(v.usable);
   EXPECT_EQ(v.how, "boot probe");
-  EXPECT_NE(v.kvm_reason.find("QEMU failed"), std::string::npos) << v.kvm_reason;
+  EXPECT_NE(v.reason.find("QEMU failed"), std::string::npos) << v.reason;
   AccelVerdict again = probe_cached(in, "kvm");
   EXPECT_EQ(again.how, "boot probe (cached)");
-  EXPECT_FALSE(again.kvm_usable);
-  EXPECT_EQ(again.kvm_reason, v.kvm_reason);
+  EXPECT_FALSE(again.usable);
+  EXPECT_EQ(again.reason, v.reason);
   // Only the cache file is left: the probe's work directory is gone.
   int entries = 0;
   for ([[maybe_unused]] auto& e : fs::directory_iterator(dir)) ++entries;
@@ -110,7 +110,7 @@ TEST(AccelProbe, GuestBootsUnderTcgAndIsCachedPerInputs) {
                  .cache = dir / "cache.json",
                  .timeout = std::chrono::milliseconds(90000)};
   AccelVerdict v = probe_cached(in, "tcg");
-  EXPECT_TRUE(v.kvm_usable) << v.kvm_reason;
+  EXPECT_TRUE(v.usable) << v.reason;
   EXPECT_EQ(v.how, "boot probe");
   EXPECT_EQ(probe_cached(in, "tcg").how, "boot probe (cached)");
   // Another accelerator is another question.
@@ -134,10 +134,9 @@ TEST(AccelProbe, GuestWithoutInitFails) {
                  .initrd = dir / "initrd.img",
                  .timeout = std::chrono::milliseconds(90000)};
   AccelVerdict v = probe_cached(in, "tcg");
-  EXPECT_FALSE(v.kvm_usable);
-  EXPECT_NE(v.kvm_reason.find("a test boot of the guest kernel under tcg failed"),
-            std::string::npos)
-      << v.kvm_reason;
+  EXPECT_FALSE(v.usable);
+  EXPECT_NE(v.reason.find("a test boot of the guest kernel under tcg failed"), std::string::npos)
+      << v.reason;
   fs::remove_all(dir);
 }
 

@@ -81,6 +81,20 @@ TEST(KvmVerdict, HardwareKvmIsLeftToTheBootProbe) {
   EXPECT_EQ(kvm_non_starter(blind), "");
 }
 
+TEST(KvmVerdict, FactsAloneJudgeAndSaySo) {
+  KvmVerdict pvm = judge_kvm_facts(working("kvm_pvm"));
+  EXPECT_FALSE(pvm.usable);
+  EXPECT_EQ(pvm.reason, kvm_non_starter(working("kvm_pvm")));
+  auto j = pvm.to_json();
+  EXPECT_EQ(j["usable"], false);
+  EXPECT_EQ(j["decided_by"], "device facts");
+  EXPECT_EQ(j["reason"], pvm.reason);
+  EXPECT_EQ(j["modules"], "kvm_pvm");
+  KvmVerdict hw = judge_kvm_facts(working("kvm_intel"));
+  EXPECT_TRUE(hw.usable);
+  EXPECT_FALSE(hw.to_json().contains("reason"));
+}
+
 TEST(KvmFacts, GatheredFromTheNodeAndSysModule) {
   fs::path dir = temp_dir();
   KvmFacts missing = gather_kvm_facts(dir / "kvm", dir / "module");
