@@ -78,35 +78,6 @@ std::string_view trim(std::string_view s) {
   return s.substr(b, e - b + 1);
 }
 
-// A path the prefix rules can be trusted on: no dot segments (plain or %2e-encoded), no encoded
-// slashes or backslashes, no backslashes.
-bool is_plain_path(std::string_view path) {
-  if (path.find('\\') != std::string_view::npos) return false;
-  for (size_t i = 0; i + 2 < path.size(); ++i) {
-    if (path[i] != '%') continue;
-    std::string_view enc = path.substr(i + 1, 2);
-    if (iequals(enc, "2f") || iequals(enc, "5c")) return false;
-  }
-  size_t start = 0;
-  while (start <= path.size()) {
-    size_t end = path.find('/', start);
-    if (end == std::string_view::npos) end = path.size();
-    std::string seg;
-    std::string_view raw = path.substr(start, end - start);
-    for (size_t i = 0; i < raw.size(); ++i) {
-      if (raw[i] == '%' && i + 2 < raw.size() && iequals(raw.substr(i + 1, 2), "2e")) {
-        seg += '.';
-        i += 2;
-      } else {
-        seg += raw[i];
-      }
-    }
-    if (seg == "." || seg == "..") return false;
-    start = end + 1;
-  }
-  return true;
-}
-
 // Reads a JSON array of strings; `what` names the key in errors.
 Result<std::vector<std::string>> string_array(const json& j, std::string_view what) {
   if (!j.is_array()) return fail(Code::kInvalidArgument, std::string(what) + " must be an array");
@@ -144,9 +115,9 @@ Result<std::chrono::seconds> parse_ttl(const json& j) {
 // The body of from_json; errors get "secret NAME: " in front.
 Result<SecretDef> parse_def(const std::string& name, const json& j) {
   if (!j.is_object()) return fail(Code::kInvalidArgument, "definition must be an object");
-  static const std::vector<std::string_view> kKeys = {"value",    "env",     "file",    "command",
-                                                      "ttl",      "hosts",   "methods", "paths",
-                                                      "profiles", "env_var", "header",  "format"};
+  static const std::vector<std::string_view> kKeys = {
+      "value",    "env",     "file",   "command", "ttl",           "hosts",   "methods",
+      "paths",    "profiles", "env_var", "header", "format", "placeholder_in"};
   for (const auto& [key, _] : j.items()) {
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) {
       return fail(Code::kInvalidArgument, "unknown key \"" + key + "\"");
@@ -221,12 +192,8 @@ Result<SecretDef> parse_def(const std::string& name, const json& j) {
   }
   if (j.contains("paths")) {
     d.paths = TRY(string_array(j["paths"], "paths"));
-    for (const auto& p : d.paths) {
-      if (p.empty() || p[0] != '/' || has_control(p) || p.find_first_of(" ?#") != p.npos) {
-        return fail(Code::kInvalidArgument,
-                    "path \"" + p + "\" must start with '/' (no spaces, '?' or '#')");
-      }
-    }
+    // The profile's own rule syntax, so a binding reads a path exactly as the path check does.
+    for (const auto& p : d.paths) TRY_VOID(parse_path_prefix(p));
   }
 
   if (!j.contains("profiles")) return fail(Code::kInvalidArgument, "profiles is required");
@@ -252,6 +219,34 @@ Result<SecretDef> parse_def(const std::string& name, const json& j) {
     if (is_reserved_header(d.header)) {
       return fail(Code::kInvalidArgument, "header " + d.header + " cannot be set by a secret");
     }
+  }
+  if (j.contains("placeholder_in")) {
+    auto places = TRY(string_array(j["placeholder_in"], "placeholder_in"));
+    for (const auto& place : places) {
+      if (place.starts_with("query:")) {
+        std::string_view param = std::string_view(place).substr(6);
+        bool ok = !param.empty() && std::all_of(param.begin(), param.end(), [](char c) {
+          return is_tchar(c) && c != '&' && c != '%' && c != '+';
+        });
+        if (!ok) {
+          return fail(Code::kInvalidArgument,
+                      "placeholder_in \"" + place + "\": a query parameter name is letters, "
+                      "digits and -._~!$'*^`|");
+        }
+        d.placeholder_query.emplace_back(param);
+      } else if (!is_token(place)) {
+        return fail(Code::kInvalidArgument,
+                    "placeholder_in \"" + place + "\" is not a header name or \"query:NAME\"");
+      } else if (is_reserved_header(place)) {
+        return fail(Code::kInvalidArgument,
+                    "placeholder_in: header " + place + " frames the message; it cannot carry "
+                    "a secret");
+      } else {
+        d.placeholder_headers.push_back(place);
+      }
+    }
+  } else if (!j.contains("header")) {
+    d.placeholder_headers = {"Authorization"};
   }
   if (j.contains("format")) {
     if (d.header.empty()) return fail(Code::kInvalidArgument, "format needs header");
@@ -516,10 +511,7 @@ bool SecretDef::applies(const Host& host, std::string_view method, std::string_v
     return false;
   }
   if (paths.empty()) return true;
-  std::string_view path = target.substr(0, target.find('?'));
-  if (path.empty() || path[0] != '/' || !is_plain_path(path)) return false;
-  return std::any_of(paths.begin(), paths.end(),
-                     [&](const std::string& p) { return path.starts_with(p); });
+  return check_path(paths, target).allowed;
 }
 
 // ---- SecretStore -------------------------------------------------------------------------
@@ -529,7 +521,11 @@ SecretStore::SecretStore(std::map<std::string, SecretDef> defs)
   for (const auto& [name, def] : defs_) {
     if (def.source == SecretDef::Source::kCommand) {
       minting_.emplace(name, std::make_unique<std::mutex>());
+      continue;
     }
+    // Known from the start (value() remembers it), so a value sent before a restart is masked
+    // after it too.
+    (void)value(name);
   }
 }
 
@@ -548,7 +544,35 @@ void SecretStore::set_command_timeout(std::chrono::milliseconds timeout) {
   command_timeout_ = timeout;
 }
 
-Result<std::string> SecretStore::value(const std::string& name) {
+void SecretStore::remember(const std::string& name, const std::string& value) {
+  std::lock_guard lock(mu_);
+  auto& seen = seen_[name];
+  auto it = std::find(seen.begin(), seen.end(), value);
+  if (it != seen.end()) {
+    if (it + 1 == seen.end()) return;
+    seen.erase(it);  // moved to the end: the newest
+  } else if (seen.size() == kRemembered) {
+    seen.erase(seen.begin());
+  }
+  seen.push_back(value);
+  ++seen_version_;
+}
+
+std::shared_ptr<const MaskPatterns> SecretStore::mask_patterns() {
+  std::lock_guard lock(mu_);
+  if (patterns_ && patterns_version_ == seen_version_) return patterns_;
+  std::vector<std::string> all;
+  for (const auto& [_, values] : seen_) {
+    for (const auto& v : values) {
+      for (auto& f : mask_forms(v)) all.push_back(std::move(f));
+    }
+  }
+  patterns_ = std::make_shared<const MaskPatterns>(std::move(all));
+  patterns_version_ = seen_version_;
+  return patterns_;
+}
+
+Result<std::string> SecretStore::value(const std::string& name, const MintPermit& permit) {
   const SecretDef* def = find(name);
   if (!def) return fail(Code::kNotFound, "secret " + name + " is not defined");
   Result<std::string> v = fail(Code::kInternal, "unknown secret source");
@@ -573,7 +597,7 @@ Result<std::string> SecretStore::value(const std::string& name) {
       v = read_secret_file(def->value);
       break;
     case SecretDef::Source::kCommand:
-      v = mint(*def);
+      v = mint(*def, permit);
       break;
   }
   if (!v) return fail(std::move(v.error()).wrap("secret " + name));
@@ -581,10 +605,11 @@ Result<std::string> SecretStore::value(const std::string& name) {
   if (has_control(*v)) {
     return fail(Code::kUnavailable, "secret " + name + ": the value contains a control character");
   }
+  remember(name, *v);
   return v;
 }
 
-Result<std::string> SecretStore::mint(const SecretDef& def) {
+Result<std::string> SecretStore::mint(const SecretDef& def, const MintPermit& permit) {
   std::lock_guard minting(*minting_.at(def.name));
   std::chrono::steady_clock::time_point started;
   std::chrono::milliseconds timeout;
@@ -593,14 +618,33 @@ Result<std::string> SecretStore::mint(const SecretDef& def) {
     started = clock_();
     auto it = cache_.find(def.name);
     if (it != cache_.end() && started < it->second.expires) return it->second.value;
+    if (auto f = failures_.find(def.name); f != failures_.end() && started < f->second.retry_at) {
+      auto left = std::chrono::duration_cast<std::chrono::seconds>(f->second.retry_at - started);
+      return fail(f->second.code, f->second.message + " (not retried for another " +
+                                      format_duration(static_cast<double>(left.count() + 1)) +
+                                      ")");
+    }
     timeout = command_timeout_;
   }
-  std::string v = TRY(run_command(def.command, timeout));
-  if (has_control(v)) return v;  // refused by value(); not cached
+  if (permit && !permit()) {
+    return fail(Code::kResourceExhausted,
+                "new values were asked for too often; try again in a few seconds");
+  }
+  auto minted = run_command(def.command, timeout);
   std::lock_guard lock(mu_);
+  if (!minted) {
+    auto& f = failures_[def.name];
+    f.backoff = f.message.empty() ? kFirstBackoff : std::min(f.backoff * 2, kMaxBackoff);
+    f.code = minted.error().code();
+    f.message = minted.error().message();
+    f.retry_at = clock_() + f.backoff;
+    return fail(std::move(minted.error()));
+  }
+  failures_.erase(def.name);
+  if (has_control(*minted)) return minted;  // refused by value(); not cached
   // The TTL counts from before the run: the token is at least that fresh.
-  cache_[def.name] = Cached{v, started + def.ttl};
-  return v;
+  cache_[def.name] = Cached{*minted, started + def.ttl};
+  return minted;
 }
 
 // ---- placeholders and replacement --------------------------------------------------------
@@ -637,61 +681,6 @@ size_t replace_all(std::string& s, std::string_view from, std::string_view to) {
   out.append(s, pos, std::string::npos);
   s = std::move(out);
   return count;
-}
-
-// ---- Redactor ----------------------------------------------------------------------------
-
-Redactor::Redactor(std::vector<std::string> secrets) {
-  std::erase_if(secrets, [](const std::string& s) { return s.empty(); });
-  std::sort(secrets.begin(), secrets.end());
-  secrets.erase(std::unique(secrets.begin(), secrets.end()), secrets.end());
-  for (const auto& s : secrets) keep_ = std::max(keep_, s.size() - 1);
-  secrets_ = std::move(secrets);
-}
-
-std::string Redactor::feed(std::string_view chunk) {
-  pending_.append(chunk);
-  // A start position is decided once the longest secret would fit after it.
-  if (pending_.size() <= keep_) return {};
-  return scan(pending_.size() - keep_);
-}
-
-std::string Redactor::finish() {
-  std::string out = scan(pending_.size());
-  pending_.clear();
-  masked_ = 0;
-  return out;
-}
-
-std::string Redactor::scan(size_t decided) {
-  std::string out = pending_.substr(0, decided);
-  std::string_view window(pending_);
-  // Every occurrence starting in [0, decided) lies inside pending_ (decided + keep_ bytes).
-  std::vector<std::pair<size_t, size_t>> hits;
-  for (const auto& s : secrets_) {
-    for (size_t p = window.find(s); p != std::string_view::npos && p < decided;
-         p = window.find(s, p + 1)) {
-      hits.emplace_back(p, p + s.size());
-    }
-  }
-  count_ += hits.size();
-  std::sort(hits.begin(), hits.end());
-  auto mask = [&](size_t from, size_t to) {
-    to = std::min(to, decided);
-    if (from < to) std::memset(out.data() + from, '*', to - from);
-  };
-  size_t frontier = masked_;  // everything before it is masked already
-  mask(0, frontier);
-  for (auto [b, e] : hits) {
-    size_t from = std::max(b, frontier);
-    if (e > from) {
-      mask(from, e);
-      frontier = e;
-    }
-  }
-  masked_ = frontier > decided ? frontier - decided : 0;
-  pending_.erase(0, decided);
-  return out;
 }
 
 }  // namespace space::egress

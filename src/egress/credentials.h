@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "egress/mask.h"
 #include "egress/policy.h"
 
 namespace space::egress {
@@ -34,11 +35,16 @@ namespace space::egress {
 //       "paths": ["/repos/"],                (optional; default any)
 //       "profiles": ["live"],                (which profiles may grant it; required)
 //       "env_var": "GITHUB_TOKEN",           (variable holding the placeholder; default = name)
-//       "header": "Authorization", "format": "Bearer {}"   (optional: add this header)
+//       "header": "Authorization", "format": "Bearer {}",   (optional: set this header)
+//       "placeholder_in": ["Authorization", "query:key"]    (optional, see below)
 //     }}
-// Exactly one source. Without "header", the placeholder is replaced wherever it appears in the
-// request's headers or request-target; with it, the header is set to format with {} = value
-// (and the placeholder is still replaced elsewhere). Names: [A-Za-z_][A-Za-z0-9_]{0,63}.
+// Exactly one source. The value goes only where the definition says: with "header", that header
+// is set to format with {} = value on every request the binding matches, and the placeholder is
+// replaced nowhere (so it never needs to travel: one-way); without it, the placeholder is
+// replaced in the places "placeholder_in" lists, by default the Authorization header only. A
+// place is a header name (the placeholder replaced inside that header's values) or "query:NAME"
+// (a query parameter NAME whose whole value is the placeholder). Names:
+// [A-Za-z_][A-Za-z0-9_]{0,63}.
 struct SecretDef {
   std::string name;
   enum class Source { kValue, kEnv, kFile, kCommand } source = Source::kValue;
@@ -52,37 +58,68 @@ struct SecretDef {
   std::string env_var;
   std::string header;                   // empty = replace the placeholder only
   std::string format = "{}";
+  std::vector<std::string> placeholder_headers;  // where the placeholder is replaced
+  std::vector<std::string> placeholder_query;    // query parameters whose value it may be
 
   static Result<SecretDef> from_json(const std::string& name, const nlohmann::json& j);
   bool bound_to(const Host& host) const;
+  // The binding: host, method, and path as the profile's own path check reads it (dot
+  // segments with ";" parameters and encoded dots refuse the match, as there).
   bool applies(const Host& host, std::string_view method, std::string_view target) const;
 };
 
 // Resolves secret values: reads env/file at each use (so rotation needs no restart) and runs
 // commands with an empty environment plus PATH, a 10 s timeout and 64 KiB output cap, caching
-// the trimmed stdout for `ttl`. Thread-safe. Values never appear in errors or logs.
+// the trimmed stdout for `ttl`. A command that fails is not run again before a backoff (2 s,
+// doubling to 5 min, reset by a success) has passed; callers in between get the same error. The
+// store remembers the last kRemembered distinct values of each secret it handed out (and the
+// literal and readable env/file values from the start), so responses can be masked of every
+// value a sandbox could have caused to be sent anywhere. Thread-safe. Values never appear in
+// errors or logs.
 class SecretStore {
  public:
+  static constexpr size_t kRemembered = 4;
+  static constexpr std::chrono::seconds kFirstBackoff{2}, kMaxBackoff{300};
+  // Asked before a command runs for a caller (a cache miss outside the backoff): false refuses
+  // that caller with kResourceExhausted, so a sandbox cannot make spaced run it at will.
+  using MintPermit = std::function<bool()>;
+
   explicit SecretStore(std::map<std::string, SecretDef> defs);
   const SecretDef* find(std::string_view name) const;
   const std::map<std::string, SecretDef>& defs() const { return defs_; }
   // kNotFound for an unknown name; kUnavailable when the source cannot give a value (variable
-  // unset, file unreadable or empty, command failed); kTimeout when the command overran.
-  // Concurrent callers of one command secret whose cached value expired wait for a single run
-  // of the command and share its output (if that run fails, each waiting caller tries again).
-  Result<std::string> value(const std::string& name);
-  // For tests: the clock used for TTLs.
+  // unset, file unreadable or empty, command failed or in its backoff); kTimeout when the
+  // command overran; kResourceExhausted when `permit` refused a run. Concurrent callers of one
+  // command secret whose cached value expired wait for a single run of the command and share
+  // its output. Error messages may quote the command's stderr: they are for the operator (the
+  // audit log), never for a sandbox.
+  Result<std::string> value(const std::string& name, const MintPermit& permit = {});
+  // Every remembered value of every secret in all its mask_forms(), as one automaton; rebuilt
+  // only when a new value was seen. Never null.
+  std::shared_ptr<const MaskPatterns> mask_patterns();
+  // For tests: the clock used for TTLs and backoffs.
   void set_clock(std::function<std::chrono::steady_clock::time_point()> clock);
   // For tests: how long a command may run before it (its process group) is killed; 10 s.
   void set_command_timeout(std::chrono::milliseconds timeout);
 
  private:
-  Result<std::string> mint(const SecretDef& def);
+  Result<std::string> mint(const SecretDef& def, const MintPermit& permit);
+  void remember(const std::string& name, const std::string& value);
 
   std::map<std::string, SecretDef> defs_;
-  std::mutex mu_;  // guards cache_, clock_, command_timeout_
+  std::mutex mu_;  // guards everything below but minting_
   struct Cached { std::string value; std::chrono::steady_clock::time_point expires; };
   std::map<std::string, Cached> cache_;
+  struct Failure {
+    Code code;
+    std::string message;
+    std::chrono::steady_clock::time_point retry_at;
+    std::chrono::seconds backoff;
+  };
+  std::map<std::string, Failure> failures_;
+  std::map<std::string, std::vector<std::string>> seen_;  // newest last
+  uint64_t seen_version_ = 0, patterns_version_ = UINT64_MAX;
+  std::shared_ptr<const MaskPatterns> patterns_;
   std::function<std::chrono::steady_clock::time_point()> clock_;
   std::chrono::milliseconds command_timeout_{10000};
   // One per command secret, made in the constructor (so the map itself never changes): held
@@ -96,29 +133,5 @@ std::string make_placeholder(std::string_view name);
 
 // Replaces every occurrence of `from` with `to` in `s`; returns how many.
 size_t replace_all(std::string& s, std::string_view from, std::string_view to);
-
-// Streaming redaction of secret values in response bodies: feed() returns the bytes that are
-// safe to pass on (holding back at most max(len)-1 bytes that could start a match); finish()
-// returns the rest. Each occurrence is replaced by a same-length run of '*', so body lengths
-// (Content-Length) stay right: every byte that belongs to an occurrence of any secret becomes
-// '*', occurrences overlapping or not, and redactions() counts occurrences. The output does not
-// depend on how the body was split into chunks. Empty secrets are ignored.
-class Redactor {
- public:
-  explicit Redactor(std::vector<std::string> secrets);
-  std::string feed(std::string_view chunk);
-  std::string finish();  // also resets the stream (the count is kept)
-  size_t redactions() const { return count_; }
-
- private:
-  // Examines pending_[0, decided) as match starts, returns those bytes redacted, drops them.
-  std::string scan(size_t decided);
-
-  std::vector<std::string> secrets_;
-  size_t keep_ = 0;
-  std::string pending_;
-  size_t masked_ = 0;  // leading bytes of pending_ covered by an occurrence already counted
-  size_t count_ = 0;
-};
 
 }  // namespace space::egress

@@ -71,7 +71,26 @@ struct Gateway::State {
     *suppressed = std::exchange(audit_suppressed, 0);
     return true;
   }
-  std::mutex audit_mu;  // guards the three fields below
+  // Runs of mint commands this sandbox may cause (SecretStore::MintPermit): kMintBurst at once,
+  // then kMintRate per second, for all its secrets together.
+  static constexpr double kMintRate = 1, kMintBurst = 5;
+  bool mint_allowed() {
+    std::lock_guard lock(audit_mu);
+    auto now = std::chrono::steady_clock::now();
+    if (mint_last == std::chrono::steady_clock::time_point{}) {
+      mint_tokens = kMintBurst;
+    } else {
+      double refill = std::chrono::duration<double>(now - mint_last).count() * kMintRate;
+      mint_tokens = std::min(kMintBurst, mint_tokens + refill);
+    }
+    mint_last = now;
+    if (mint_tokens < 1) return false;
+    mint_tokens -= 1;
+    return true;
+  }
+  double mint_tokens = 0;
+  std::chrono::steady_clock::time_point mint_last{};
+  std::mutex audit_mu;  // guards the three fields below and the two above
   double audit_tokens = 0;
   std::chrono::steady_clock::time_point audit_last{};
   uint64_t audit_suppressed = 0;

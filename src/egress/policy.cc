@@ -64,14 +64,20 @@ std::string path_problem(std::string_view path) {
     if (v < 0x20 || v == 0x7f) return "contains an encoded control byte";
     i += 2;
   }
-  // Dot segments: ".", "..", and any all-dot segment, also with path parameters ("..;x"),
-  // which some servers (Tomcat) strip before resolving.
+  // Dot segments: ".", "..", and any all-dot segment, also with path parameters ("..;x",
+  // "..%3Bx"), which some servers (Tomcat) strip before resolving.
   size_t start = 1;
   while (start <= path.size()) {
     size_t slash = path.find('/', start);
     if (slash == std::string_view::npos) slash = path.size();
     std::string_view seg = path.substr(start, slash - start);
-    seg = seg.substr(0, seg.find(';'));
+    // The parameters start at the first ';', encoded or not: a front end that decodes %3B
+    // hands "..%3B" on as "..;".
+    size_t semi = seg.find(';');
+    for (size_t i = 0; i + 2 < seg.size() && i < semi; ++i) {
+      if (seg[i] == '%' && seg[i + 1] == '3' && (seg[i + 2] == 'b' || seg[i + 2] == 'B')) semi = i;
+    }
+    seg = seg.substr(0, semi);
     if (!seg.empty() && seg.find_first_not_of('.') == std::string_view::npos) {
       return "contains a dot segment";
     }

@@ -4,8 +4,9 @@
 //  - transparent TLS listener: the ClientHello's SNI names the target (port 443);
 //  - transparent HTTP listener: the Host header names the target (port 80).
 // Every request is authorized on its own (a kept-alive connection cannot reuse an earlier
-// decision), ambiguous framing is refused, credentials are swapped in only on intercepted TLS
-// to a host the secret is bound to, and responses are redacted of secret values.
+// decision), ambiguous framing is refused, credentials are put only where their definitions say
+// on intercepted TLS to a host they are bound to, and every response is masked of every secret
+// value spaced knows, whatever the mode.
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -98,6 +99,102 @@ void strip_hop_by_hop(http::fields& f) {
                     http::field::proxy_authorization, http::field::proxy_authenticate,
                     http::field::te, http::field::trailer, http::field::upgrade})
     f.erase(name);
+}
+
+// Puts a secret's value where its definition says, and nowhere else (credentials.h): its
+// configured header, and the placeholder inside the header fields and query parameters it
+// lists. Nothing else in the request changes.
+void inject(http::request_header<>& req, const SecretDef& def, const std::string& placeholder,
+            const std::string& value) {
+  if (!def.header.empty()) {
+    std::string v = def.format;
+    replace_all(v, "{}", value);
+    req.set(def.header, v);
+  }
+  for (const auto& name : def.placeholder_headers) {
+    std::vector<std::string> values;
+    bool changed = false;
+    auto [from, to] = req.equal_range(name);
+    for (auto it = from; it != to; ++it) {
+      std::string v(it->value());
+      changed |= replace_all(v, placeholder, value) > 0;
+      values.push_back(std::move(v));
+    }
+    if (!changed) continue;
+    req.erase(name);
+    for (auto& v : values) req.insert(name, v);
+  }
+  if (def.placeholder_query.empty()) return;
+  std::string target(req.target());
+  size_t q = target.find('?');
+  if (q == std::string::npos) return;
+  std::string out = target.substr(0, q + 1);
+  bool changed = false;
+  std::string_view query = std::string_view(target).substr(q + 1);
+  for (size_t i = 0; i <= query.size();) {
+    size_t amp = query.find('&', i);
+    if (amp == std::string_view::npos) amp = query.size();
+    std::string_view param = query.substr(i, amp - i);
+    size_t eq = param.find('=');
+    std::string_view key = param.substr(0, eq);
+    bool listed = std::find(def.placeholder_query.begin(), def.placeholder_query.end(), key) !=
+                  def.placeholder_query.end();
+    if (eq != std::string_view::npos && listed && param.substr(eq + 1) == placeholder) {
+      out.append(key);
+      out += '=';
+      static constexpr char kHex[] = "0123456789ABCDEF";
+      for (char c : value) {
+        bool plain = is_alpha(c) || is_digit(c) || c == '-' || c == '.' || c == '_' || c == '~';
+        if (plain) {
+          out += c;
+        } else {
+          out += '%';
+          out += kHex[static_cast<unsigned char>(c) >> 4];
+          out += kHex[static_cast<unsigned char>(c) & 15];
+        }
+      }
+      changed = true;
+    } else {
+      out.append(param);
+    }
+    if (amp < query.size()) out += '&';
+    i = amp + 1;
+  }
+  if (changed) req.target(out);
+}
+
+// Why a response from a host a granted secret is bound to cannot be masked reliably, if it
+// cannot: a body in a content coding (the gateway asked for identity) or a part of a larger
+// representation (a range of a stored value holds a piece no mask recognizes). The upstream's
+// own values are not quoted: they could carry the secret.
+std::optional<std::string> unmaskable(const http::response_header<>& res) {
+  if (res.result_int() == 206) return "a partial (206) response";
+  for (auto& f : res) {
+    if (f.name() != http::field::content_encoding) continue;
+    std::string_view v(f.value().data(), f.value().size());
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+    if (!v.empty() && !iequals(v, "identity")) return "a body in a content coding";
+  }
+  return std::nullopt;
+}
+
+// Masks secret values out of every header field's name and value (a name with '*' in it is
+// still a valid field name). Fields keep their order.
+void mask_fields(http::response_header<>& res, Redactor& redactor) {
+  if (!redactor.active()) return;
+  std::vector<std::pair<std::string, std::string>> fields;
+  bool changed = false;
+  for (auto& f : res) {
+    std::string_view name(f.name_string().data(), f.name_string().size());
+    std::string_view value(f.value().data(), f.value().size());
+    std::string n = redactor.mask(name), v = redactor.mask(value);
+    changed |= n != name || v != value;
+    fields.emplace_back(std::move(n), std::move(v));
+  }
+  if (!changed) return;
+  res.clear();
+  for (auto& [n, v] : fields) res.insert(n, v);
 }
 
 // Where an HTTP connection's requests go.
@@ -526,39 +623,35 @@ class Connection {
       strip_hop_by_hop(req);
 
       // Credentials: only inside TLS the gateway terminated, only for requests the secret is
-      // bound to. Elsewhere a placeholder travels as the meaningless string it is.
+      // bound to, only where its definition says. Elsewhere a placeholder travels as the
+      // meaningless string it is.
       std::vector<std::string> used;
-      std::vector<std::string> values;
+      // Requests to a host a granted secret is bound to may have planted a value there: their
+      // responses must come back in a form masking can read (docs/egress.md, "What comes back").
+      const bool bound = mode == Mode::kIntercepted && bound_secret(host);
       if (mode == Mode::kIntercepted) {
         for (auto& gr : st_->sb.grants) {
           const SecretDef* def = g_.secrets->find(gr.name);
           if (!def || !def->applies(host, method, path)) continue;
-          auto value = g_.secrets->value(gr.name);
+          auto value = g_.secrets->value(gr.name, [this] { return st_->mint_allowed(); });
           if (!value) {
+            // The reason may quote a mint command's stderr: it is for the operator only.
             g_.audit(
                 *st_, "credential.error",
                 {{"secret", gr.name}, {"host", host.name}, {"error", value.error().message()}});
-            respond(client, 502, "Bad Gateway",
-                    "credential " + gr.name + " is unavailable: " + value.error().message());
+            if (value.error().code() == Code::kResourceExhausted) {
+              respond(client, 429, "Too Many Requests",
+                      "credential " + gr.name + ": new tokens were asked for too often from "
+                      "this sandbox; retry in a few seconds");
+            } else {
+              respond(client, 502, "Bad Gateway",
+                      "credential " + gr.name + " is unavailable; the reason is in this "
+                      "sandbox's audit log (credential.error) for the operator");
+            }
             return;
           }
-          std::string t(req.target());
-          size_t n = replace_all(t, gr.placeholder, *value);
-          if (n) req.target(t);
-          std::vector<std::pair<std::string, std::string>> changed;
-          for (auto& f : req) {
-            std::string v(f.value());
-            if (replace_all(v, gr.placeholder, *value))
-              changed.emplace_back(std::string(f.name_string()), std::move(v));
-          }
-          for (auto& [k, v] : changed) req.set(k, v);
-          if (!def->header.empty()) {
-            std::string v = def->format;
-            replace_all(v, "{}", *value);
-            req.set(def->header, v);
-          }
+          inject(req, *def, gr.placeholder, *value);
           used.push_back(gr.name);
-          values.push_back(std::move(*value));
           ++g_.credential_uses;
           g_.audit(*st_, "credential.use",
                    {{"secret", gr.name},
@@ -566,7 +659,12 @@ class Connection {
                     {"method", method},
                     {"path", path_only(path)}});
         }
-        if (!values.empty()) req.set(http::field::accept_encoding, "identity");
+      }
+      if (bound) {
+        req.set(http::field::accept_encoding, "identity");
+        // A range of a stored value is a piece of it that no mask would recognize.
+        req.erase(http::field::range);
+        req.erase(http::field::if_range);
       }
 
       auto up = upstream_for(host, port, mode == Mode::kIntercepted);
@@ -591,7 +689,7 @@ class Connection {
         return;
       }
       // The response, after any 1xx interim responses.
-      Redactor redactor(values);
+      Redactor redactor(g_.secrets->mask_patterns());
       std::optional<http::response_parser<http::buffer_body>> resp;
       boost::system::error_code ec;
       for (;;) {
@@ -621,24 +719,28 @@ class Connection {
         respond(client, 502, "Bad Gateway", "the upstream's response framing is ambiguous");
         return;
       }
+      if (bound) {
+        if (auto problem = unmaskable(res)) {
+          up_.reset();
+          deny(via, host.name, port, "response refused: " + *problem,
+               {{"method", method}, {"path", path_only(path)}});
+          respond(client, 502, "Bad Gateway",
+                  "the response from " + host.name + " was refused: " + *problem +
+                      "; responses from a host a secret is bound to must be whole and "
+                      "unencoded, so that the secret can be masked out of them");
+          return;
+        }
+      }
       bool upstream_keep_alive = res.keep_alive();
       strip_hop_by_hop(res);
-      if (!values.empty()) {
-        std::vector<std::pair<std::string, std::string>> changed;
-        for (auto& f : res) {
-          Redactor r(values);
-          std::string_view fv(f.value().data(), f.value().size());
-          std::string v = r.feed(fv);
-          v += r.finish();
-          if (v != fv) changed.emplace_back(std::string(f.name_string()), v);
-        }
-        for (auto& [k, v] : changed) res.set(k, v);
-      }
+      // The reason phrase is the upstream's free text: the standard one replaces it.
+      res.reason({});
+      mask_fields(res, redactor);
       bool keep = client_keep_alive && upstream_keep_alive;
       res.keep_alive(keep);
       int status = res.result_int();
       bool ok = relay_body<false>(**up, up_->buf, *resp, client,
-                                  values.empty() ? nullptr : &redactor, st_->down, bytes_down);
+                                  redactor.active() ? &redactor : nullptr, st_->down, bytes_down);
       g_.bytes_up += bytes_up;
       g_.bytes_down += bytes_down;
       json ev = {{"via", via},           {"host", host.name},       {"port", port},

@@ -124,6 +124,34 @@ class EgressTest(EgressBase):
         self.assertEqual(got[-1]["headers"]["authorization"], "Bearer " + HDR_SECRET)
         self.assertNotIn(HDR_SECRET, out)
 
+    def test_value_goes_only_where_the_definition_says(self):
+        # API_TOKEN has no "header": the placeholder is replaced in Authorization only (the
+        # default placeholder_in); in another header, a cookie or the query it stays as sent.
+        ph = self.placeholder()
+        out = self.sh_ok('curl -sS "https://api.example.test/echo?q=$API_TOKEN" '
+                         '-H "Authorization: Bearer $API_TOKEN" -H "X-Token: $API_TOKEN" '
+                         '-b "t=$API_TOKEN"')
+        self.assertNotIn(SECRET, out)
+        got = [e for e in self.upstream.echoes() if e["host"] == "api.example.test"][-1]
+        self.assertEqual(got["headers"]["authorization"], "Bearer " + SECRET)
+        self.assertEqual(got["headers"]["x-token"], ph)
+        self.assertEqual(got["headers"]["cookie"], "t=" + ph)
+        self.assertEqual(got["path"], "/echo?q=" + ph)
+        # HDR_TOKEN has "header": one-way, the placeholder is replaced nowhere.
+        hph = self.placeholder("HDR_TOKEN")
+        self.sh_ok('curl -sS https://hdr.example.test/echo -H "X-Token: $HDR_TOKEN" '
+                   '-H "Authorization: token $HDR_TOKEN"')
+        got = [e for e in self.upstream.echoes() if e["host"] == "hdr.example.test"][-1]
+        self.assertEqual(got["headers"]["authorization"], "Bearer " + HDR_SECRET)
+        self.assertEqual(got["headers"]["x-token"], hph)
+
+    def test_responses_masked_on_every_mode(self):
+        # The secret echoed from a host it is not bound to, over plain HTTP: still masked.
+        # (The value reaches that upstream here only because the test puts it there itself.)
+        out = self.sh_ok('curl -sS http://plain.example.test/echo -H "X-Token: %s"' % SECRET)
+        self.assertNotIn(SECRET, out)
+        self.assertIn("*" * len(SECRET), out)
+
     def test_python_requests_tunnel(self):
         out = self.sh_ok("/usr/bin/python3 -c \"import requests; "
                          "print(requests.get('https://git.example.test/hello.txt').text)\"")

@@ -260,10 +260,23 @@ class SuiteUpstream(Upstream):
     body split mid-value, in headers and in a trailer; /seen?n=NONCE answers how many requests
     carrying NONCE in their request line or headers reached it (so an attempt learns whether a
     smuggled or refused request got through) and how many connections reached `trap`, a listener
-    on the host's 127.0.0.1 that names resolving to loopback point at."""
+    on the host's 127.0.0.1 that names resolving to loopback point at.
+
+    A store-and-readback service, as any API that keeps what it is sent: /store?k=KEY (any
+    method) keeps the request line and every header as text under KEY, /load?k=KEY gives it
+    back, under every name of the upstream (one service behind several names, as
+    api.example.com and gist.example.com may share storage).
+
+    A hostile upstream that echoes the request's Authorization in every form masking could miss
+    (/hostile/<form>): in the status line's reason phrase, in a header name, gzip-compressed
+    although the gateway asked for identity, JSON-escaped with "\/", percent-encoded, base64 at
+    three alignments, hex, byte ranges of it (honouring Range), and a 206 partial answer sent
+    whether or not a range was asked for (also under /bound/hostile/). /bound/... echoes like
+    /echo (for path bindings)."""
 
     def start(self):
         self.lines = []
+        self.store = {}
         self.trap = socket.socket()
         self.trap.bind(("127.0.0.1", 0))
         self.trap.listen(64)
@@ -295,7 +308,83 @@ class SuiteUpstream(Upstream):
                         up.lines.append(self.requestline + "\n" + str(self.headers))
                 return ok
 
+            def _query(self):
+                import urllib.parse
+                return dict(urllib.parse.parse_qsl(self.path.partition("?")[2]))
+
+            def _plain(self, status, body, headers=(), reason=None):
+                if reason is None:
+                    self.send_response(status)
+                else:  # the status line as a hostile upstream writes it
+                    self.wfile.write(b"HTTP/1.1 %d %s\r\n" % (status, reason))
+                    self.send_header("Server", "hostile")
+                for k, v in headers:
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def _store_or_load(self):
+                key = self._query().get("k", "")
+                if self.path.startswith("/store"):
+                    n = int(self.headers.get("Content-Length") or 0)
+                    if n:
+                        self.rfile.read(n)
+                    with up.lock:
+                        up.store[key] = self.requestline + "\n" + str(self.headers)
+                    return self._plain(201, b"stored\n")
+                with up.lock:
+                    text = up.store.get(key)
+                if text is None:
+                    return self._plain(404, b"no such key\n")
+                return self._plain(200, text.encode(), [("Content-Type", "text/plain")])
+
+            def _hostile(self):
+                import base64
+                import gzip
+                import urllib.parse
+                auth = self.headers.get("Authorization", "").encode()
+                form = self.path.split("?")[0].split("/hostile/", 1)[1]
+                if form == "reason":
+                    return self._plain(200, b"ok\n", reason=b"OK " + auth)
+                if form == "header-name":
+                    name = "X-" + auth.decode().replace(" ", "-").replace("/", "-")
+                    return self._plain(200, b"ok\n", [(name, "1")])
+                if form == "gzip":
+                    return self._plain(200, gzip.compress(b"auth=" + auth),
+                                       [("Content-Encoding", "gzip")])
+                if form == "json":
+                    body = json.dumps({"auth": auth.decode()}).replace("/", "\\/")
+                    return self._plain(200, body.encode(), [("Content-Type", "application/json")])
+                if form == "pct":
+                    return self._plain(200, urllib.parse.quote(auth, safe="").encode())
+                if form == "b64":
+                    body = b"\n".join(base64.b64encode(b"x" * k + auth) for k in range(3))
+                    return self._plain(200, body)
+                if form == "hex":
+                    return self._plain(200, auth.hex().encode())
+                whole = b"auth=" + auth
+                if form == "range":
+                    rng = self.headers.get("Range", "")
+                    if rng.startswith("bytes="):
+                        a, _, b = rng[6:].partition("-")
+                        a, b = int(a), min(int(b or len(whole) - 1), len(whole) - 1)
+                        return self._plain(206, whole[a:b + 1], [
+                            ("Content-Range", "bytes %d-%d/%d" % (a, b, len(whole)))])
+                    return self._plain(200, whole)
+                if form == "partial":
+                    return self._plain(206, whole[:12], [
+                        ("Content-Range", "bytes 0-11/%d" % len(whole))])
+                return self._plain(404, b"no such form\n")
+
             def do_GET(self):
+                if self.path.startswith("/store") or self.path.startswith("/load"):
+                    return self._store_or_load()
+                if "/hostile/" in self.path.split("?")[0]:
+                    return self._hostile()
+                if self.path.startswith("/bound"):
+                    return self._echo()
                 if self.path.startswith("/seen?n="):
                     nonce = self.path[len("/seen?n="):]
                     with up.lock:
@@ -315,6 +404,11 @@ class SuiteUpstream(Upstream):
                                       trailer=b"X-Trailer-Echo: " + auth)
                 return super().do_GET()
 
+            def do_POST(self):
+                if self.path.startswith("/store"):
+                    return self._store_or_load()
+                return super().do_POST()
+
             def _send(self, status, headers, chunks, trailer=None):
                 self.send_response(status)
                 for k, v in headers.items():
@@ -328,30 +422,65 @@ class SuiteUpstream(Upstream):
         return Handler
 
 
-def egress_config(up, secret):
+def mint_scripts(d):
+    """Two mint commands for the credential-command attempt, each appending a line to its own
+    runs file in `d` whenever spaced runs it: mint-fail writes a refresh token to stderr and
+    fails; mint-ok prints a fresh token each run (its secret has ttl 0)."""
+    os.makedirs(d, exist_ok=True)
+    os.chmod(d, 0o755)
+    for name, body in (
+            ("mint-fail", 'echo run >> %s/fail.runs\n'
+                          'echo "refresh_token=%s_RT_%s rejected by the issuer" >&2\nexit 3\n'
+             % (d, EGRESS_SECRET_PREFIX, secrets.token_hex(8))),
+            ("mint-ok", 'echo run >> %s/ok.runs\necho "%s_MINT_$(head -c 8 /dev/urandom | '
+                        'od -An -tx1 | tr -d \' \\n\')"\n' % (d, EGRESS_SECRET_PREFIX))):
+        path = os.path.join(d, name)
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\n" + body)
+        os.chmod(path, 0o755)
+    return d
+
+
+def egress_config(up, secret, mint_dir):
     """spaced's config for the suite: the test profile may reach a few names of the local
     upstream (each has a resolver override, so nothing is ever looked up in real DNS), two names
     resolve to internal addresses (loopback, private), the loopback address of the upstream's trap
-    is listed as an IP literal (so only the address check stands between it and a dial), and
-    API_TOKEN is bound to api.example.test."""
+    is listed as an IP literal (so only the address check stands between it and a dial).
+    Secrets, all valued "SPEGRESS_...": API_TOKEN bound to api.example.test; STORE_TOKEN to POST
+    on store.example.test; PATH_TOKEN to api.example.test's /bound/ paths; MINT_FAIL and MINT_OK
+    minted by the commands of mint_scripts() for mintfail/mintok.example.test."""
     https, http = "127.0.0.2:%d" % up.https_port, "127.0.0.2:%d" % up.http_port
     resolve = {}
-    for name in ("api", "git", "plain", "paths"):
+    for name in ("api", "git", "plain", "paths", "store", "mintfail", "mintok"):
         resolve["%s.example.test:443" % name] = https
         resolve["%s.example.test:80" % name] = http
     trap = up.trap.getsockname()[1]
     resolve["rebind.example.test"] = "127.0.0.1:%d" % trap
     resolve["private.example.test"] = "10.0.0.1"
+    test_only = {"profiles": ["test"]}
     return {
         "profiles": {"test": {"egress": {
             "allow": ["api.example.test", "git.example.test", "plain.example.test:80",
+                      "store.example.test", "mintfail.example.test", "mintok.example.test",
                       "rebind.example.test", "private.example.test", "127.0.0.1:%d" % trap,
                       {"host": "paths.example.test", "methods": ["GET"], "paths": ["/public/"]}],
             "allow_networks": ["127.0.0.2/32"],
             "max_connections": 32}},
             "live": {}},
-        "secrets": {"API_TOKEN": {"value": secret, "hosts": ["api.example.test"],
-                                  "profiles": ["test"]}},
+        "secrets": {
+            "API_TOKEN": dict(test_only, value=secret, hosts=["api.example.test"]),
+            "STORE_TOKEN": dict(test_only, value="%s_STORE_%s/s+t=u" % (
+                EGRESS_SECRET_PREFIX, secrets.token_hex(12)),
+                                hosts=["store.example.test"], methods=["POST"]),
+            # Only field-name characters: a hostile upstream can echo it as a header name.
+            "PATH_TOKEN": dict(test_only, value="%s_PATH_%s" % (
+                EGRESS_SECRET_PREFIX, secrets.token_hex(12)),
+                               hosts=["api.example.test"], paths=["/bound/"]),
+            "MINT_FAIL": dict(test_only, command=[os.path.join(mint_dir, "mint-fail")],
+                              hosts=["mintfail.example.test"]),
+            "MINT_OK": dict(test_only, command=[os.path.join(mint_dir, "mint-ok")], ttl=0,
+                            hosts=["mintok.example.test"]),
+        },
         "gateway": {"resolve": resolve, "upstream_ca_files": [up.certs["ca"]],
                     "sandbox_ca_files": [up.certs["ca"]]},
     }
@@ -587,7 +716,8 @@ class Suite:
         self.secret = SECRET_PREFIX + "_" + secrets.token_hex(12)
         self.secret_salt = secrets.token_hex(16)
         self.secret_hashes = host_secret_hashes(self.secret_salt)
-        self.egress_secret = EGRESS_SECRET_PREFIX + "_" + secrets.token_hex(12)
+        # '/', '+' and '=' make its JSON-escaped and percent-encoded forms differ from it.
+        self.egress_secret = EGRESS_SECRET_PREFIX + "_" + secrets.token_hex(12) + "/a+b=c"
         self.upstream = None
 
     # -- CLI --------------------------------------------------------------------------------------
@@ -648,7 +778,8 @@ class Suite:
         up_dir = os.path.join(self.tmp, "upstream")
         os.makedirs(up_dir)
         self.upstream = SuiteUpstream(up_dir).start()
-        self.daemon.config = egress_config(self.upstream, self.egress_secret)
+        self.mint_dir = mint_scripts(os.path.join(self.tmp, "mint"))
+        self.daemon.config = egress_config(self.upstream, self.egress_secret, self.mint_dir)
         if IS_VM:
             # QEMU under TCG boots slowly; Firecracker's first VM of a template boots and saves it.
             self.daemon.config["vm"] = {"boot_timeout_s": 180}
@@ -740,6 +871,7 @@ class Suite:
             env["SPACE_EGRESS_HTTPS_PORT"] = str(self.upstream.https_port)
             env["SPACE_EGRESS_HTTP_PORT"] = str(self.upstream.http_port)
             env["SPACE_EGRESS_TRAP_PORT"] = str(self.upstream.trap.getsockname()[1])
+            env["SPACE_EGRESS_MINT_DIR"] = self.mint_dir
         return env
 
     def run_inside(self, a, sid, work):

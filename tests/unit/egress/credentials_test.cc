@@ -156,7 +156,14 @@ TEST(SecretDefTest, RefusesInvalidDefinitions) {
       {[](json& j) { j["methods"] = {"GE T"}; }, "upper-case"},
       {[](json& j) { j["methods"] = {""}; }, "upper-case"},
       {[](json& j) { j["paths"] = {"repos/"}; }, "must start with '/'"},
-      {[](json& j) { j["paths"] = {"/a?b"}; }, "must start with '/'"},
+      {[](json& j) { j["paths"] = {"/a?b"}; }, "contains a query"},
+      {[](json& j) { j["paths"] = {"/a/..;/b"}; }, "dot segment"},
+      {[](json& j) { j["paths"] = {"/a%2e/b"}; }, "encoded dot"},
+      {[](json& j) { j["placeholder_in"] = "Authorization"; }, "must be an array"},
+      {[](json& j) { j["placeholder_in"] = {"Bad Header"}; }, "not a header name"},
+      {[](json& j) { j["placeholder_in"] = {"Content-Length"}; }, "frames the message"},
+      {[](json& j) { j["placeholder_in"] = {"query:"}; }, "query parameter name"},
+      {[](json& j) { j["placeholder_in"] = {"query:a&b"}; }, "query parameter name"},
       {[](json& j) { j.erase("profiles"); }, "profiles is required"},
       {[](json& j) { j["profiles"] = json::array(); }, "profiles is empty"},
       {[](json& j) { j["profiles"] = {""}; }, "empty name"},
@@ -240,7 +247,14 @@ TEST(SecretDefTest, AppliesChecksMethodAndPath) {
         "/repos/a%5Cb", "/repos\\..\\admin", "/repos/.."}) {
     EXPECT_FALSE(d->applies(gh, "GET", t)) << t;
   }
-  EXPECT_TRUE(d->applies(gh, "GET", "/repos/a..b/.c/%2e%2ex"));
+  EXPECT_TRUE(d->applies(gh, "GET", "/repos/a..b/.c/x"));
+  // Exactly as the profile's path check reads a path: dot segments with ";" parameters (which
+  // Tomcat-style servers strip before resolving) and encoded dots refuse the binding.
+  for (std::string_view t : {"/repos/..;/admin", "/repos/%2e%2e;x/admin", "/repos/..%3b/admin",
+                             "/repos/.;/x", "/repos/...;/x", "/repos/a/%2e%2ex"}) {
+    EXPECT_FALSE(d->applies(gh, "GET", t)) << t;
+    EXPECT_EQ(d->applies(gh, "GET", t), check_path(d->paths, t).allowed) << t;
+  }
 
   auto any = SecretDef::from_json("T", base_def());
   ASSERT_TRUE(any);
@@ -567,13 +581,92 @@ TEST_F(SecretStoreTest, CommandEmptyOutputAndSpawnFailure) {
   EXPECT_NE(v.error().message().find("EACCES"), std::string::npos) << v.error().message();
 }
 
-TEST_F(SecretStoreTest, FailuresAreNotCached) {
+// A failed command is not run again before its backoff (2 s, doubling) has passed: callers
+// in between get the same error without a run, so no caller can make spaced run it at will.
+TEST_F(SecretStoreTest, FailuresBackOff) {
   std::string flaky = script("flaky", R"(
-if [ -e "$DIR/ok" ]; then echo good-token; else exit 7; fi)");
+echo x >> "$DIR/runs"
+if [ -e "$DIR/ok" ]; then echo good-token; else echo "refresh=rt-123" >&2; exit 7; fi)");
   SecretStore s = store(def("F", {{"command", {flaky}}}));
-  EXPECT_FALSE(s.value("F"));
+  auto t0 = std::chrono::steady_clock::now();
+  auto now = t0;
+  s.set_clock([&] { return now; });
+  auto v = s.value("F");
+  ASSERT_FALSE(v);
+  EXPECT_NE(v.error().message().find("status 7"), std::string::npos) << v.error().message();
   write("ok", "");
+  v = s.value("F");  // within the backoff: the same error, no run
+  ASSERT_FALSE(v);
+  EXPECT_NE(v.error().message().find("not retried for another"), std::string::npos)
+      << v.error().message();
+  EXPECT_EQ(slurp("runs"), "x\n");
+  now = t0 + std::chrono::seconds(3);
   EXPECT_EQ(s.value("F").value_or(""), "good-token");
+  EXPECT_EQ(slurp("runs"), "x\nx\n");
+}
+
+TEST_F(SecretStoreTest, BackoffDoublesAndResets) {
+  std::string bad = script("bad", R"(echo x >> "$DIR/runs"; [ -e "$DIR/ok" ] && echo tok || exit 1)");
+  SecretStore s = store(def("B", {{"command", {bad}}, {"ttl", 0}}));
+  auto t0 = std::chrono::steady_clock::now();
+  auto now = t0;
+  s.set_clock([&] { return now; });
+  auto runs = [&] {
+    std::string r = slurp("runs");
+    return std::count(r.begin(), r.end(), 'x');
+  };
+  EXPECT_FALSE(s.value("B"));                 // run 1 fails: next try after 2 s
+  now = t0 + std::chrono::milliseconds(2100);
+  EXPECT_FALSE(s.value("B"));                 // run 2 fails: next after 4 s more
+  now += std::chrono::seconds(3);
+  EXPECT_FALSE(s.value("B"));                 // inside the 4 s: no run
+  EXPECT_EQ(runs(), 2);
+  now += std::chrono::seconds(2);
+  write("ok", "");
+  EXPECT_EQ(s.value("B").value_or(""), "tok");  // run 3 succeeds: the backoff is gone
+  EXPECT_EQ(s.value("B").value_or(""), "tok");  // ttl 0: run 4
+  EXPECT_EQ(runs(), 4);
+}
+
+// The permit is asked only when a command would really run; a refusal runs nothing.
+TEST_F(SecretStoreTest, PermitGatesRunsOnly) {
+  std::string mint = script("mint", R"(echo x >> "$DIR/runs"; echo permit-token)");
+  SecretStore s = store(def("P", {{"command", {mint}}, {"ttl", "1h"}}));
+  int asked = 0;
+  auto v = s.value("P", [&] { ++asked; return false; });
+  ASSERT_FALSE(v);
+  EXPECT_EQ(v.error().code(), Code::kResourceExhausted);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "runs"));
+  EXPECT_EQ(s.value("P", [&] { ++asked; return true; }).value_or(""), "permit-token");
+  EXPECT_EQ(s.value("P", [&] { ++asked; return false; }).value_or(""), "permit-token");  // cached
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(slurp("runs"), "x\n");
+}
+
+// Every value handed out (and the literal ones from the start) is in the mask, in its forms;
+// only the last kRemembered distinct values of a secret are kept.
+TEST_F(SecretStoreTest, MaskPatternsCoverValuesSeen) {
+  std::string mint = script("mint", R"(n=$(cat "$DIR/n" 2>/dev/null || echo 0); n=$((n+1));
+echo $n > "$DIR/n"; echo "minted-token-$n")");
+  std::map<std::string, SecretDef> m;
+  m.emplace("LIT", def("LIT", {{"value", "literal/value+1"}}));
+  m.emplace("CMD", def("CMD", {{"command", {mint}}, {"ttl", 0}}));
+  SecretStore s(std::move(m));
+  auto masked = [&](const std::string& text) { return Redactor(s.mask_patterns()).mask(text); };
+  EXPECT_EQ(masked("a literal/value+1 b"), "a " + std::string(15, '*') + " b");
+  EXPECT_EQ(masked("literal\\/value+1"), std::string(16, '*'));      // JSON "\/"
+  EXPECT_EQ(masked("literal%2Fvalue%2B1"), std::string(19, '*'));     // percent-encoded
+  EXPECT_EQ(masked("minted-token-1"), "minted-token-1");              // never minted yet
+  auto first = s.mask_patterns();
+  EXPECT_EQ(s.mask_patterns(), first);  // nothing new: not rebuilt
+  for (int i = 1; i <= 5; ++i) {
+    s.set_clock([] { return std::chrono::steady_clock::now(); });
+    ASSERT_EQ(s.value("CMD").value_or(""), "minted-token-" + std::to_string(i));
+  }
+  EXPECT_NE(s.mask_patterns(), first);
+  EXPECT_EQ(masked("minted-token-1"), "minted-token-1");  // the oldest fell out
+  for (int i = 2; i <= 5; ++i) EXPECT_EQ(masked("minted-token-" + std::to_string(i)),
+                                         std::string(14, '*')) << i;
 }
 
 TEST_F(SecretStoreTest, ConcurrentCallersShareOneRun) {
