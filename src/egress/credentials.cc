@@ -32,6 +32,9 @@ namespace {
 using json = nlohmann::json;
 
 constexpr size_t kMaxValueBytes = 64 * 1024;  // file contents and command stdout
+// Every response is masked of every value: one shorter than this would match ordinary bytes
+// (a binary download, a word) and damage them. Real credentials are far longer.
+constexpr size_t kMinValueBytes = 8;
 constexpr size_t kStderrExcerptBytes = 512;
 constexpr size_t kMaxNameLength = 64;
 constexpr double kMaxTtlSeconds = 100.0 * 365 * 24 * 3600;
@@ -138,6 +141,12 @@ Result<SecretDef> parse_def(const std::string& name, const json& j) {
     if (!j["value"].is_string()) return fail(Code::kInvalidArgument, "value must be a string");
     d.value = j["value"].get_ref<const std::string&>();
     if (d.value.empty()) return fail(Code::kInvalidArgument, "value is empty");
+    if (d.value.size() < kMinValueBytes) {
+      return fail(Code::kInvalidArgument,
+                  "value is shorter than " + std::to_string(kMinValueBytes) +
+                      " bytes; responses are masked of every secret value, and one that short "
+                      "would match ordinary text");
+    }
     if (has_control(d.value)) {
       return fail(Code::kInvalidArgument, "value contains a control character");
     }
@@ -604,6 +613,11 @@ Result<std::string> SecretStore::value(const std::string& name, const MintPermit
   // A value is put into header values and request-targets: a line break would split them.
   if (has_control(*v)) {
     return fail(Code::kUnavailable, "secret " + name + ": the value contains a control character");
+  }
+  if (v->size() < kMinValueBytes) {
+    return fail(Code::kUnavailable, "secret " + name + ": the value is shorter than " +
+                                        std::to_string(kMinValueBytes) +
+                                        " bytes, too short to be masked in responses");
   }
   remember(name, *v);
   return v;

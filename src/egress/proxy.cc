@@ -188,7 +188,11 @@ void mask_fields(http::response_header<>& res, Redactor& redactor) {
   for (auto& f : res) {
     std::string_view name(f.name_string().data(), f.name_string().size());
     std::string_view value(f.value().data(), f.value().size());
-    std::string n = redactor.mask(name), v = redactor.mask(value);
+    // The framing fields stay as they are (a number, "chunked"): masking them would break the
+    // message, and they carry no more than the body's length does.
+    bool framing = f.name() == http::field::content_length ||
+                   f.name() == http::field::transfer_encoding;
+    std::string n = redactor.mask(name), v = framing ? std::string(value) : redactor.mask(value);
     changed |= n != name || v != value;
     fields.emplace_back(std::move(n), std::move(v));
   }

@@ -140,6 +140,7 @@ TEST(SecretDefTest, RefusesInvalidDefinitions) {
       {[](json& j) { j["value"] = 5; }, "value must be a string"},
       {[](json& j) { j["value"] = ""; }, "value is empty"},
       {[](json& j) { j["value"] = "a\r\nX-Evil: 1"; }, "control character"},
+      {[](json& j) { j["value"] = "short"; }, "shorter than 8 bytes"},
       {[](json& j) { j["ttl"] = "5m"; }, "ttl is only allowed with command"},
       {source({{"env", "1BAD"}}), "not a variable name"},
       {source({{"file", "relative/path"}}), "absolute path"},
@@ -306,16 +307,32 @@ class SecretStoreTest : public ::testing::Test {
 };
 
 TEST_F(SecretStoreTest, LiteralAndUnknown) {
-  SecretStore s = store(def("LIT", {{"value", "abc123"}}));
+  SecretStore s = store(def("LIT", {{"value", "abc12345"}}));
   ASSERT_NE(s.find("LIT"), nullptr);
   EXPECT_EQ(s.find("NOPE"), nullptr);
   EXPECT_EQ(s.defs().size(), 1u);
   auto v = s.value("LIT");
   ASSERT_TRUE(v) << v.error().message();
-  EXPECT_EQ(*v, "abc123");
+  EXPECT_EQ(*v, "abc12345");
   auto missing = s.value("NOPE");
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code(), Code::kNotFound);
+}
+
+// A value from a source that is too short to be masked safely is refused at use.
+TEST_F(SecretStoreTest, ShortValuesRefused) {
+  const char* var = "SPACE_CRED_TEST_SHORT";
+  ::setenv(var, "1234567", 1);
+  SecretStore s = store(def("SHORT", {{"env", var}}));
+  auto v = s.value("SHORT");
+  ASSERT_FALSE(v);
+  EXPECT_EQ(v.error().code(), Code::kUnavailable);
+  EXPECT_NE(v.error().message().find("too short to be masked"), std::string::npos)
+      << v.error().message();
+  EXPECT_EQ(v.error().message().find("1234567"), std::string::npos) << v.error().message();
+  ::setenv(var, "12345678", 1);
+  EXPECT_EQ(s.value("SHORT").value_or(""), "12345678");
+  ::unsetenv(var);
 }
 
 TEST_F(SecretStoreTest, EnvReadAtEachUse) {
@@ -606,7 +623,8 @@ if [ -e "$DIR/ok" ]; then echo good-token; else echo "refresh=rt-123" >&2; exit 
 }
 
 TEST_F(SecretStoreTest, BackoffDoublesAndResets) {
-  std::string bad = script("bad", R"(echo x >> "$DIR/runs"; [ -e "$DIR/ok" ] && echo tok || exit 1)");
+  std::string bad =
+      script("bad", R"(echo x >> "$DIR/runs"; [ -e "$DIR/ok" ] && echo token-ok || exit 1)");
   SecretStore s = store(def("B", {{"command", {bad}}, {"ttl", 0}}));
   auto t0 = std::chrono::steady_clock::now();
   auto now = t0;
@@ -623,8 +641,8 @@ TEST_F(SecretStoreTest, BackoffDoublesAndResets) {
   EXPECT_EQ(runs(), 2);
   now += std::chrono::seconds(2);
   write("ok", "");
-  EXPECT_EQ(s.value("B").value_or(""), "tok");  // run 3 succeeds: the backoff is gone
-  EXPECT_EQ(s.value("B").value_or(""), "tok");  // ttl 0: run 4
+  EXPECT_EQ(s.value("B").value_or(""), "token-ok");  // run 3 succeeds: the backoff is gone
+  EXPECT_EQ(s.value("B").value_or(""), "token-ok");  // ttl 0: run 4
   EXPECT_EQ(runs(), 4);
 }
 
@@ -691,12 +709,12 @@ TEST_F(SecretStoreTest, SlowCommandDoesNotBlockOtherSecrets) {
   std::string slow = script("slow", "sleep 1; echo slow-token");
   std::map<std::string, SecretDef> m;
   m.emplace("SLOW", def("SLOW", {{"command", {slow}}}));
-  m.emplace("LIT", def("LIT", {{"value", "lit"}}));
+  m.emplace("LIT", def("LIT", {{"value", "literal-value"}}));
   SecretStore s(std::move(m));
   std::thread t([&] { EXPECT_EQ(s.value("SLOW").value_or(""), "slow-token"); });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(s.value("LIT").value_or(""), "lit");
+  EXPECT_EQ(s.value("LIT").value_or(""), "literal-value");
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
   t.join();
 }
