@@ -71,12 +71,9 @@ std::string snapshot_target(const std::string& snap, std::string_view suffix = "
 
 // audit (commands_audit.cc)
 Result<int> cmd_audit(const Args& a, const Client& c);
-// One event as a human-readable line ("TIME  SEQ  KIND  details\n"), control characters
-// escaped.
+// One event as a human-readable line ("TIME  SEQ  KIND  details\n"), every field escaped
+// (escape_text in output.h).
 std::string format_audit_event(const nlohmann::json& event);
-// Sandbox-controlled text made safe for a terminal: \n, \t, \r, \\, \xNN for other C0
-// controls and DEL, \u00NN for C1 controls.
-std::string escape_text(std::string_view text);
 
 // API tokens (commands_token.cc)
 Result<int> cmd_token_create(const Args& a, const Client& c);

@@ -1,7 +1,8 @@
 // `space audit ID [--json] [--follow] [--verify]`: a sandbox's audit log (docs/audit.md), one
 // line per event, or JSON Lines (--json), or a check of its hash chain (--verify: exit 0 when
 // intact, 1 when not). Every byte of sandbox-controlled text is escaped before it reaches the
-// terminal, so newlines and escape sequences in argv cannot forge or hide lines.
+// terminal (escape_text, dump_json), so newlines, escape sequences and bidi controls in argv
+// or paths cannot forge, hide or reorder lines.
 #include <unistd.h>
 
 #include <cstdio>
@@ -37,7 +38,7 @@ std::string field(const json& d, const char* key) {
   const json& v = d[key];
   if (v.is_string()) return escape_text(v.get<std::string>());
   if (v.is_null()) return "-";
-  return escape_text(v.dump());
+  return dump_json(v);
 }
 
 std::string argv_text(const json& d) {
@@ -45,7 +46,7 @@ std::string argv_text(const json& d) {
   if (!d.is_object() || !d.contains("argv") || !d["argv"].is_array()) return "-";
   for (auto& a : d["argv"]) {
     if (!s.empty()) s += ' ';
-    std::string t = a.is_string() ? a.get<std::string>() : a.dump();
+    std::string t = a.is_string() ? a.get<std::string>() : dump_json(a);
     bool plain = !t.empty() && t.find_first_of(" '\"\\") == std::string::npos;
     std::string e = escape_text(t);
     s += plain && e == t ? t : "'" + e + "'";
@@ -55,36 +56,6 @@ std::string argv_text(const json& d) {
 }
 
 }  // namespace
-
-std::string escape_text(std::string_view in) {
-  std::string out;
-  out.reserve(in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    auto c = static_cast<unsigned char>(in[i]);
-    bool c1 = c == 0xc2 && i + 1 < in.size() && static_cast<unsigned char>(in[i + 1]) >= 0x80 &&
-              static_cast<unsigned char>(in[i + 1]) <= 0x9f;  // U+0080..U+009F: C1 controls
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c < 0x20 || c == 0x7f || c1) {
-      char b[8];
-      if (c1) {
-        snprintf(b, sizeof b, "\\u%04x", static_cast<unsigned char>(in[++i]));
-      } else {
-        snprintf(b, sizeof b, "\\x%02x", c);
-      }
-      out += b;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
 
 std::string format_audit_event(const json& ev) {
   const json d = ev.value("data", json::object());
@@ -131,11 +102,8 @@ std::string format_audit_event(const json& ev) {
             field(d, "path");
   } else if (kind.starts_with("file.")) {
     line += "path=" + field(d, "path") + " bytes=" + field(d, "bytes") + " ok=" + field(d, "ok");
-  } else {
-    std::string rest = d.is_object() && !d.empty() ? d.dump(-1, ' ', false,
-                                                            json::error_handler_t::replace)
-                                                   : "";
-    line += escape_text(rest);
+  } else if (d.is_object() && !d.empty()) {
+    line += dump_json(d);
   }
   return line + "\n";
 }
@@ -155,8 +123,7 @@ Result<int> cmd_audit(const Args& a, const Client& c) {
     return rep.value("ok", false) ? 0 : 1;
   }
   auto show = [&](const json& ev) {
-    print_out(a.json ? ev.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"
-                     : format_audit_event(ev));
+    print_out(a.json ? dump_json(ev) + "\n" : format_audit_event(ev));
   };
   if (!a.follow) {
     json res = TRY(c.call("GET", sandbox_target(a.id, "/audit")));

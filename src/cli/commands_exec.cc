@@ -110,7 +110,7 @@ Result<std::optional<int>> handle_event(std::string_view line) {
 
 int exit_code_of(const json& ev) {
   if (ev.contains("error") && ev["error"].is_string() && !ev["error"].get<std::string>().empty()) {
-    write_all(STDERR_FILENO, "space: " + ev["error"].get<std::string>() + "\n");
+    write_all(STDERR_FILENO, "space: " + escape_text(ev["error"].get<std::string>()) + "\n");
   }
   if (ev.value("timed_out", false)) {
     write_all(STDERR_FILENO, "space: the command timed out and was killed (--timeout)\n");
@@ -228,8 +228,8 @@ Result<int> cmd_run(const Args& a, const Client& c) {
       received_signal() != 0 ? Result<int>(128 + received_signal()) : exec_stream();
   auto destroyed = steady.call("DELETE", sandbox_target(id, "?force=true"));
   if (!destroyed) {
-    write_all(STDERR_FILENO, "space: could not destroy sandbox " + id + ": " +
-                                 destroyed.error().message() +
+    write_all(STDERR_FILENO, "space: could not destroy sandbox " + escape_text(id) + ": " +
+                                 escape_text(destroyed.error().message()) +
                                  "; remove it with `space rm --force " + id + "`\n");
   }
   if (int sig = received_signal(); sig != 0) return 128 + sig;

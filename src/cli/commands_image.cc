@@ -114,8 +114,7 @@ Result<int> cmd_image_ls(const Args& a, const Client& c) {
     std::string when = created.is_null() ? "-" : age(created, now) + " ago";
     rows.push_back({cell(img.value("name", json())), size, when});
   }
-  std::string text = format_table(rows);
-  std::fwrite(text.data(), 1, text.size(), stdout);
+  print(format_table(rows));
   return 0;
 }
 
@@ -146,7 +145,7 @@ Result<int> cmd_image_build_vm(const Args& a, const Client& c) {
       if (!ev.is_object()) continue;
       std::string type = ev.value("type", "");
       if (type == "progress" && ev.contains("message") && ev["message"].is_string()) {
-        write_all(STDERR_FILENO, "space: " + ev["message"].get<std::string>() + "\n");
+        write_all(STDERR_FILENO, "space: " + escape_text(ev["message"].get<std::string>()) + "\n");
       } else if (type == "error") {
         return fail(api_error(500, json{{"error", ev.value("error", json::object())}}.dump()));
       } else if (type == "done") {
@@ -160,10 +159,10 @@ Result<int> cmd_image_build_vm(const Args& a, const Client& c) {
                             ? disk["size_bytes"].get<uint64_t>()
                             : 0;
         bool cached = disk.value("cached", false);
-        write_all(STDERR_FILENO, "space: VM disk of image " + a.name + " " +
-                                     (cached ? "is current" : "built") + " (" + format_size(size) +
-                                     (cached ? "" : " in " + format_duration(secs)) + "): " +
-                                     disk.value("path", std::string("?")) + "\n");
+        write_all(STDERR_FILENO,
+                  "space: VM disk of image " + a.name + " " + (cached ? "is current" : "built") +
+                      " (" + format_size(size) + (cached ? "" : " in " + format_duration(secs)) +
+                      "): " + escape_text(disk.value("path", std::string("?"))) + "\n");
         return 0;
       }
     }

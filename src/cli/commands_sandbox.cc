@@ -16,10 +16,11 @@ using nlohmann::json;
 
 
 // Human rendering of the doctor report: nested objects as indented sections, booleans as
-// yes/no, arrays of scalars on one line.
+// yes/no, arrays of scalars on one line; keys and values escaped.
 void render_report(const json& j, int indent, std::string& out) {
-  for (const auto& [key, value] : j.items()) {
+  for (const auto& [name, value] : j.items()) {
     std::string pad(static_cast<size_t>(indent), ' ');
+    std::string key = escape_text(name);
     if (value.is_object()) {
       out += pad + key + ":\n";
       render_report(value, indent + 2, out);
@@ -30,7 +31,7 @@ void render_report(const json& j, int indent, std::string& out) {
       bool scalars = true;
       for (const auto& item : value) {
         if (item.is_structured()) scalars = false;
-        items += (items.empty() ? "" : ", ") + cell(item);
+        items += (items.empty() ? "" : ", ") + escape_text(cell(item));
       }
       if (scalars) {
         out += pad + key + ": " + (items.empty() ? "-" : items) + "\n";
@@ -42,14 +43,15 @@ void render_report(const json& j, int indent, std::string& out) {
           if (item.is_object()) {
             render_report(item, indent + 4, sub);
           } else {
-            sub = std::string(static_cast<size_t>(indent) + 4, ' ') + cell(item) + "\n";
+            sub =
+                std::string(static_cast<size_t>(indent) + 4, ' ') + escape_text(cell(item)) + "\n";
           }
           sub.replace(static_cast<size_t>(indent) + 2, 1, "-");
           out += sub;
         }
       }
     } else {
-      out += pad + key + ": " + cell(value) + "\n";
+      out += pad + key + ": " + escape_text(cell(value)) + "\n";
     }
   }
 }
@@ -63,7 +65,7 @@ Result<int> cmd_create(const Args& a, const Client& c) {
   if (a.json) {
     print_json(sandbox);
   } else {
-    print(sandbox.value("id", "") + "\n");
+    print(escape_text(sandbox.value("id", "")) + "\n");
   }
   return 0;
 }
@@ -124,7 +126,9 @@ Result<int> cmd_diff(const Args& a, const Client& c) {
   }
   std::sort(lines.begin(), lines.end());
   std::string out;
-  for (const auto& [path, mark] : lines) out += std::string(1, mark) + " " + path + "\n";
+  for (const auto& [path, mark] : lines) {
+    out += std::string(1, mark) + " " + escape_text(path) + "\n";
+  }
   print(out);
   return 0;
 }
@@ -136,6 +140,7 @@ Result<int> cmd_ps(const Args& a, const Client& c) {
     print_json(procs);
     return 0;
   }
+  // format_table escapes the cells: argv is whatever the process wrote there.
   std::vector<std::vector<std::string>> rows = {{"PID", "PPID", "UID", "STATE", "COMMAND"}};
   for (const auto& p : procs) {
     std::string command;

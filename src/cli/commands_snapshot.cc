@@ -46,8 +46,7 @@ std::string snapshot_table(const json& list) {
     if (!s.is_object()) continue;
     json created = s.value("created_at", json());
     rows.push_back(
-        {escape_text(cell(s.value("id", json()))), escape_text(cell(s.value("name", json()))),
-         escape_text(cell(s.value("kind", json()))),
+        {cell(s.value("id", json())), cell(s.value("name", json())), cell(s.value("kind", json())),
          created.is_null() ? "-" : age(created, now) + " ago", cell(s.value("files", json())),
          bytes_cell(s.value("logical_bytes", json())), bytes_cell(s.value("new_bytes", json())),
          expires_cell(s.value("expires_at", json()), now)});
@@ -64,7 +63,7 @@ Result<int> cmd_snapshot(const Args& a, const Client& c) {
   if (a.json) {
     print_json(snap);
   } else {
-    print(snap.value("id", "") + "\n");
+    print(escape_text(snap.value("id", "")) + "\n");
   }
   return 0;
 }
@@ -116,7 +115,7 @@ Result<int> cmd_restore(const Args& a, const Client& c) {
   if (a.json) {
     print_json(sandbox);
   } else {
-    print(sandbox.value("id", "") + "\n");
+    print(escape_text(sandbox.value("id", "")) + "\n");
   }
   return 0;
 }

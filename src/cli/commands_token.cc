@@ -42,9 +42,11 @@ Result<int> cmd_token_create(const Args& a, const Client& c) {
     write_all(STDOUT_FILENO, text + "\n");
   }
   write_all(STDERR_FILENO,
-            "space: token " + res.value("id", "") + " (" + res.value("name", "") +
-                ") for profiles " + joined(res.value("profiles", json())) + ", operations " +
-                joined(res.value("ops", json())) + ", valid until " + res.value("expires_at", "?") +
+            "space: token " + escape_text(res.value("id", "")) + " (" +
+                escape_text(res.value("name", "")) + ") for profiles " +
+                escape_text(joined(res.value("profiles", json()))) + ", operations " +
+                escape_text(joined(res.value("ops", json()))) + ", valid until " +
+                escape_text(res.value("expires_at", "?")) +
                 ".\nspace: this is the only time its text is shown: store it now (the CLI "
                 "sends it as $SPACE_TOKEN).\n");
   return 0;
@@ -68,8 +70,7 @@ Result<int> cmd_token_ls(const Args& a, const Client& c) {
                     cell(t.value("state", json())), timestamp(t.value("expires_at", json())),
                     last_used.is_null() ? "never" : age(last_used, now) + " ago"});
   }
-  std::string text = format_table(rows);
-  std::fwrite(text.data(), 1, text.size(), stdout);
+  print(format_table(rows));
   return 0;
 }
 

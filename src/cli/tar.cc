@@ -92,7 +92,7 @@ Result<void> write_entry(archive* a, const fs::path& path, const std::string& na
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return fail_sys("lstat", "\"" + path.native() + "\"");
   if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode)) {
-    write_all(STDERR_FILENO, "space: skipping " + path.native() +
+    write_all(STDERR_FILENO, "space: skipping " + escape_text(path.native()) +
                                  " (only files, directories and symlinks are copied)\n");
     return {};
   }
@@ -212,7 +212,7 @@ Result<uint64_t> extract_tar(const fs::path& dest, const TarSource& source) {
                                        hardlink + " points outside the destination");
     }
     if (hardlink == nullptr && type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK) {
-      write_all(STDERR_FILENO, "space: skipping " + shown +
+      write_all(STDERR_FILENO, "space: skipping " + escape_text(shown) +
                                    " (only files, directories and symlinks are copied)\n");
       continue;
     }
