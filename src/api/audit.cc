@@ -2,7 +2,10 @@
 // JSON document or as JSON Lines (format=jsonl), a verification of the hash chain
 // (verify=true), or — with follow=true — a JSON Lines stream that keeps delivering new events
 // until the sandbox is destroyed or the client hangs up (an empty line every 5 s of quiet
-// keeps the connection checked). Works for destroyed sandboxes too.
+// keeps the connection checked). Works for destroyed sandboxes too. A follow stream opened
+// with a token ends, within about a second, once the token is revoked or expires: a last line
+// {"error": {"code": "unauthenticated", "message": ...}}, then the connection is closed
+// without the final chunk, so the client sees the stream cut short rather than complete.
 #include <charconv>
 #include <chrono>
 #include <thread>
@@ -30,7 +33,7 @@ Result<int64_t> int_param(const Target& t, const std::string& key, int64_t fallb
 std::string jsonl(const nlohmann::json& events) {
   std::string out;
   for (auto& e : events) {
-    out += e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    out += json_text(e);
     out += '\n';
   }
   return out;
@@ -61,12 +64,20 @@ Result<void> get_audit(Exchange& ex, ApiContext& ctx) {
       return ex.respond(http::status::ok, "application/jsonl", jsonl(events));
     return ex.respond_json(http::status::ok, {{"events", std::move(events)}});
   }
-  // follow: JSON Lines, polled from the log, until sandbox.destroy or the client leaves.
+  // follow: JSON Lines, polled from the log, until sandbox.destroy, the client leaves, or the
+  // caller's token is no longer valid (checked on every poll, at most once a second).
+  StreamAuth auth(ctx.principal, ctx.tokens);
   nlohmann::json first = TRY(ctx.service.audit_events(id, after, kMaxPage));
   TRY_VOID(ex.begin_chunked(http::status::ok, "application/jsonl"));
   nlohmann::json batch = std::move(first);
   auto last_write = std::chrono::steady_clock::now();
   for (;;) {
+    if (auto valid = auth.check(); !valid) {
+      Error e = std::move(valid.error()).wrap("following the audit log of " + id);
+      (void)ex.write_chunk(json_text(error_body(e)) + "\n");
+      ex.mark_broken();
+      return {};
+    }
     bool ended = false;
     if (!batch.empty()) {
       for (auto& e : batch)

@@ -1,9 +1,12 @@
 // Authentication, authorization and profile scoping of API requests (see auth.h).
 #include "api/auth.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cctype>
 
+#include "common/clock.h"
 #include "common/units.h"
 #include "daemon/daemon.h"  // rfc3339
 
@@ -165,6 +168,34 @@ Result<void> authorize(const Principal& p, Op op, std::string_view route) {
   return fail(Code::kPermissionDenied, p.describe() + " may not " + std::string(route) +
                                            ": that needs the \"" + std::string(op_name(op)) +
                                            "\" operation, and the token has " + join(p.token.ops));
+}
+
+// --- streams --------------------------------------------------------------------------------
+
+Result<void> StreamAuth::check() {
+  if (!watching()) return {};
+  std::lock_guard lock(mu_);
+  if (failed_) return fail(*failed_);
+  const daemon::TokenRecord& t = principal_->token;
+  double now = now_s();
+  Result<void> ok;
+  if (t.expired(now)) {
+    ok = fail(Code::kUnauthenticated, "API token " + t.id + " (" + t.name + ") expired at " +
+                                          daemon::rfc3339(t.expires_at) +
+                                          "; create a new one with `space token create`");
+  } else if (auto at = std::chrono::steady_clock::now(); at >= next_store_check_) {
+    next_store_check_ = at + interval_;
+    if (tokens_ == nullptr) {
+      ok = fail(Code::kUnauthenticated, "this spaced has no API token store");
+    } else {
+      ok = tokens_->check_still_valid(t.id, now);
+    }
+  }
+  if (!ok) {
+    failed_ = ok.error();
+    spdlog::info("api: ending a stream of {}: {}", principal_->describe(), failed_->message());
+  }
+  return ok;
 }
 
 // --- token requests -------------------------------------------------------------------------

@@ -14,6 +14,8 @@
 //     listener every request needs one. Limited to its profiles and operations.
 #pragma once
 
+#include <chrono>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -64,6 +66,37 @@ Result<Principal> authenticate(Transport transport, std::string_view authorizati
 
 // kPermissionDenied naming the operation `route` needs, unless `p` has it.
 Result<void> authorize(const Principal& p, Op op, std::string_view route);
+
+// A request is authenticated once, when it arrives; a stream can outlive that by hours (an
+// audit log followed, an exec's output, a file download or upload, a VM build's progress).
+// Each such handler keeps one StreamAuth and calls check() as it goes (before each write, and
+// at least once a second while it waits), and ends the stream when check() fails, so revoking
+// or expiring a token cuts off every stream opened with it within about a second.
+//
+// The root operator never fails. A token's expiry is checked on every call; the token store
+// (revocation) at most once per `interval`. A failure is kUnauthenticated with
+// authenticate()'s message ("... was revoked at ..."), and sticks. Safe to call from several
+// threads (exec checks from a watcher thread).
+class StreamAuth {
+ public:
+  StreamAuth(const Principal* principal, daemon::TokenStore* tokens,
+             std::chrono::milliseconds interval = std::chrono::seconds(1))
+      : principal_(principal), tokens_(tokens), interval_(interval) {}
+  StreamAuth(const StreamAuth&) = delete;
+  StreamAuth& operator=(const StreamAuth&) = delete;
+
+  Result<void> check();
+  // Whether there is anything to check (a token); false for the root operator.
+  bool watching() const { return principal_ != nullptr && !principal_->root; }
+
+ private:
+  const Principal* principal_;  // null: the root operator (a handler run without dispatch())
+  daemon::TokenStore* tokens_;
+  std::chrono::milliseconds interval_;
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point next_store_check_;  // guarded by mu_
+  std::optional<Error> failed_;                             // guarded by mu_
+};
 
 // Body of POST /v1/tokens: {"name", "profiles": [...], "ops": [...], "ttl": "24h"}.
 struct TokenRequest {

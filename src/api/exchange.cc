@@ -8,7 +8,14 @@ namespace {
 
 constexpr size_t kReadChunk = 64 * 1024;
 
-Error body_read_error(const boost::system::error_code& ec) {
+Error body_read_error(const boost::system::error_code& ec, size_t buffer_limit) {
+  if (ec == http::error::buffer_overflow) {
+    return Error(Code::kInvalidArgument,
+                 "a line of the chunked request body (a chunk size with its extensions, or a "
+                 "trailer field) is longer than " +
+                     std::to_string(buffer_limit >> 10) +
+                     " KiB; send chunk sizes without long extensions, or a Content-Length");
+  }
   if (ec == boost::asio::error::timed_out) {
     return Error(Code::kTimeout, "timed out waiting for the request body");
   }
@@ -26,6 +33,10 @@ Error body_read_error(const boost::system::error_code& ec) {
 
 nlohmann::json error_body(const Error& e) {
   return {{"error", {{"code", code_name(e.code())}, {"message", e.message()}}}};
+}
+
+std::string json_text(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 Exchange::Exchange(FdStream& stream, boost::beast::flat_buffer& buffer, RequestParser& parser,
@@ -75,7 +86,7 @@ Result<size_t> Exchange::read_some(char* out, size_t n) {
     if (ec == http::error::need_buffer) ec = {};
     if (ec) {
       broken_ = true;
-      return fail(body_read_error(ec));
+      return fail(body_read_error(ec, buffer_.max_size()));
     }
     if (got > 0 || parser_.is_done()) return got;
   }
@@ -169,8 +180,7 @@ Result<void> Exchange::respond(http::status status, std::string_view content_typ
 }
 
 Result<void> Exchange::respond_json(http::status status, const nlohmann::json& body) {
-  return respond(status, "application/json",
-                 body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  return respond(status, "application/json", json_text(body) + "\n");
 }
 
 Result<void> Exchange::respond_no_content() { return respond(http::status::no_content, "", ""); }

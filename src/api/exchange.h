@@ -28,6 +28,11 @@ using RequestParser = http::request_parser<http::buffer_body>;
 
 // {"error":{"code":"not_found","message":"..."}}
 nlohmann::json error_body(const Error& e);
+// JSON text for the wire, and the only way the API serializes: it never throws. Requests are
+// validated as UTF-8 up front (request.h), but text from a sandbox (file names, process
+// arguments, audit data) may be anything; each invalid byte becomes U+FFFD instead of making
+// nlohmann's dump() throw type_error 316 halfway through a response.
+std::string json_text(const nlohmann::json& j);
 
 class Exchange {
  public:

@@ -7,7 +7,11 @@
 // exchange). The helper then watches the connection: if the client goes away, the exec's
 // process tree is killed. Flow control: ExecSession::consumed() is called only after an
 // output event reached the socket, so a client that reads slowly slows the process down
-// instead of filling the daemon's memory.
+// instead of filling the daemon's memory. A stream opened with a token lasts only as long as
+// the token: a watcher thread checks it once a second (the process may be quiet for hours) and
+// kills the exec's process tree once it is revoked or expired; the stream then ends with an
+// "error" event saying so.
+#include <poll.h>
 #include <sys/eventfd.h>
 
 #include <atomic>
@@ -34,9 +38,7 @@ json exit_event(const daemon::ExitStatus& s) {
   return j;
 }
 
-std::string line(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
-}
+std::string line(const json& j) { return json_text(j) + "\n"; }
 
 struct ExecBody {
   daemon::ExecRequest req;
@@ -182,9 +184,40 @@ Result<void> exec(Exchange& ex, ApiContext& ctx) {
     if (!finished) s.signal(SIGKILL);
   });
 
+  // The watcher (tokens only): next() below may block for as long as the process is quiet, so
+  // the token is checked from here, once a second; killing the process tree unblocks next().
+  StreamAuth auth(ctx.principal, ctx.tokens);
+  std::thread watcher;
+  if (auth.watching()) {
+    watcher = std::thread([&auth, &session, &done] {
+      for (;;) {
+        pollfd p{done.get(), POLLIN, 0};
+        int rc = ::poll(&p, 1, 1000);
+        if (rc > 0 || (rc < 0 && errno != EINTR)) return;  // the exec's stream is over
+        if (!auth.check()) {
+          session->signal(SIGKILL);
+          return;
+        }
+      }
+    });
+  }
+
   bool complete = false;
   for (;;) {
     auto ev = session->next();
+    if (auto valid = auth.check(); !valid) {
+      // Nothing more for this caller. The process tree is killed and its end awaited (output
+      // meanwhile is dropped), so that when the client reads why, nothing of it runs on.
+      session->signal(SIGKILL);
+      while (ev && ev->kind != daemon::ExecSession::Event::Kind::kExit) {
+        session->consumed(ev->data.size());
+        ev = session->next();
+      }
+      Error e = std::move(valid.error()).wrap("exec in " + id + " (its process tree was killed)");
+      json err = {{"type", "error"}, {"error", error_body(e)["error"]}};
+      if (ex.write_chunk(line(err)) && ex.end_chunked()) complete = true;
+      break;
+    }
     if (!ev) {
       json err = {{"type", "error"}, {"error", error_body(ev.error())["error"]}};
       if (ex.write_chunk(line(err)) && ex.end_chunked()) complete = true;
@@ -208,6 +241,7 @@ Result<void> exec(Exchange& ex, ApiContext& ctx) {
   uint64_t one = 1;
   (void)!::write(done.get(), &one, sizeof one);
   helper.join();
+  if (watcher.joinable()) watcher.join();
   ex.set_read_interrupt_fd(-1);
   // Destroying a session whose exec has not ended kills its process tree (client gone).
   session.reset();

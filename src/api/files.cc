@@ -2,6 +2,8 @@
 // tar archive (the X-Space-File-Type header says which); PUT writes a file or extracts a tar
 // into a directory; DELETE removes. Bodies stream in both directions without a size limit: the
 // sandbox's disk quota bounds uploads. Paths are resolved inside the sandbox by the daemon.
+// A transfer made with a token stops once the token is revoked or expires (StreamAuth, checked
+// before each chunk): a download is cut short, an upload fails with 401.
 #include <boost/beast/core/string.hpp>
 #include <cctype>
 #include <cstdio>
@@ -18,6 +20,18 @@ Result<std::string> path_param(const Exchange& ex) {
   }
   TRY_VOID(check_sandbox_path(it->second));
   return it->second;
+}
+
+// The request body, for as long as the caller may still send it; `refused` says why it stopped
+// early (the token went bad).
+daemon::ChunkSource guarded_body(Exchange& ex, StreamAuth& auth, std::optional<Error>& refused) {
+  return [source = ex.body_source(), &auth, &refused](std::string& out) -> Result<void> {
+    if (auto valid = auth.check(); !valid) {
+      refused = valid.error();
+      return valid;
+    }
+    return source(out);
+  };
 }
 
 std::string octal_mode(uint32_t mode) {
@@ -62,7 +76,13 @@ Result<void> get_file(Exchange& ex, ApiContext& ctx) {
   // sandbox died) is still a proper JSON error response.
   bool started = false;
   bool write_failed = false;
+  StreamAuth auth(ctx.principal, ctx.tokens);
+  std::optional<Error> refused;  // the caller's token went bad during the transfer
   daemon::ChunkSink sink = [&](std::string_view chunk) {
+    if (auto valid = auth.check(); !valid) {
+      refused = std::move(valid.error());
+      return false;
+    }
     if (!started) {
       if (!ex.begin_chunked(http::status::ok, content_type, headers)) {
         write_failed = true;
@@ -77,6 +97,12 @@ Result<void> get_file(Exchange& ex, ApiContext& ctx) {
     return true;
   };
   auto r = is_file ? ctx.service.read_file(id, path, sink) : ctx.service.read_tar(id, path, sink);
+  if (refused) {
+    // Before the first chunk this is a plain 401; after it, all we can do is cut the body.
+    if (!started) return fail(std::move(*refused).wrap("downloading " + path + " from " + id));
+    ex.mark_broken();
+    return {};
+  }
   if (!r) return fail(std::move(r.error()).wrap("reading " + path + " in " + id));
   if (write_failed) {
     ex.mark_broken();
@@ -89,18 +115,25 @@ Result<void> get_file(Exchange& ex, ApiContext& ctx) {
 Result<void> put_file(Exchange& ex, ApiContext& ctx) {
   std::string id = TRY(sandbox_id(ex));
   std::string path = TRY(path_param(ex));
+  TRY_VOID(check_utf8(ex.header(http::field::content_type), "header Content-Type"));
   std::string type = media_type(ex.header(http::field::content_type));
+  StreamAuth auth(ctx.principal, ctx.tokens);
+  std::optional<Error> refused;
+  Result<void> written;
   if (type.empty() || type == "application/octet-stream") {
     uint32_t mode = TRY(parse_mode_param(ex.target(), "mode", 0644));
-    TRY_VOID(ctx.service.write_file(id, path, mode, ex.body_source()));
+    written = ctx.service.write_file(id, path, mode, guarded_body(ex, auth, refused));
   } else if (type == "application/x-tar") {
-    TRY_VOID(ctx.service.write_tar(id, path, ex.body_source()));
+    written = ctx.service.write_tar(id, path, guarded_body(ex, auth, refused));
   } else {
     return fail(Code::kInvalidArgument,
                 "Content-Type must be application/octet-stream (a file) or application/x-tar "
                 "(a directory tree to extract), got " +
                     type);
   }
+  // A refusal is reported as itself (401), whatever the service made of the source's error.
+  if (refused) return fail(std::move(*refused).wrap("uploading " + path + " to " + id));
+  if (!written) return fail(std::move(written.error()));
   return ex.respond_no_content();
 }
 

@@ -1,5 +1,8 @@
 // Handlers for images: import a root filesystem tarball (streamed, any compression libarchive
-// reads), list, remove, and build the VM disk (progress streamed as NDJSON).
+// reads), list, remove, and build the VM disk (progress streamed as NDJSON). Both streams stop
+// once the caller's token is revoked or expires (StreamAuth): an import fails with 401, a
+// build's progress stream ends with an "error" event (the build itself goes on and is cached,
+// as when a client leaves).
 #include "api/handlers.h"
 
 namespace space::api::handlers {
@@ -7,9 +10,20 @@ namespace space::api::handlers {
 Result<void> import_image(Exchange& ex, ApiContext& ctx) {
   const std::string& name = ex.param("name");
   TRY_VOID(check_image_name(name));
-  nlohmann::json image =
-      TRY_CTX(ctx.service.import_image(name, ex.body_source()), "importing image " + name);
-  return ex.respond_json(http::status::created, image);
+  StreamAuth auth(ctx.principal, ctx.tokens);
+  std::optional<Error> refused;
+  daemon::ChunkSource body = [source = ex.body_source(), &auth,
+                              &refused](std::string& out) -> Result<void> {
+    if (auto valid = auth.check(); !valid) {
+      refused = valid.error();
+      return valid;
+    }
+    return source(out);
+  };
+  auto image = ctx.service.import_image(name, body);
+  if (refused) return fail(std::move(*refused).wrap("importing image " + name));
+  if (!image) return fail(std::move(image.error()).wrap("importing image " + name));
+  return ex.respond_json(http::status::created, *image);
 }
 
 Result<void> list_images(Exchange& ex, ApiContext& ctx) {
@@ -32,8 +46,21 @@ Result<void> build_image_vm(Exchange& ex, ApiContext& ctx) {
   const std::string& name = ex.param("name");
   TRY_VOID(check_image_name(name));
   bool streaming = false, broken = false;
+  StreamAuth auth(ctx.principal, ctx.tokens);
+  std::optional<Error> refused;  // the caller's token went bad before the stream began
   auto emit = [&](const nlohmann::json& event) {
     if (broken) return;  // the client left; the build still finishes and is cached
+    if (auto valid = auth.check(); !valid) {
+      // The caller's token went bad: a last event saying so (or a 401), and no more.
+      Error e = std::move(valid.error()).wrap("building the VM disk of image " + name);
+      if (streaming)
+        (void)ex.write_chunk(json_text({{"type", "error"}, {"error", error_body(e)["error"]}}) +
+                             "\n");
+      else
+        refused = std::move(e);
+      broken = true;
+      return;
+    }
     if (!streaming) {
       if (!ex.begin_chunked(http::status::ok, "application/x-ndjson",
                             {{"Cache-Control", "no-store"}})) {
@@ -42,7 +69,7 @@ Result<void> build_image_vm(Exchange& ex, ApiContext& ctx) {
       }
       streaming = true;
     }
-    if (!ex.write_chunk(event.dump() + "\n")) broken = true;
+    if (!ex.write_chunk(json_text(event) + "\n")) broken = true;
   };
   auto disk = ctx.service.build_image_vm(name, [&](const std::string& message) {
     emit({{"type", "progress"}, {"message", message}});
@@ -54,6 +81,7 @@ Result<void> build_image_vm(Exchange& ex, ApiContext& ctx) {
   } else {
     emit({{"type", "done"}, {"disk", *disk}});
   }
+  if (refused) return fail(std::move(*refused));
   if (broken) {
     ex.mark_broken();
     return {};

@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <set>
 
 #include "common/units.h"
@@ -182,7 +183,152 @@ Result<void> refuse_unknown_keys(const json& body, const std::set<std::string_vi
   return {};
 }
 
+constexpr std::string_view kUtf8Hint =
+    "; names, paths and values must be UTF-8 text (in a URL, percent-encode the UTF-8 bytes, "
+    "e.g. %C3%A9 for U+00E9)";
+
+std::string bad_byte(std::string_view s, size_t at, std::string_view of = "") {
+  char where[96];
+  std::snprintf(where, sizeof where, " (byte 0x%02X at offset %zu%s)",
+                static_cast<unsigned char>(s[at]), at, std::string(of).c_str());
+  return where;
+}
+
 }  // namespace
+
+std::optional<size_t> invalid_utf8_at(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    // RFC 3629 section 4: the lead byte fixes the length and the range of the second byte,
+    // which is what excludes overlong forms, surrogates and code points past U+10FFFF.
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c == 0xE0) {
+      len = 3, lo = 0xA0;
+    } else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
+      len = 3;
+    } else if (c == 0xED) {
+      len = 3, hi = 0x9F;
+    } else if (c == 0xF0) {
+      len = 4, lo = 0x90;
+    } else if (c >= 0xF1 && c <= 0xF3) {
+      len = 4;
+    } else if (c == 0xF4) {
+      len = 4, hi = 0x8F;
+    } else {
+      return i;  // a continuation byte without a lead, or C0, C1, F5..FF
+    }
+    if (n - i < len || p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k)
+      if ((p[i + k] & 0xC0) != 0x80) return i;
+    i += len;
+  }
+  return std::nullopt;
+}
+
+Result<void> check_utf8(std::string_view s, std::string_view what) {
+  auto at = invalid_utf8_at(s);
+  if (!at) return {};
+  return invalid(std::string(what) + " is not valid UTF-8" + bad_byte(s, *at) +
+                 std::string(kUtf8Hint));
+}
+
+std::string utf8_lossy(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  while (!s.empty()) {
+    auto at = invalid_utf8_at(s);
+    if (!at) {
+      out.append(s);
+      break;
+    }
+    out.append(s.substr(0, *at));
+    out.append("\xEF\xBF\xBD");  // U+FFFD
+    s.remove_prefix(*at + 1);
+  }
+  return out;
+}
+
+std::string json_field_at(std::string_view text, size_t offset) {
+  struct Frame {
+    bool object;
+    std::string key;       // object: the key whose value is being read
+    size_t index = 0;      // array: the element being read
+    bool want_key = true;  // object: before the next key's ':'
+  };
+  std::vector<Frame> stack;
+  bool in_string = false, escape = false, is_key = false;
+  std::string key;
+  for (size_t i = 0; i < offset && i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (escape) {
+        escape = false;
+      } else if (c == '\\') {
+        escape = true;
+      } else if (c == '"') {
+        in_string = false;
+        if (is_key) stack.back().key = key;
+        continue;
+      }
+      if (is_key && key.size() < 48) key += c;
+      continue;
+    }
+    switch (c) {
+      case '"':
+        in_string = true;
+        is_key = !stack.empty() && stack.back().object && stack.back().want_key;
+        key.clear();
+        break;
+      case '{':
+      case '[':
+        if (stack.size() < kMaxJsonDepth + 1) stack.push_back(Frame{c == '{'});
+        break;
+      case '}':
+      case ']':
+        if (!stack.empty()) stack.pop_back();
+        break;
+      case ':':
+        if (!stack.empty() && stack.back().object) stack.back().want_key = false;
+        break;
+      case ',':
+        if (!stack.empty()) {
+          if (stack.back().object)
+            stack.back().want_key = true;
+          else
+            ++stack.back().index;
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  std::string path;
+  bool in_key = false;
+  for (size_t f = 0; f < stack.size(); ++f) {
+    const Frame& fr = stack[f];
+    if (fr.object && fr.want_key) {
+      in_key = f + 1 == stack.size();  // between a ',' (or '{') and a ':': a key
+      break;
+    }
+    if (fr.object)
+      path += (path.empty() ? "" : ".") + fr.key;
+    else
+      path += "[" + std::to_string(fr.index) + "]";
+  }
+  if (in_key)
+    return path.empty() ? "a key of the JSON body" : "a key in field " + path + " of the JSON body";
+  return path.empty() ? "the JSON body" : "field " + path + " of the JSON body";
+}
 
 Result<Target> parse_target(std::string_view target) {
   if (target.empty() || target[0] != '/') {
@@ -203,6 +349,8 @@ Result<Target> parse_target(std::string_view target) {
           seg == "..") {
         return invalid("bad path segment " + shown(seg) + " in request target");
       }
+      TRY_VOID(check_utf8(
+          seg, "path segment " + std::to_string(t.segments.size() + 1) + " of the request target"));
       t.segments.push_back(std::move(seg));
     }
     start = slash + 1;
@@ -216,8 +364,10 @@ Result<Target> parse_target(std::string_view target) {
       if (item.empty()) continue;
       size_t eq = item.find('=');
       std::string key = TRY(percent_decode(item.substr(0, eq), true));
+      TRY_VOID(check_utf8(key, "a query parameter name"));
       std::string value;
       if (eq != std::string_view::npos) value = TRY(percent_decode(item.substr(eq + 1), true));
+      TRY_VOID(check_utf8(value, "query parameter " + key));
       t.query[std::move(key)] = std::move(value);
     }
   }
@@ -291,10 +441,27 @@ Result<json> parse_json(std::string_view body) {
       --depth;
     }
   }
+  // Text that is not UTF-8, in a string or anywhere else, named by the field it is in.
+  if (auto at = invalid_utf8_at(body)) {
+    return invalid(json_field_at(body, *at) + " is not valid UTF-8" +
+                   bad_byte(body, *at, " of the body") +
+                   "; JSON text must be UTF-8 (send binary data base64-encoded)");
+  }
   try {
     return json::parse(body);
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();
+    if (what.find("surrogate") != std::string::npos) {
+      // A \u escape of half a surrogate pair: valid JSON syntax, but no Unicode text.
+      size_t at = e.byte > 0 ? e.byte - 1 : 0;
+      return invalid(json_field_at(body, at) +
+                     " has a \\u escape of an unpaired UTF-16 surrogate (\\uD800-\\uDFFF); "
+                     "escape a character past U+FFFF as a surrogate pair, or send it as UTF-8");
+    }
+    return invalid("malformed JSON body: " + utf8_lossy(what) +
+                   "; send one JSON object, e.g. {\"cmd\": [\"ls\"]}");
   } catch (const json::exception& e) {
-    return invalid(std::string("malformed JSON body: ") + e.what() +
+    return invalid("malformed JSON body: " + utf8_lossy(e.what()) +
                    "; send one JSON object, e.g. {\"cmd\": [\"ls\"]}");
   }
 }

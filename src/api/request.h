@@ -3,6 +3,12 @@
 // requests of src/daemon/service.h built from them. Everything here is pure (no I/O), so each
 // rule is unit-tested directly; every rejection is a kInvalidArgument (400) or
 // kPayloadTooLarge (413) whose message says what a valid request looks like.
+//
+// Text is UTF-8. Every field the API reads — path segments, query parameter names and values,
+// JSON bodies, the headers it uses — must be well-formed UTF-8 (RFC 3629: no overlong forms,
+// no UTF-16 surrogates, nothing past U+10FFFF), checked here before anything acts on it: the
+// daemon keeps such text in JSON (agent frames, the audit log), whose serializer throws on
+// anything else. A field that is not is a 400 naming the field.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +30,8 @@ inline constexpr size_t kMaxSandboxPath = 4096;  // PATH_MAX
 
 // "/v1/sandboxes/sb_1/files?path=%2Fetc&stat=true" -> segments {"v1","sandboxes","sb_1","files"},
 // query {"path": "/etc", "stat": "true"}. Segments and query values are percent-decoded
-// ('+' is a space in the query); a segment may not decode to something containing '/' or NUL.
+// ('+' is a space in the query); a segment may not decode to something containing '/' or NUL,
+// and every segment, query name and value must decode to UTF-8.
 struct Target {
   std::string path;  // as sent, without the query
   std::vector<std::string> segments;
@@ -54,8 +61,21 @@ class JsonValueScanner {
 };
 
 // Parses a whole JSON body: too deep or malformed -> kInvalidArgument with the parser's
-// position. Does not check the size (the reader enforces kMaxJsonBody).
+// position; text that is not UTF-8 (or a \u escape of an unpaired surrogate) -> one naming the
+// field ("field env.A of the JSON body ..."). Does not check the size (the reader enforces
+// kMaxJsonBody).
 Result<nlohmann::json> parse_json(std::string_view body);
+
+// The offset of the first byte of `s` that is not part of well-formed UTF-8; nullopt if none.
+std::optional<size_t> invalid_utf8_at(std::string_view s);
+// kInvalidArgument naming `what` ("query parameter path", "header Content-Type") unless `s`
+// is well-formed UTF-8.
+Result<void> check_utf8(std::string_view s, std::string_view what);
+// `s` with every byte that is not part of well-formed UTF-8 replaced by U+FFFD (for messages).
+std::string utf8_lossy(std::string_view s);
+// Which field of a JSON text byte `offset` lies in, for messages: "field env.A of the JSON
+// body", "field cmd[1] of ...", "a key in field env of ...". Reads only text[0, offset).
+std::string json_field_at(std::string_view text, size_t offset);
 
 // Body of POST /v1/sandboxes (all keys optional; unknown keys are refused, to catch typos).
 Result<daemon::CreateRequest> parse_create_request(const nlohmann::json& body);

@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <charconv>
@@ -87,7 +88,7 @@ void write_plain_error(FdStream& stream, Code code, const std::string& message) 
   res.set(http::field::server, "spaced");
   res.set(http::field::content_type, "application/json");
   res.keep_alive(false);
-  res.body() = error_body(Error(code, message)).dump() + "\n";
+  res.body() = json_text(error_body(Error(code, message))) + "\n";
   res.prepare_payload();
   stream.set_write_timeout(std::chrono::milliseconds(5000));
   boost::system::error_code ec;
@@ -325,10 +326,9 @@ void ApiServer::accept_one(int listen_fd, Transport transport) {
 void ApiServer::reject(UniqueFd fd) {
   metrics_.connection_rejected();
   std::string body =
-      error_body(Error(Code::kUnavailable, "too many connections (" +
-                                               std::to_string(options_.max_connections) +
-                                               " open); retry later"))
-          .dump() +
+      json_text(error_body(Error(Code::kUnavailable, "too many connections (" +
+                                                         std::to_string(options_.max_connections) +
+                                                         " open); retry later"))) +
       "\n";
   std::string res =
       "HTTP/1.1 503 Service Unavailable\r\nServer: spaced\r\n"
@@ -343,7 +343,12 @@ void ApiServer::serve_connection(UniqueFd fd, Transport transport) {
   bool peer_allowed = transport == Transport::kTcp || unix_peer_allowed(fd.get(), peer_uid);
   FdStream stream(std::move(fd));
   stream.set_stop_fd(stop_fd_.get());
-  boost::beast::flat_buffer buffer;
+  // Bounded, as the egress gateway's: a request head is bounded by header_limit, but a chunk
+  // line (chunk size, extensions) or a trailer field must be seen whole before the parser can
+  // act, and without a bound one such line of 100 MiB is 100 MiB of the daemon's memory.
+  // Beyond the bound, reads fail with buffer_overflow: 400 and close.
+  boost::beast::flat_buffer buffer(
+      std::max<size_t>(options_.buffer_limit, 2 * size_t{options_.header_limit}));
   ApiContext ctx{service_, metrics_, transport, options_.tokens, &options_.profiles};
   for (;;) {
     RequestParser parser;
@@ -356,7 +361,7 @@ void ApiServer::serve_connection(UniqueFd fd, Transport transport) {
     boost::system::error_code ec;
     http::read_header(stream, buffer, parser, ec);
     if (ec) {
-      if (ec == http::error::header_limit) {
+      if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
         write_plain_error(stream, Code::kPayloadTooLarge,
                           "request header is larger than " +
                               std::to_string(options_.header_limit >> 10) + " KiB");

@@ -9,7 +9,10 @@
 // a stale socket only if nothing answers on it. Connections beyond max_connections get a 503.
 // A request header must arrive within idle_timeout of the previous request (so a slow-loris
 // client cannot pin a thread), a body may not stall for longer than body_timeout (except
-// exec's stdin, which is interactive), JSON bodies are limited to 1 MiB, headers to 16 KiB.
+// exec's stdin, which is interactive), JSON bodies are limited to 1 MiB, headers to 16 KiB,
+// and what a connection buffers besides the body bytes being moved (a chunk-size line with
+// its extensions, a trailer field) to buffer_limit: a longer line is a 400 and the connection
+// is closed, so no single "line" of a request can grow the daemon's memory.
 //
 // Who may call (docs/api-auth.md): on the Unix socket, only peers whose uid (SO_PEERCRED) is
 // root's or spaced's own are served at all (others get a 403); without an Authorization header
@@ -55,6 +58,8 @@ class ApiServer {
     std::chrono::milliseconds idle_timeout{60'000};
     std::chrono::milliseconds body_timeout{60'000};
     uint32_t header_limit = 16 * 1024;
+    // The most a connection's read buffer holds (at least twice header_limit is used).
+    size_t buffer_limit = 64 * 1024;
     // Also listen on this loopback TCP address (see parse_listen_address); "" = Unix socket only.
     std::string tcp_listen;
     // API tokens; null: no tokens, only the root operator on the Unix socket may call.

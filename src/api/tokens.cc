@@ -1,7 +1,8 @@
 // Handlers for API tokens (docs/api-auth.md): create (the only response that ever carries a
 // token's text), list (no secrets), revoke. A token caller with the admin operation sees and
 // manages only tokens within its own scope, and cannot mint a token stronger or longer-lived
-// than itself; the root operator manages all of them.
+// than itself; the root operator manages all of them. A token records the token that minted it,
+// and revoking one revokes everything minted below it (daemon/tokens.h).
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -40,14 +41,15 @@ Result<void> create_token(Exchange& ex, ApiContext& ctx) {
   const Principal& who = caller(ctx);
   TRY_VOID(check_can_issue(who, req, now));
   daemon::IssuedToken issued =
-      TRY_CTX(tokens->create(req.name, req.profiles, req.ops, req.ttl_s, now), "creating token");
+      TRY_CTX(tokens->create(req.name, req.profiles, req.ops, req.ttl_s, now, who.token_id()),
+              "creating token");
   spdlog::info("api: {} created API token {} ({}) for profiles [{}], operations [{}], until {}",
                who.describe(), issued.record.id, issued.record.name,
                fmt::join(issued.record.profiles, ","), fmt::join(issued.record.ops, ","),
                daemon::rfc3339(issued.record.expires_at));
   nlohmann::json j = token_json(issued.record, now);
   j["token"] = std::move(issued.text);
-  return ex.respond(http::status::created, "application/json", j.dump() + "\n",
+  return ex.respond(http::status::created, "application/json", json_text(j) + "\n",
                     {{"Cache-Control", "no-store"}});
 }
 
@@ -68,8 +70,14 @@ Result<void> revoke_token(Exchange& ex, ApiContext& ctx) {
   auto existing = TRY(tokens->get(id));
   if (!existing || !covers(caller(ctx), existing->profiles, existing->ops))
     return unknown_token(id);
-  daemon::TokenRecord rec = TRY(tokens->revoke(id, now_s()));
-  spdlog::info("api: {} revoked API token {} ({})", caller(ctx).describe(), rec.id, rec.name);
+  std::vector<std::string> below;
+  daemon::TokenRecord rec = TRY(tokens->revoke(id, now_s(), &below));
+  if (below.empty()) {
+    spdlog::info("api: {} revoked API token {} ({})", caller(ctx).describe(), rec.id, rec.name);
+  } else {
+    spdlog::info("api: {} revoked API token {} ({}) and the {} token(s) minted below it: {}",
+                 caller(ctx).describe(), rec.id, rec.name, below.size(), fmt::join(below, ","));
+  }
   return ex.respond_no_content();
 }
 

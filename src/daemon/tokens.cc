@@ -41,7 +41,8 @@ Result<std::string> random_hex(size_t bytes) {
 }
 
 constexpr const char* kCols =
-    "id, name, profiles, ops, created_at, expires_at, revoked_at, last_used_at, secret_hash";
+    "id, name, profiles, ops, created_at, expires_at, revoked_at, last_used_at, secret_hash, "
+    "issued_by";
 
 std::vector<std::string> string_list(const std::string& json_text) {
   std::vector<std::string> out;
@@ -62,7 +63,30 @@ TokenRecord read_token(const Stmt& s) {
   r.expires_at = s.real(5);
   r.revoked_at = s.opt_real(6);
   r.last_used_at = s.opt_real(7);
+  r.issued_by = s.text(9);  // NULL reads as ""
   return r;
+}
+
+// Why a token whose secret matched may not be used at `now`; nullopt if it may.
+std::optional<Error> refusal(const TokenRecord& rec, double now) {
+  std::string who = "API token " + rec.id + " (" + rec.name + ")";
+  if (rec.revoked_at)
+    return Error(Code::kUnauthenticated,
+                 who + " was revoked at " + rfc3339(*rec.revoked_at) + "; ask for a new one");
+  if (rec.expired(now))
+    return Error(Code::kUnauthenticated, who + " expired at " + rfc3339(rec.expires_at) +
+                                             "; create a new one with `space token create`");
+  return std::nullopt;
+}
+
+Result<void> run_sql(sqlite3* db, const char* sql, std::string_view what) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string m = err ? err : sqlite3_errmsg(db);
+    sqlite3_free(err);
+    return fail(Code::kInternal, std::string(what) + ": " + m);
+  }
+  return {};
 }
 
 Error invalid_token() {
@@ -111,7 +135,38 @@ Result<std::unique_ptr<TokenStore>> TokenStore::open(const std::filesystem::path
     return fail(Code::kUnavailable, db_file.string() +
                                         " has no api_tokens table; open it with the store "
                                         "first (it migrates the schema)");
+  TRY_VOID_CTX(s->add_issuer_column(), "migrating the API tokens of " + db_file.string());
   return s;
+}
+
+// The issued_by column is the token store's own, so it migrates it here rather than in
+// Store::migrate()'s numbered list: idempotently (the column's presence is the version), under
+// a write lock so two openers cannot both add it. Rows from before it have NULL: tokens the
+// root operator made, or tokens whose issuer was not recorded; no cascade reaches those.
+Result<void> TokenStore::add_issuer_column() {
+  auto has_column = [&]() -> Result<bool> {
+    Stmt q(db_, "SELECT 1 FROM pragma_table_info('api_tokens') WHERE name = 'issued_by'");
+    if (!q.ok()) return fail(q.error("reading the api_tokens schema"));
+    int rc = q.step();
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+      return fail(q.error("reading the api_tokens schema"));
+    return rc == SQLITE_ROW;
+  };
+  std::lock_guard lock(mu_);
+  if (TRY(has_column())) return {};
+  TRY_VOID(run_sql(db_, "BEGIN IMMEDIATE", "adding api_tokens.issued_by"));
+  auto added = [&]() -> Result<void> {
+    if (TRY(has_column())) return {};
+    TRY_VOID(run_sql(db_, "ALTER TABLE api_tokens ADD COLUMN issued_by TEXT",
+                     "adding api_tokens.issued_by"));
+    return run_sql(db_, "CREATE INDEX IF NOT EXISTS api_tokens_issued_by ON api_tokens(issued_by)",
+                   "indexing api_tokens.issued_by");
+  }();
+  if (!added) {
+    (void)run_sql(db_, "ROLLBACK", "rolling back");
+    return added;
+  }
+  return run_sql(db_, "COMMIT", "adding api_tokens.issued_by");
 }
 
 TokenStore::~TokenStore() { sqlite3_close(db_); }
@@ -119,7 +174,7 @@ TokenStore::~TokenStore() { sqlite3_close(db_); }
 Result<IssuedToken> TokenStore::create(const std::string& name,
                                        const std::vector<std::string>& profiles,
                                        const std::vector<std::string>& ops, double ttl_s,
-                                       double now) {
+                                       double now, const std::string& issued_by) {
   IssuedToken out;
   TokenRecord& r = out.record;
   r.name = name;
@@ -127,27 +182,45 @@ Result<IssuedToken> TokenStore::create(const std::string& name,
   r.ops = ops;
   r.created_at = now;
   r.expires_at = now + ttl_s;
-  std::lock_guard lock(mu_);
-  for (int attempt = 0;; ++attempt) {
-    r.id = TRY(random_hex(kTokenIdHexDigits / 2));
-    std::string secret = TRY(random_hex(kTokenSecretBytes));
-    Stmt s(db_,
-           "INSERT INTO api_tokens (id, name, secret_hash, profiles, ops, created_at, "
-           "expires_at) VALUES (?,?,?,?,?,?,?)");
-    if (!s.ok()) return fail(s.error("saving API token"));
-    s.bind(1, r.id).bind(2, r.name).bind(3, sha256_hex(secret));
-    s.bind(4, nlohmann::json(r.profiles).dump()).bind(5, nlohmann::json(r.ops).dump());
-    s.bind(6, r.created_at).bind(7, r.expires_at);
-    int rc = s.step();
-    if (rc == SQLITE_DONE) {
-      out.text = std::string(kTokenPrefix) + r.id + "_" + secret;
+  r.issued_by = issued_by;
+  {
+    std::lock_guard lock(mu_);
+    for (int attempt = 0;; ++attempt) {
+      r.id = TRY(random_hex(kTokenIdHexDigits / 2));
+      std::string secret = TRY(random_hex(kTokenSecretBytes));
+      // The issuer's validity is part of the insert: a revoke() cannot slip in between a check
+      // and the row, so a token revoked while it mints leaves no child behind.
+      Stmt s(db_,
+             "INSERT INTO api_tokens (id, name, secret_hash, profiles, ops, created_at, "
+             "expires_at, issued_by) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 WHERE ?8 IS NULL "
+             "OR EXISTS (SELECT 1 FROM api_tokens WHERE id = ?8 AND revoked_at IS NULL AND "
+             "expires_at > ?6)");
+      if (!s.ok()) return fail(s.error("saving API token"));
+      s.bind(1, r.id).bind(2, r.name).bind(3, sha256_hex(secret));
+      s.bind(4, nlohmann::json(r.profiles).dump()).bind(5, nlohmann::json(r.ops).dump());
+      s.bind(6, r.created_at).bind(7, r.expires_at);
+      if (issued_by.empty())
+        s.bind_null(8);
+      else
+        s.bind(8, issued_by);
+      int rc = s.step();
+      if (rc == SQLITE_DONE && sqlite3_changes(db_) == 1) {
+        out.text = std::string(kTokenPrefix) + r.id + "_" + secret;
+        OPENSSL_cleanse(secret.data(), secret.size());
+        return out;
+      }
       OPENSSL_cleanse(secret.data(), secret.size());
-      return out;
+      if (rc == SQLITE_DONE) break;  // no row: the issuer is no longer valid
+      // An id collision (48 random bits) is retried; anything else is an error.
+      if (rc != SQLITE_CONSTRAINT || attempt >= 8) return fail(s.error("saving API token"));
     }
-    OPENSSL_cleanse(secret.data(), secret.size());
-    // An id collision (48 random bits) is retried; anything else is an error.
-    if (rc != SQLITE_CONSTRAINT || attempt >= 8) return fail(s.error("saving API token"));
   }
+  auto issuer = TRY(get(issued_by));
+  std::optional<Error> why = issuer ? refusal(*issuer, now) : std::nullopt;
+  if (!why)
+    why = Error(Code::kUnauthenticated,
+                "API token " + issued_by + " no longer exists; ask for a new one");
+  return fail(std::move(*why).wrap("minting a token"));
 }
 
 Result<std::vector<TokenRecord>> TokenStore::list() {
@@ -174,10 +247,30 @@ Result<std::optional<TokenRecord>> TokenStore::get(const std::string& id) {
   return std::optional<TokenRecord>(read_token(s));
 }
 
-Result<TokenRecord> TokenStore::revoke(const std::string& id, double now) {
+Result<TokenRecord> TokenStore::revoke(const std::string& id, double now,
+                                       std::vector<std::string>* cascaded) {
   {
     std::lock_guard lock(mu_);
-    Stmt s(db_, "UPDATE api_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL");
+    if (cascaded) {
+      // What the update below will reach, for the caller's log line. Nothing writes tokens
+      // between the two statements: every write goes through this connection under mu_.
+      Stmt q(db_,
+             "WITH RECURSIVE below(id) AS (SELECT id FROM api_tokens WHERE issued_by = ?1 "
+             "UNION SELECT t.id FROM api_tokens t JOIN below b ON t.issued_by = b.id) "
+             "SELECT id FROM api_tokens WHERE id IN below AND revoked_at IS NULL "
+             "ORDER BY created_at");
+      if (!q.ok()) return fail(q.error("revoking API token"));
+      q.bind(1, id);
+      int rc;
+      cascaded->clear();
+      while ((rc = q.step()) == SQLITE_ROW) cascaded->push_back(q.text(0));
+      if (rc != SQLITE_DONE) return fail(q.error("revoking API token " + id));
+    }
+    // The token and everything minted below it, transitively, in one statement.
+    Stmt s(db_,
+           "WITH RECURSIVE tree(id) AS (SELECT ?2 UNION SELECT t.id FROM api_tokens t JOIN "
+           "tree ON t.issued_by = tree.id) "
+           "UPDATE api_tokens SET revoked_at = ?1 WHERE id IN tree AND revoked_at IS NULL");
     if (!s.ok()) return fail(s.error("revoking API token"));
     s.bind(1, now).bind(2, id);
     if (s.step() != SQLITE_DONE) return fail(s.error("revoking API token " + id));
@@ -214,18 +307,20 @@ Result<TokenRecord> TokenStore::authenticate(std::string_view text, double now) 
   OPENSSL_cleanse(parts->secret.data(), parts->secret.size());
   if (hash.size() != given.size() || CRYPTO_memcmp(hash.data(), given.data(), given.size()) != 0)
     return fail(invalid_token());
-  std::string who = "API token " + rec.id + " (" + rec.name + ")";
-  if (rec.revoked_at)
-    return fail(Code::kUnauthenticated,
-                who + " was revoked at " + rfc3339(*rec.revoked_at) + "; ask for a new one");
-  if (rec.expired(now))
-    return fail(Code::kUnauthenticated, who + " expired at " + rfc3339(rec.expires_at) +
-                                            "; create a new one with `space token create`");
+  if (auto why = refusal(rec, now)) return fail(std::move(*why));
   if (!rec.last_used_at || now - *rec.last_used_at >= 60) {
     (void)touch(rec.id, now);  // bookkeeping only: a failure must not refuse the request
     rec.last_used_at = now;
   }
   return rec;
+}
+
+Result<void> TokenStore::check_still_valid(const std::string& id, double now) {
+  auto rec = TRY_CTX(get(id), "checking API token " + id);
+  if (!rec)
+    return fail(Code::kUnauthenticated, "API token " + id + " no longer exists; ask for a new one");
+  if (auto why = refusal(*rec, now)) return fail(std::move(*why));
+  return {};
 }
 
 Result<void> TokenStore::touch(const std::string& id, double now) {

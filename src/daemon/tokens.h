@@ -8,6 +8,11 @@
 // migrations) through its own connection to the daemon's SQLite file, as the audit log does.
 // Scopes are stored as given: which operation and profile names are valid is decided by the
 // API layer (src/api/auth.h).
+//
+// Every token records the token that minted it (issued_by; none for the root operator's).
+// Revoking a token revokes, in the same statement, every token below it in that tree, and a
+// token is minted only while its issuer is still valid (checked atomically with the insert),
+// so a revoked credential leaves nothing it made behind.
 #pragma once
 
 #include <sqlite3.h>
@@ -37,6 +42,9 @@ struct TokenRecord {
   double expires_at = 0;
   std::optional<double> revoked_at;
   std::optional<double> last_used_at;  // updated at most once a minute
+  // The id of the token that minted this one; "" when the root operator did (and for tokens
+  // made before spaced recorded issuers, which no cascade reaches).
+  std::string issued_by;
 
   bool revoked() const { return revoked_at.has_value(); }
   bool expired(double now) const { return now >= expires_at; }
@@ -65,28 +73,41 @@ struct IssuedToken {
 class TokenStore {
  public:
   // Opens `db_file`, whose schema must already hold api_tokens (Store::open migrates it).
+  // Adds the issued_by column (and its index) to a table made before it existed.
   static Result<std::unique_ptr<TokenStore>> open(const std::filesystem::path& db_file);
   ~TokenStore();
   TokenStore(const TokenStore&) = delete;
   TokenStore& operator=(const TokenStore&) = delete;
 
-  // Makes a token valid from `now` for `ttl_s` seconds.
+  // Makes a token valid from `now` for `ttl_s` seconds. `issued_by` is the id of the token
+  // minting it ("" = the root operator): it must exist and be neither revoked nor expired at
+  // `now`, checked in the same statement as the insert, so a token revoked meanwhile mints
+  // nothing (kUnauthenticated saying so).
   Result<IssuedToken> create(const std::string& name, const std::vector<std::string>& profiles,
-                             const std::vector<std::string>& ops, double ttl_s, double now);
+                             const std::vector<std::string>& ops, double ttl_s, double now,
+                             const std::string& issued_by = "");
   // Every token (revoked and expired ones too), newest first. No secrets: only hashes are
   // stored, and those are not returned either.
   Result<std::vector<TokenRecord>> list();
   Result<std::optional<TokenRecord>> get(const std::string& id);
-  // Marks a token revoked (kNotFound if unknown); revoking again keeps the first time.
-  Result<TokenRecord> revoke(const std::string& id, double now);
+  // Marks a token revoked (kNotFound if unknown), and with it every token it minted, and every
+  // token those minted, and so on (one statement: all or none). Revoking again keeps the first
+  // time. `cascaded`, if given, receives the ids of the tokens below it that this call revoked.
+  Result<TokenRecord> revoke(const std::string& id, double now,
+                             std::vector<std::string>* cascaded = nullptr);
   // The token that `text` is, if its secret matches and it is neither revoked nor expired.
   // Otherwise kUnauthenticated: "invalid API token" when the text is malformed, unknown or
   // its secret is wrong (one message for all three, so ids cannot be probed); and, only for a
   // correct secret, a message saying it was revoked or when it expired. Records the use.
   Result<TokenRecord> authenticate(std::string_view text, double now);
+  // Whether the token `id` (already authenticated) may still be used at `now`: kUnauthenticated
+  // with authenticate()'s message once it is revoked or expired, or when it no longer exists.
+  // For requests that outlive their authentication (streams: src/api/auth.h StreamAuth).
+  Result<void> check_still_valid(const std::string& id, double now);
 
  private:
   explicit TokenStore(sqlite3* db) : db_(db) {}
+  Result<void> add_issuer_column();
   Result<void> touch(const std::string& id, double now);
 
   std::mutex mu_;

@@ -121,6 +121,46 @@ class ApiErrorsTest(SpaceTestCase):
             for s in socks:
                 s.close()
 
+    def test_invalid_utf8_is_400_naming_the_field(self):
+        sid = self.create()
+        files = "/v1/sandboxes/%s/files?path=" % sid
+        for method, path, body, headers, needle in (
+                ("GET", files + "/tmp/%FF", None, None, "query parameter path"),
+                ("PUT", files + "/tmp/%C3%28", b"x", None, "query parameter path"),
+                ("DELETE", files + "/tmp/%ED%A0%80", None, None, "query parameter path"),
+                ("GET", "/v1/sandboxes/%C0%AF", None, None, "path segment 3"),
+                ("POST", "/v1/sandboxes", b'{"env": {"A": "\xff"}}',
+                 {"Content-Type": "application/json"}, "field env.A of the JSON body"),
+                ("POST", "/v1/sandboxes/%s/exec" % sid, b'{"cmd": ["echo", "\\ud800"]}',
+                 {"Content-Type": "application/json"}, "field cmd[1] of the JSON body")):
+            with self.subTest(method=method, path=path):
+                r = self.api(method, path, body, headers=headers)
+                err = self.assert_api_error(r, 400, 400, code="invalid_argument")
+                self.assertIn(needle, err["message"])
+                r.body.decode("utf-8")  # the answer itself is valid UTF-8
+        self.assertEqual(self.api("GET", "/v1/health").status, 200)
+
+    def test_chunk_lines_are_bounded(self):
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(10)
+        s.connect(self.daemon.socket)
+        s.sendall(b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                  b"\r\n3;ext=")
+        answer = b""
+        try:
+            for _ in range(64):  # up to 64 MiB of one chunk extension
+                s.sendall(b"e" * MiB)
+        except OSError:
+            pass
+        try:
+            answer = s.recv(4096)
+        except OSError:
+            pass
+        s.close()
+        self.assertTrue(answer.startswith(b"HTTP/1.1 400 "), answer[:200])
+        self.assertIn(b"longer than 64 KiB", answer)
+        self.assertEqual(self.api("GET", "/v1/health").status, 200)
+
     def test_metrics_and_health(self):
         r = self.api("GET", "/metrics")
         self.assertEqual(r.status, 200, r)

@@ -6,8 +6,10 @@ a daemon restart; a destroyed sandbox's log stays readable."""
 
 import json
 import os
+import socket
 import sqlite3
 import subprocess
+import time
 
 from harness import SpaceTestCase, main
 
@@ -184,6 +186,35 @@ class AuditTest(SpaceTestCase):
                             and e["data"]["ok"] for e in writes), writes)
         reads = self.events(sid, "file.read")
         self.assertTrue(any(e["data"]["path"] == "/root/up.txt" for e in reads), reads)
+
+    def test_follow_ends_when_its_token_is_revoked(self):
+        sid = self.create()
+        r = self.api("POST", "/v1/tokens", {"name": "follower", "profiles": ["*"],
+                                            "ops": ["read"], "ttl": "10m"})
+        self.assertEqual(r.status, 201, r)
+        text, tid = r.json["token"], r.json["id"]
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(10)
+        s.connect(self.daemon.socket)
+        s.sendall(("GET /v1/sandboxes/%s/audit?follow=true HTTP/1.1\r\nHost: x\r\n"
+                   "Authorization: Bearer %s\r\n\r\n" % (sid, text)).encode())
+        data = b""
+        while b"sandbox.create" not in data:
+            chunk = s.recv(65536)
+            self.assertTrue(chunk, "the stream ended early: %r" % data)
+            data += chunk
+        self.assertEqual(self.api("DELETE", "/v1/tokens/" + tid).status, 204)
+        t0 = time.monotonic()
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        s.close()
+        self.assertLess(time.monotonic() - t0, 3, "the stream outlived its token")
+        self.assertIn(b'"code":"unauthenticated"', data)
+        self.assertIn(("API token %s (follower) was revoked at" % tid).encode(), data)
+        self.assertFalse(data.endswith(b"0\r\n\r\n"), "cut short, not a complete stream")
 
     def test_unknown_sandbox_is_404(self):
         r = self.api("GET", "/v1/sandboxes/sb_000000000000/audit")

@@ -258,6 +258,32 @@ class TokensTest(SpaceTestCase):
         self.assertEqual(rc, 125)
         self.assertIn("unknown API token", err)
 
+    def test_revoking_a_token_revokes_what_it_minted(self):
+        admin, admin_id = self.token(ops=ALL_SANDBOX_OPS + ["admin"], ttl="2h", name="ci")
+        child = self.as_token(admin, "POST", "/v1/tokens",
+                              {"name": "job", "profiles": ["test"], "ops": ["read", "admin"],
+                               "ttl": "1h"})
+        self.assertEqual(child.status, 201, child)
+        grandchild = self.as_token(child.json["token"], "POST", "/v1/tokens",
+                                   {"name": "step", "profiles": ["test"], "ops": ["read"],
+                                    "ttl": "30m"})
+        self.assertEqual(grandchild.status, 201, grandchild)
+        type(self).issued += [child.json["token"], grandchild.json["token"]]
+        other, _ = self.token(ops=["read"], name="other")
+        rc, _, err = self.space("token", "rm", admin_id)
+        self.assertEqual(rc, 0, err)
+        for text in (admin, child.json["token"], grandchild.json["token"]):
+            r = self.as_token(text, "GET", "/v1/sandboxes")
+            err = self.assert_api_error(r, 401, 401, code="unauthenticated")
+            self.assertIn("was revoked at", err["message"])
+        self.assertEqual(self.as_token(other, "GET", "/v1/sandboxes").status, 200)
+        states = {t["id"]: t["state"] for t in json.loads(self.space_ok("token", "ls", "--json"))}
+        self.assertEqual(states[child.json["id"]], "revoked")
+        self.assertEqual(states[grandchild.json["id"]], "revoked")
+        self.assertIn("and the 2 token(s) minted below it: %s,%s" % (child.json["id"],
+                                                                      grandchild.json["id"]),
+                      self.daemon.log_text())
+
     def test_garbage_tokens_are_401(self):
         for garbage in ("nonsense", "spt_", "spt_0123456789ab_" + "0" * 64,
                         "spt_zzzzzzzzzzzz_" + "0" * 64, "x" * 5000):

@@ -70,7 +70,7 @@ TEST(ParseJson, RefusesMalformedAndDeep) {
   expect_invalid(parse_json("{"), "malformed JSON");
   expect_invalid(parse_json("{\"a\":}"), "malformed JSON");
   expect_invalid(parse_json("{} {}"), "malformed JSON");
-  expect_invalid(parse_json("\xff\xfe"), "malformed JSON");
+  expect_invalid(parse_json("\xff\xfe"), "the JSON body is not valid UTF-8 (byte 0xFF at offset 0");
   expect_invalid(parse_json(std::string(100000, '[') + std::string(100000, ']')), "nested");
   // Brackets inside strings do not count towards depth.
   EXPECT_TRUE(parse_json("{\"a\":\"" + std::string(1000, '[') + "\"}"));
@@ -288,6 +288,98 @@ TEST(QueryParams, BoolModeSignalPid) {
   expect_invalid(parse_pid("-1"));
   expect_invalid(parse_pid("12a"));
   expect_invalid(parse_pid("99999999999"));
+}
+
+// --- UTF-8 ------------------------------------------------------------------------------------
+
+TEST(Utf8, WellFormedPerRfc3629) {
+  for (std::string ok : {std::string(""), std::string("plain ascii"), std::string("\xC3\xA9"),
+                         std::string("\xE2\x82\xAC"), std::string("\xED\x9F\xBF"),  // U+D7FF
+                         std::string("\xEE\x80\x80"), std::string("\xF0\x90\x80\x80"),
+                         std::string("\xF4\x8F\xBF\xBF"),  // U+10FFFF
+                         std::string("a\0b", 3)}) {
+    EXPECT_FALSE(invalid_utf8_at(ok)) << ok;
+  }
+  const std::pair<std::string, size_t> bad[] = {
+      {"\xFF", 0},              // never valid
+      {"ab\x80", 2},            // a continuation byte without a lead
+      {"\xC0\xAF", 0},          // overlong '/'
+      {"\xC1\xBF", 0},          // overlong
+      {"\xE0\x80\xAF", 0},      // overlong 3-byte
+      {"\xF0\x80\x80\xAF", 0},  // overlong 4-byte
+      {"\xED\xA0\x80", 0},      // U+D800, a UTF-16 surrogate
+      {"\xED\xBF\xBF", 0},      // U+DFFF
+      {"\xF4\x90\x80\x80", 0},  // past U+10FFFF
+      {"\xF5\x80\x80\x80", 0},  // lead byte past U+10FFFF
+      {"ok\xC3", 2},            // truncated at the end
+      {"ok\xE2\x82", 2},        // truncated 3-byte
+      {"\xC3\x28", 0},          // a lead byte followed by ASCII
+      {"\xE2\x28\xA1", 0},
+      {"\xC3\xA9\xFE", 2},  // valid, then not
+  };
+  for (const auto& [s, at] : bad) {
+    auto got = invalid_utf8_at(s);
+    ASSERT_TRUE(got) << testing::PrintToString(s);
+    EXPECT_EQ(*got, at) << testing::PrintToString(s);
+  }
+  EXPECT_EQ(utf8_lossy("a\xFF"
+                       "b\xC3"),
+            "a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD");
+  EXPECT_EQ(utf8_lossy("\xC3\xA9"), "\xC3\xA9");
+  expect_invalid(check_utf8("/tmp/\xFF", "query parameter path"),
+                 "query parameter path is not valid UTF-8 (byte 0xFF at offset 5)");
+}
+
+TEST(Utf8, EveryTargetFieldIsChecked) {
+  EXPECT_TRUE(parse_target("/v1/sandboxes/sb_1/files?path=/tmp/%C3%A9t%C3%A9"));
+  EXPECT_EQ(parse_target("/v1/sandboxes/sb_1/files?path=/%C3%A9")->query.at("path"), "/\xC3\xA9");
+  expect_invalid(parse_target("/v1/sandboxes/sb_1/files?path=/tmp/%FF"),
+                 "query parameter path is not valid UTF-8 (byte 0xFF at offset 5)");
+  expect_invalid(parse_target("/v1/sandboxes/sb_1/files?path=/tmp/\xFF"),
+                 "query parameter path is not valid UTF-8");  // raw, not percent-encoded
+  expect_invalid(parse_target("/v1/sandboxes/sb_1/files?path=%ED%A0%80"), "query parameter path");
+  expect_invalid(parse_target("/v1/sandboxes/sb_1?%FF=1"), "a query parameter name");
+  expect_invalid(parse_target("/v1/sandboxes/%C0%AF"),
+                 "path segment 3 of the request target is not valid UTF-8");
+  expect_invalid(parse_target("/v1/\xF4\x90\x80\x80/x"), "path segment 2");
+  // The message says what to do.
+  expect_invalid(parse_target("/v1/x?a=%FF"), "percent-encode the UTF-8 bytes");
+}
+
+TEST(Utf8, JsonBodiesNameTheField) {
+  expect_invalid(parse_json("{\"env\": {\"A\": \"\xFF\"}}"),
+                 "field env.A of the JSON body is not valid UTF-8 (byte 0xFF at offset 15 of "
+                 "the body)");
+  expect_invalid(parse_json("{\"cmd\": [\"echo\", \"x\xC3\x28\"]}"), "field cmd[1] of the JSON");
+  expect_invalid(parse_json("{\"env\": {\"ok\": \"1\", \"\xFE\": \"x\"}}"),
+                 "a key in field env of the JSON body");
+  expect_invalid(parse_json("{\"\xFE\": 1}"), "a key of the JSON body");
+  expect_invalid(parse_json("{\"a\": \xFF}"), "field a of the JSON body is not valid UTF-8");
+  expect_invalid(parse_json("{\"a\": {\"b\": [1, {\"c\": \"\\u00e9\"}], \"d\": \"\xC0\xAF\"}}"),
+                 "field a.d of the JSON body");
+  // \u escapes of half a surrogate pair: valid JSON syntax, no Unicode text.
+  expect_invalid(parse_json(R"({"env": {"A": "\ud800"}})"),
+                 "field env.A of the JSON body has a \\u escape of an unpaired UTF-16 surrogate");
+  expect_invalid(parse_json(R"({"cmd": ["x", "\udc00"]})"), "field cmd[1] of the JSON body");
+  // Well-formed text and escapes pass.
+  auto ok = parse_json(R"({"env": {"A": "\u00e9\ud83d\ude00"}, "cmd": ["é"]})");
+  ASSERT_TRUE(ok) << ok.error().message();
+  EXPECT_EQ((*ok)["env"]["A"], "\xC3\xA9\xF0\x9F\x98\x80");
+  // Other syntax errors keep their message, made valid UTF-8.
+  auto syntax = parse_json("{\"a\": tru}");
+  ASSERT_FALSE(syntax);
+  EXPECT_NE(syntax.error().message().find("malformed JSON body"), std::string::npos);
+  EXPECT_FALSE(invalid_utf8_at(syntax.error().message()));
+}
+
+TEST(Utf8, JsonFieldAt) {
+  std::string t = R"({"a": [10, {"b": "xyz"}], "c": {"d": )";
+  EXPECT_EQ(json_field_at(t, t.find("xyz") + 1), "field a[1].b of the JSON body");
+  EXPECT_EQ(json_field_at(t, t.size()), "field c.d of the JSON body");
+  EXPECT_EQ(json_field_at(t, t.find("\"c\"") + 1), "a key of the JSON body");
+  EXPECT_EQ(json_field_at("\"x", 1), "the JSON body");
+  EXPECT_EQ(json_field_at(R"({"a\"b": ")", 10), "field a\\\"b of the JSON body");
 }
 
 }  // namespace
