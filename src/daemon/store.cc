@@ -201,6 +201,10 @@ Result<void> Store::migrate() {
       // every row, destroyed ones included (kept destroyed_retention_days), so creates slowed
       // down as the table grew.
       R"(CREATE INDEX sandboxes_uid_base ON sandboxes(uid_base);)",
+      // 5 -> 6: which token minted each token, so a revocation reaches what it minted
+      // (src/daemon/tokens.h). Rows from before have NULL: no cascade reaches them.
+      R"(ALTER TABLE api_tokens ADD COLUMN issued_by TEXT;
+         CREATE INDEX api_tokens_issued_by ON api_tokens(issued_by);)",
   };
   std::lock_guard lock(mu_);
   Stmt q(db_, "PRAGMA user_version");

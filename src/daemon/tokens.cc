@@ -135,38 +135,7 @@ Result<std::unique_ptr<TokenStore>> TokenStore::open(const std::filesystem::path
     return fail(Code::kUnavailable, db_file.string() +
                                         " has no api_tokens table; open it with the store "
                                         "first (it migrates the schema)");
-  TRY_VOID_CTX(s->add_issuer_column(), "migrating the API tokens of " + db_file.string());
   return s;
-}
-
-// The issued_by column is the token store's own, so it migrates it here rather than in
-// Store::migrate()'s numbered list: idempotently (the column's presence is the version), under
-// a write lock so two openers cannot both add it. Rows from before it have NULL: tokens the
-// root operator made, or tokens whose issuer was not recorded; no cascade reaches those.
-Result<void> TokenStore::add_issuer_column() {
-  auto has_column = [&]() -> Result<bool> {
-    Stmt q(db_, "SELECT 1 FROM pragma_table_info('api_tokens') WHERE name = 'issued_by'");
-    if (!q.ok()) return fail(q.error("reading the api_tokens schema"));
-    int rc = q.step();
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-      return fail(q.error("reading the api_tokens schema"));
-    return rc == SQLITE_ROW;
-  };
-  std::lock_guard lock(mu_);
-  if (TRY(has_column())) return {};
-  TRY_VOID(run_sql(db_, "BEGIN IMMEDIATE", "adding api_tokens.issued_by"));
-  auto added = [&]() -> Result<void> {
-    if (TRY(has_column())) return {};
-    TRY_VOID(run_sql(db_, "ALTER TABLE api_tokens ADD COLUMN issued_by TEXT",
-                     "adding api_tokens.issued_by"));
-    return run_sql(db_, "CREATE INDEX IF NOT EXISTS api_tokens_issued_by ON api_tokens(issued_by)",
-                   "indexing api_tokens.issued_by");
-  }();
-  if (!added) {
-    (void)run_sql(db_, "ROLLBACK", "rolling back");
-    return added;
-  }
-  return run_sql(db_, "COMMIT", "adding api_tokens.issued_by");
 }
 
 TokenStore::~TokenStore() { sqlite3_close(db_); }

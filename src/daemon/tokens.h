@@ -107,7 +107,6 @@ class TokenStore {
 
  private:
   explicit TokenStore(sqlite3* db) : db_(db) {}
-  Result<void> add_issuer_column();
   Result<void> touch(const std::string& id, double now);
 
   std::mutex mu_;
