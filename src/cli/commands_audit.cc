@@ -148,6 +148,16 @@ Result<int> cmd_audit(const Args& a, const Client& c) {
       if (text.empty()) continue;  // keep-alive
       auto ev = json::parse(text, nullptr, false);
       if (!ev.is_object()) return fail(Code::kProtocol, "the daemon sent a malformed event");
+      // The daemon ends a stream whose token was revoked or expired with an error line (an
+      // event always has a kind): report it as the error it is.
+      if (ev.contains("error") && !ev.contains("kind")) {
+        const json& e = ev["error"];
+        std::string msg = e.is_object() && e.value("message", json()).is_string()
+                              ? e["message"].get<std::string>()
+                              : "the daemon ended the stream";
+        bool auth = e.is_object() && e.value("code", json()) == "unauthenticated";
+        return fail(auth ? Code::kUnauthenticated : Code::kProtocol, msg);
+      }
       show(ev);
     }
     if (pending.size() > kMaxLine)

@@ -284,6 +284,31 @@ class TokensTest(SpaceTestCase):
                                                                       grandchild.json["id"]),
                       self.daemon.log_text())
 
+    def test_cli_audit_follow_ends_when_its_token_is_revoked(self):
+        import subprocess
+        from harness import SPACE
+        sid = self.create()
+        text, tid = self.token(ops=["read"], name="follower")
+        env = self.env()
+        env.update({"SPACE_API": "http://127.0.0.1:%d" % self.port, "SPACE_SOCKET": "/nonexistent",
+                    "SPACE_TOKEN": text})
+        p = subprocess.Popen([SPACE, "audit", sid, "--follow"], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        try:
+            time.sleep(1.5)
+            self.assertIsNone(p.poll(), "the stream ended before the revocation")
+            rc, _, err = self.space("token", "rm", tid)
+            self.assertEqual(rc, 0, err)
+            out, err = p.communicate(timeout=15)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("sandbox.create", out.decode())  # the events before it were shown
+        self.assertIn("revoked", err.decode())
+        self.assertNotIn('"error"', out.decode(), "the error line is not printed as an event")
+
     def test_garbage_tokens_are_401(self):
         for garbage in ("nonsense", "spt_", "spt_0123456789ab_" + "0" * 64,
                         "spt_zzzzzzzzzzzz_" + "0" * 64, "x" * 5000):
