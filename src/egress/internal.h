@@ -54,20 +54,11 @@ struct Gateway::State {
   static constexpr double kListenerAuditRate = 20, kListenerAuditBurst = 100;
   // True if an event may be recorded now; sets `suppressed` to the count left out before it.
   bool listener_audit_allowed(uint64_t* suppressed) {
-    std::lock_guard lock(audit_mu);
-    auto now = std::chrono::steady_clock::now();
-    if (audit_last == std::chrono::steady_clock::time_point{}) {
-      audit_tokens = kListenerAuditBurst;
-    } else {
-      double refill = std::chrono::duration<double>(now - audit_last).count() * kListenerAuditRate;
-      audit_tokens = std::min(kListenerAuditBurst, audit_tokens + refill);
-    }
-    audit_last = now;
-    if (audit_tokens < 1) {
+    std::lock_guard lock(bucket_mu);
+    if (!audit_bucket.take(kListenerAuditRate, kListenerAuditBurst)) {
       ++audit_suppressed;
       return false;
     }
-    audit_tokens -= 1;
     *suppressed = std::exchange(audit_suppressed, 0);
     return true;
   }
@@ -75,24 +66,27 @@ struct Gateway::State {
   // then kMintRate per second, for all its secrets together.
   static constexpr double kMintRate = 1, kMintBurst = 5;
   bool mint_allowed() {
-    std::lock_guard lock(audit_mu);
-    auto now = std::chrono::steady_clock::now();
-    if (mint_last == std::chrono::steady_clock::time_point{}) {
-      mint_tokens = kMintBurst;
-    } else {
-      double refill = std::chrono::duration<double>(now - mint_last).count() * kMintRate;
-      mint_tokens = std::min(kMintBurst, mint_tokens + refill);
-    }
-    mint_last = now;
-    if (mint_tokens < 1) return false;
-    mint_tokens -= 1;
-    return true;
+    std::lock_guard lock(bucket_mu);
+    return mint_bucket.take(kMintRate, kMintBurst);
   }
-  double mint_tokens = 0;
-  std::chrono::steady_clock::time_point mint_last{};
-  std::mutex audit_mu;  // guards the three fields below and the two above
-  double audit_tokens = 0;
-  std::chrono::steady_clock::time_point audit_last{};
+  // A token bucket that starts full: take() refills it for the time since the last call and
+  // takes one token if there is one.
+  struct Bucket {
+    double tokens = 0;
+    std::chrono::steady_clock::time_point last{};
+    bool take(double rate, double burst) {
+      auto now = std::chrono::steady_clock::now();
+      double refill = std::chrono::duration<double>(now - last).count() * rate;
+      tokens = last == std::chrono::steady_clock::time_point{} ? burst
+                                                               : std::min(burst, tokens + refill);
+      last = now;
+      if (tokens < 1) return false;
+      tokens -= 1;
+      return true;
+    }
+  };
+  std::mutex bucket_mu;  // guards the three fields below
+  Bucket audit_bucket, mint_bucket;
   uint64_t audit_suppressed = 0;
   std::mutex ctx_mu;                                           // guards server_ctx
   std::map<std::string, std::shared_ptr<SSL_CTX>> server_ctx;  // per intercepted host
