@@ -94,7 +94,7 @@ class SecretStore {
   // its output. Error messages may quote the command's stderr: they are for the operator (the
   // audit log), never for a sandbox.
   Result<std::string> value(const std::string& name, const MintPermit& permit = {});
-  // Every remembered value of every secret in all its mask_forms(), as one automaton; rebuilt
+  // Every remembered value of every secret in all its mask_forms(), as one matcher; rebuilt
   // only when a new value was seen. Never null.
   std::shared_ptr<const MaskPatterns> mask_patterns();
   // For tests: the clock used for TTLs and backoffs.

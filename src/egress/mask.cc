@@ -1,11 +1,10 @@
-// The forms a secret value takes on the way back, the automaton that finds them all in one pass,
+// The forms a secret value takes on the way back, the matcher that finds them all in one pass,
 // and the streaming redactor over it.
 #include "egress/mask.h"
 
 #include <openssl/evp.h>
 
 #include <algorithm>
-#include <deque>
 
 namespace space::egress {
 namespace {
@@ -113,63 +112,21 @@ MaskPatterns::MaskPatterns(std::vector<std::string> patterns) {
   std::erase_if(patterns, [](const std::string& p) { return p.empty(); });
   std::sort(patterns.begin(), patterns.end());
   patterns.erase(std::unique(patterns.begin(), patterns.end()), patterns.end());
-  patterns_ = patterns.size();
-  // Byte classes: one per byte some pattern uses; every other byte is class 0.
-  for (const auto& p : patterns) {
-    for (char c : p) {
-      auto u = static_cast<unsigned char>(c);
-      if (class_of_[u] == 0) class_of_[u] = static_cast<uint16_t>(classes_++);
-    }
+  patterns_ = std::move(patterns);
+  if (patterns_.empty()) return;
+  shortest_ = SIZE_MAX;
+  for (const auto& p : patterns_) {
+    shortest_ = std::min(shortest_, p.size());
     longest_ = std::max(longest_, p.size());
   }
-  constexpr uint32_t kNone = UINT32_MAX;
-  // The trie, rows of `classes_` children.
-  delta_.assign(classes_, kNone);
-  match_length_.assign(1, 0);
-  match_count_.assign(1, 0);
-  for (const auto& p : patterns) {
-    uint32_t s = 0;
-    for (char c : p) {
-      size_t at = s * classes_ + class_of_[static_cast<unsigned char>(c)];
-      if (delta_[at] == kNone) {
-        uint32_t next = static_cast<uint32_t>(match_length_.size());
-        delta_[at] = next;
-        delta_.resize(delta_.size() + classes_, kNone);
-        match_length_.push_back(0);
-        match_count_.push_back(0);
-      }
-      s = delta_[s * classes_ + class_of_[static_cast<unsigned char>(c)]];
-    }
-    match_length_[s] = static_cast<uint32_t>(p.size());
-    match_count_[s] = 1;
-  }
-  // Breadth first: failure links folded into the table, match data inherited along them.
-  std::vector<uint32_t> fail(match_length_.size(), 0);
-  std::deque<uint32_t> queue;
-  for (size_t c = 0; c < classes_; ++c) {
-    uint32_t& t = delta_[c];
-    if (t == kNone) {
-      t = 0;
-    } else {
-      fail[t] = 0;
-      queue.push_back(t);
-    }
-  }
-  while (!queue.empty()) {
-    uint32_t s = queue.front();
-    queue.pop_front();
-    match_length_[s] = std::max(match_length_[s], match_length_[fail[s]]);
-    match_count_[s] += match_count_[fail[s]];
-    for (size_t c = 0; c < classes_; ++c) {
-      uint32_t& t = delta_[s * classes_ + c];
-      uint32_t via_fail = delta_[fail[s] * classes_ + c];
-      if (t == kNone) {
-        t = via_fail;
-      } else {
-        fail[t] = via_fail;
-        queue.push_back(t);
-      }
-    }
+  q_ = std::min<size_t>(shortest_, 4);
+  filter_.assign(65536 / 64, 0);
+  for (uint32_t i = 0; i < patterns_.size(); ++i) {
+    const std::string& p = patterns_[i];
+    uint32_t s = static_cast<unsigned char>(p[0]);
+    if (q_ >= 2) s |= uint32_t{static_cast<unsigned char>(p[1])} << 8;
+    filter_[s >> 6] |= uint64_t{1} << (s & 63);
+    by_key_[key(p.data())].push_back(i);
   }
 }
 
@@ -180,50 +137,19 @@ Redactor::Redactor(std::shared_ptr<const MaskPatterns> patterns) : patterns_(std
 Redactor::Redactor(std::vector<std::string> patterns)
     : patterns_(std::make_shared<const MaskPatterns>(std::move(patterns))) {}
 
-std::string Redactor::take(size_t n) {
-  std::string out = pending_.substr(0, n);
-  pending_.erase(0, n);
-  masked_from_ = masked_from_ > n ? masked_from_ - n : 0;
-  masked_to_ = masked_to_ > n ? masked_to_ - n : 0;
-  return out;
-}
-
 std::string Redactor::feed(std::string_view chunk) {
   if (!active()) return std::string(chunk);
-  const MaskPatterns& m = *patterns_;
-  size_t base = pending_.size();
   pending_.append(chunk);
-  for (size_t i = 0; i < chunk.size(); ++i) {
-    state_ = m.step(state_, static_cast<unsigned char>(chunk[i]));
-    uint32_t len = m.match_length(state_);
-    if (len == 0) continue;
-    count_ += m.match_count(state_);
-    size_t end = base + i + 1;  // the match is pending_[end - len, end): all still held
-    size_t from = end - len;
-    auto star = [this](size_t a, size_t b) {
-      if (a < b) std::fill(pending_.begin() + static_cast<ptrdiff_t>(a),
-                           pending_.begin() + static_cast<ptrdiff_t>(b), '*');
-    };
-    if (from <= masked_to_ && masked_from_ < masked_to_) {
-      // Touches the run masked last: only what lies outside it is new.
-      star(from, std::min(masked_from_, end));
-      star(masked_to_, end);
-      masked_from_ = std::min(masked_from_, from);
-    } else {
-      star(from, end);
-      masked_from_ = from;
-    }
-    masked_to_ = end;
-  }
-  // A byte is decided once no later match can reach back to it.
-  size_t keep = m.longest() - 1;
-  return pending_.size() > keep ? take(pending_.size() - keep) : std::string();
+  // A start position is decided once the longest pattern would fit after it.
+  size_t keep = patterns_->longest() - 1;
+  if (pending_.size() <= keep) return {};
+  return scan(pending_.size() - keep);
 }
 
 std::string Redactor::finish() {
-  std::string out = take(pending_.size());
-  state_ = 0;
-  masked_from_ = masked_to_ = 0;
+  std::string out = scan(pending_.size());
+  pending_.clear();
+  masked_ = 0;
   return out;
 }
 
@@ -231,6 +157,34 @@ std::string Redactor::mask(std::string_view whole) {
   if (!active()) return std::string(whole);
   std::string out = feed(whole);
   out += finish();
+  return out;
+}
+
+std::string Redactor::scan(size_t decided) {
+  std::string out = pending_.substr(0, decided);
+  auto star = [&](size_t from, size_t to) {
+    to = std::min(to, decided);
+    if (from < to) std::memset(out.data() + from, '*', to - from);
+  };
+  size_t frontier = masked_;  // everything before it is masked already
+  star(0, frontier);
+  const MaskPatterns& m = *patterns_;
+  std::string_view text(pending_);
+  // Every occurrence starting in [0, decided) lies inside pending_ (decided + longest-1 bytes);
+  // starts too close to the end for the shortest pattern (at finish) hold none.
+  size_t last = std::min(decided, text.size() - std::min(text.size(), m.shortest() - 1));
+  for (size_t i = 0; i < last; ++i) {
+    m.matches_at(text, i, [&](size_t len) {
+      ++count_;
+      size_t from = std::max(i, frontier);
+      if (i + len > from) {
+        star(from, i + len);
+        frontier = i + len;
+      }
+    });
+  }
+  masked_ = frontier > decided ? frontier - decided : 0;
+  pending_.erase(0, decided);
   return out;
 }
 

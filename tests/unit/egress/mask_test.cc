@@ -1,5 +1,5 @@
 // Masking: the forms an echoed secret takes are all found wherever they sit in a text, the
-// automaton agrees with a naive search on random inputs, and nothing ordinary is masked.
+// matcher agrees with a naive search on random inputs, and nothing ordinary is masked.
 #include "egress/mask.h"
 
 #include <gtest/gtest.h>
@@ -99,7 +99,7 @@ TEST(MaskFormsTest, OrdinaryTextIsLeftAlone) {
   EXPECT_EQ(masked("short", "a short text"), "a ***** text");  // the value itself, any length
 }
 
-// The automaton against the naive definition: random patterns over a small alphabet (so they
+// The matcher against the naive definition: random patterns over a small alphabet (so they
 // overlap, nest and recur), random texts; the match count and the masked output agree.
 TEST(MaskPatternsTest, AgreesWithNaiveSearch) {
   std::mt19937 rng(7);
