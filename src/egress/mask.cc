@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "egress/ascii.h"
+
 namespace space::egress {
 namespace {
 
@@ -14,8 +16,7 @@ constexpr char kHexUpper[] = "0123456789ABCDEF";
 constexpr char kHexLower[] = "0123456789abcdef";
 
 bool is_unreserved(char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-         c == '.' || c == '_' || c == '~';
+  return is_alpha(c) || is_digit(c) || c == '-' || c == '.' || c == '_' || c == '~';
 }
 
 std::string percent_encoded(std::string_view v, const char* hex, std::string_view also_kept) {
@@ -46,12 +47,23 @@ std::string html_escaped(std::string_view v, std::string_view apostrophe) {
   std::string out;
   for (char c : v) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += apostrophe; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += apostrophe;
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -76,11 +88,16 @@ std::string base64_groups(std::string_view v, bool url) {
   int len = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
                             reinterpret_cast<const unsigned char*>(v.data()), static_cast<int>(n));
   out.resize(static_cast<size_t>(std::max(len, 0)));
-  if (url) std::replace(out.begin(), out.end(), '+', '-'), std::replace(out.begin(), out.end(), '/', '_');
+  if (url) {
+    std::replace(out.begin(), out.end(), '+', '-');
+    std::replace(out.begin(), out.end(), '/', '_');
+  }
   return out;
 }
 
 }  // namespace
+
+std::string percent_encode(std::string_view value) { return percent_encoded(value, kHexUpper, ""); }
 
 std::vector<std::string> mask_forms(std::string_view value) {
   std::vector<std::string> forms;
@@ -147,6 +164,7 @@ std::string Redactor::feed(std::string_view chunk) {
 }
 
 std::string Redactor::finish() {
+  if (!active()) return {};  // feed() kept nothing
   std::string out = scan(pending_.size());
   pending_.clear();
   masked_ = 0;
@@ -172,7 +190,7 @@ std::string Redactor::scan(size_t decided) {
   std::string_view text(pending_);
   // Every occurrence starting in [0, decided) lies inside pending_ (decided + longest-1 bytes);
   // starts too close to the end for the shortest pattern (at finish) hold none.
-  size_t last = std::min(decided, text.size() - std::min(text.size(), m.shortest() - 1));
+  size_t last = text.size() < m.shortest() ? 0 : std::min(decided, text.size() - m.shortest() + 1);
   for (size_t i = 0; i < last; ++i) {
     m.matches_at(text, i, [&](size_t len) {
       ++count_;

@@ -24,6 +24,10 @@ namespace space::egress {
 // mask ordinary text); the value itself is always first. Duplicates are removed.
 std::vector<std::string> mask_forms(std::string_view value);
 
+// `value` with every byte but RFC 3986's unreserved characters percent-encoded, upper-case hex:
+// how a value is put into a query parameter, and one of its mask_forms().
+std::string percent_encode(std::string_view value);
+
 // A fixed set of patterns, found by a filter on their first two bytes (a bit per 2-byte prefix,
 // an 8 KiB table that stays in the L1 cache, so most positions of a text cost two loads and a
 // bit test), then a hash lookup on the first q bytes (q = the shortest pattern's length, at
@@ -34,7 +38,7 @@ class MaskPatterns {
   explicit MaskPatterns(std::vector<std::string> patterns);  // empty patterns are ignored
   bool empty() const { return patterns_.empty(); }
   size_t longest() const { return longest_; }
-  size_t shortest() const { return q_ == 0 ? 0 : shortest_; }
+  size_t shortest() const { return shortest_; }
   size_t patterns() const { return patterns_.size(); }
   // Calls hit(length) for each pattern that starts at text[at] (the text must hold at least
   // shortest() bytes from `at`).

@@ -142,17 +142,7 @@ void inject(http::request_header<>& req, const SecretDef& def, const std::string
     if (eq != std::string_view::npos && listed && param.substr(eq + 1) == placeholder) {
       out.append(key);
       out += '=';
-      static constexpr char kHex[] = "0123456789ABCDEF";
-      for (char c : value) {
-        bool plain = is_alpha(c) || is_digit(c) || c == '-' || c == '.' || c == '_' || c == '~';
-        if (plain) {
-          out += c;
-        } else {
-          out += '%';
-          out += kHex[static_cast<unsigned char>(c) >> 4];
-          out += kHex[static_cast<unsigned char>(c) & 15];
-        }
-      }
+      out += percent_encode(value);
       changed = true;
     } else {
       out.append(param);
@@ -190,8 +180,8 @@ void mask_fields(http::response_header<>& res, Redactor& redactor) {
     std::string_view value(f.value().data(), f.value().size());
     // The framing fields stay as they are (a number, "chunked"): masking them would break the
     // message, and they carry no more than the body's length does.
-    bool framing = f.name() == http::field::content_length ||
-                   f.name() == http::field::transfer_encoding;
+    bool framing =
+        f.name() == http::field::content_length || f.name() == http::field::transfer_encoding;
     std::string n = redactor.mask(name), v = framing ? std::string(value) : redactor.mask(value);
     changed |= n != name || v != value;
     fields.emplace_back(std::move(n), std::move(v));
@@ -645,12 +635,14 @@ class Connection {
                 {{"secret", gr.name}, {"host", host.name}, {"error", value.error().message()}});
             if (value.error().code() == Code::kResourceExhausted) {
               respond(client, 429, "Too Many Requests",
-                      "credential " + gr.name + ": new tokens were asked for too often from "
-                      "this sandbox; retry in a few seconds");
+                      "credential " + gr.name +
+                          ": new tokens were asked for too often from "
+                          "this sandbox; retry in a few seconds");
             } else {
               respond(client, 502, "Bad Gateway",
-                      "credential " + gr.name + " is unavailable; the reason is in this "
-                      "sandbox's audit log (credential.error) for the operator");
+                      "credential " + gr.name +
+                          " is unavailable; the reason is in this "
+                          "sandbox's audit log (credential.error) for the operator");
             }
             return;
           }
