@@ -196,66 +196,11 @@ std::string bad_byte(std::string_view s, size_t at, std::string_view of = "") {
 
 }  // namespace
 
-std::optional<size_t> invalid_utf8_at(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    unsigned char c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    // RFC 3629 section 4: the lead byte fixes the length and the range of the second byte,
-    // which is what excludes overlong forms, surrogates and code points past U+10FFFF.
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c == 0xE0) {
-      len = 3, lo = 0xA0;
-    } else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
-      len = 3;
-    } else if (c == 0xED) {
-      len = 3, hi = 0x9F;
-    } else if (c == 0xF0) {
-      len = 4, lo = 0x90;
-    } else if (c >= 0xF1 && c <= 0xF3) {
-      len = 4;
-    } else if (c == 0xF4) {
-      len = 4, hi = 0x8F;
-    } else {
-      return i;  // a continuation byte without a lead, or C0, C1, F5..FF
-    }
-    if (n - i < len || p[i + 1] < lo || p[i + 1] > hi) return i;
-    for (size_t k = 2; k < len; ++k)
-      if ((p[i + k] & 0xC0) != 0x80) return i;
-    i += len;
-  }
-  return std::nullopt;
-}
-
 Result<void> check_utf8(std::string_view s, std::string_view what) {
   auto at = invalid_utf8_at(s);
   if (!at) return {};
   return invalid(std::string(what) + " is not valid UTF-8" + bad_byte(s, *at) +
                  std::string(kUtf8Hint));
-}
-
-std::string utf8_lossy(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  while (!s.empty()) {
-    auto at = invalid_utf8_at(s);
-    if (!at) {
-      out.append(s);
-      break;
-    }
-    out.append(s.substr(0, *at));
-    out.append("\xEF\xBF\xBD");  // U+FFFD
-    s.remove_prefix(*at + 1);
-  }
-  return out;
 }
 
 std::string json_field_at(std::string_view text, size_t offset) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/utf8.h"  // invalid_utf8_at, utf8_lossy
 #include "daemon/service.h"
 
 namespace space::api {
@@ -66,13 +67,9 @@ class JsonValueScanner {
 // kMaxJsonBody).
 Result<nlohmann::json> parse_json(std::string_view body);
 
-// The offset of the first byte of `s` that is not part of well-formed UTF-8; nullopt if none.
-std::optional<size_t> invalid_utf8_at(std::string_view s);
 // kInvalidArgument naming `what` ("query parameter path", "header Content-Type") unless `s`
 // is well-formed UTF-8.
 Result<void> check_utf8(std::string_view s, std::string_view what);
-// `s` with every byte that is not part of well-formed UTF-8 replaced by U+FFFD (for messages).
-std::string utf8_lossy(std::string_view s);
 // Which field of a JSON text byte `offset` lies in, for messages: "field env.A of the JSON
 // body", "field cmd[1] of ...", "a key in field env of ...". Reads only text[0, offset).
 std::string json_field_at(std::string_view text, size_t offset);

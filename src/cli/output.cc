@@ -12,6 +12,7 @@
 #include <iterator>
 
 #include "common/units.h"
+#include "common/utf8.h"
 
 namespace space::cli {
 namespace {
@@ -82,42 +83,6 @@ constexpr Range kZeroWidth[] = {
     {0xE0100, 0xE01EF},
 };
 
-// The code point of the UTF-8 sequence at the start of `s` and its length, or length 0 when
-// it is not one (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF).
-struct Decoded {
-  char32_t cp = 0;
-  size_t len = 0;
-};
-
-Decoded decode_utf8(std::string_view s) {
-  auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
-  unsigned char b0 = byte(0);
-  if (b0 < 0x80) return {b0, 1};
-  size_t len;
-  char32_t cp;
-  unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    len = 2, cp = b0 & 0x1F;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    len = 3, cp = b0 & 0x0F;
-    if (b0 == 0xE0) lo = 0xA0;  // overlong
-    if (b0 == 0xED) hi = 0x9F;  // surrogates
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    len = 4, cp = b0 & 0x07;
-    if (b0 == 0xF0) lo = 0x90;  // overlong
-    if (b0 == 0xF4) hi = 0x8F;  // past U+10FFFF
-  } else {
-    return {};  // a continuation byte, 0xC0/0xC1 (overlong) or 0xF5..0xFF
-  }
-  if (s.size() < len) return {};
-  for (size_t i = 1; i < len; ++i) {
-    unsigned char b = byte(i);
-    if (b < (i == 1 ? lo : 0x80) || b > (i == 1 ? hi : 0xBF)) return {};
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  return {cp, len};
-}
-
 // Code points escape_text() shows as \u{XXXX} and dump_json() as \uXXXX.
 bool hidden(char32_t cp) { return (cp >= 0x80 && cp <= 0x9F) || in_ranges(kInvisible, cp); }
 
@@ -134,7 +99,7 @@ std::string escape_text(std::string_view in) {
   out.reserve(in.size());
   while (!in.empty()) {
     auto c = static_cast<unsigned char>(in[0]);
-    Decoded d = decode_utf8(in);
+    Utf8Char d = decode_utf8(in);
     if (d.len == 0) {
       append_hex(out, "\\x%02x", c);  // not UTF-8: the byte
       in.remove_prefix(1);
@@ -163,7 +128,7 @@ std::string escape_text(std::string_view in) {
 size_t display_width(std::string_view text) {
   size_t width = 0;
   while (!text.empty()) {
-    Decoded d = decode_utf8(text);
+    Utf8Char d = decode_utf8(text);
     if (d.len == 0) {
       width += 1;
       text.remove_prefix(1);
@@ -190,7 +155,7 @@ std::string dump_json(const nlohmann::json& j, int indent) {
   out.reserve(text.size());
   std::string_view rest = text;
   while (!rest.empty()) {
-    Decoded d = decode_utf8(rest);
+    Utf8Char d = decode_utf8(rest);
     if (d.len == 0) {  // cannot happen after `replace`; stay valid JSON anyway
       out += "\\ufffd";
       rest.remove_prefix(1);
