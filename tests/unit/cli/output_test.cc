@@ -15,9 +15,8 @@
 #include <random>
 #include <thread>
 
-#include "../api/fake_service.h"
-#include "api/server.h"
 #include "cli/commands.h"
+#include "served_cli.h"
 
 namespace space::cli {
 namespace {
@@ -338,110 +337,62 @@ class HostileService : public api::testing::FakeService {
   }
 };
 
-std::string slurp(int fd) {
-  std::string s;
-  ::lseek(fd, 0, SEEK_SET);
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) s.append(buf, static_cast<size_t>(n));
-  return s;
-}
-
-class HostileOutputTest : public ::testing::Test {
+class HostileOutputTest : public testing::ServedCli<HostileService> {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/space-cli-output-test.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    socket_ = (dir_ / "space.sock").native();
-    auto s = api::ApiServer::listen(socket_, svc_);
-    ASSERT_TRUE(s) << s.error().message();
-    server_ = std::move(*s);
-    thread_ = std::thread([this] { server_->serve(); });
-    std::string created = run({"create"});
-    id_ = created.substr(0, created.find('\n'));
-  }
-  void TearDown() override {
-    server_->stop();
-    thread_.join();
-    server_.reset();
-    fs::remove_all(dir_);
+    ServedCli::SetUp();
+    id_ = text({"create"});
+    id_ = id_.substr(0, id_.find('\n'));
   }
 
-  // stdout and stderr of one command, together.
-  std::string run(std::vector<std::string> argv) {
-    argv.insert(argv.begin(), "space");
-    ParseOutcome p = parse_args(argv);
-    EXPECT_TRUE(p.args) << p.err;
-    Client client(socket_);
-    std::fflush(stdout);
-    FILE* out = std::tmpfile();
-    int saved = ::dup(1), saved_err = ::dup(2);
-    ::dup2(fileno(out), 1);
-    ::dup2(fileno(out), 2);
-    Result<int> r = run_command(*p.args, client);
-    if (!r) report(r.error());
-    std::fflush(stdout);
-    ::dup2(saved, 1);
-    ::dup2(saved_err, 2);
-    ::close(saved);
-    ::close(saved_err);
-    std::string text = slurp(fileno(out));
-    std::fclose(out);
-    EXPECT_TRUE(r && *r == 0) << text;
-    return text;
+  // stdout and stderr of one command that must succeed, together.
+  std::string text(std::vector<std::string> argv) {
+    testing::Captured c = run(std::move(argv));
+    EXPECT_TRUE(c.result && *c.result == 0) << c.out << c.err;
+    return c.out + c.err;
   }
 
-  HostileService svc_;
-  fs::path dir_;
-  std::string socket_;
   std::string id_;
-  std::unique_ptr<api::ApiServer> server_;
-  std::thread thread_;
 };
 
 TEST_F(HostileOutputTest, PsDiffAuditShowSandboxTextEscaped) {
   const std::string shown = escape_text(kHostile);
-  std::string ps = run({"ps", id_});
+  std::string ps = text({"ps", id_});
   EXPECT_EQ(hazard(ps, true), "") << ps;
   EXPECT_EQ(ps, "PID  PPID  UID  STATE  COMMAND\n7    1     0    S      sleep " + shown + "\n");
 
-  std::string diff = run({"diff", id_});
+  std::string diff = text({"diff", id_});
   EXPECT_EQ(hazard(diff, true), "") << diff;
   EXPECT_EQ(diff, "A /root/" + shown + "\n");
 
-  std::string audit = run({"audit", id_});
+  std::string audit = text({"audit", id_});
   EXPECT_EQ(hazard(audit, true), "") << audit;
   EXPECT_EQ(std::count(audit.begin(), audit.end(), '\n'), 1) << audit;
   EXPECT_NE(audit.find("'" + shown + "'"), std::string::npos) << audit;
 }
 
 TEST_F(HostileOutputTest, JsonOutputIsSafeAndCarriesTheSameText) {
-  std::string ps = run({"ps", id_, "--json"});
+  std::string ps = text({"ps", id_, "--json"});
   EXPECT_EQ(hazard(ps, true), "") << ps;
   EXPECT_EQ(json::parse(ps)[0]["argv"][1], kHostile);
 
-  std::string diff = run({"diff", id_, "--json"});
+  std::string diff = text({"diff", id_, "--json"});
   EXPECT_EQ(hazard(diff, true), "") << diff;
   EXPECT_EQ(json::parse(diff)["added"][0], "/root/" + kHostile);
 
-  std::string audit = run({"audit", id_, "--json"});
+  std::string audit = text({"audit", id_, "--json"});
   EXPECT_EQ(hazard(audit, true), "") << audit;
   EXPECT_EQ(std::count(audit.begin(), audit.end(), '\n'), 1) << audit;
   EXPECT_EQ(json::parse(audit)["data"]["argv"][1], kHostile);
 }
 
 TEST(Report, EscapesTheMessage) {
-  FILE* err = std::tmpfile();
-  int saved = ::dup(2);
-  ::dup2(fileno(err), 2);
-  int code = report(Error(Code::kProtocol, "refusing archive entry a\r\nFORGED\x1b[2K\u202e"));
-  ::dup2(saved, 2);
-  ::close(saved);
-  std::string text = slurp(fileno(err));
-  std::fclose(err);
-  EXPECT_EQ(code, kExitSpaceFailed);
-  EXPECT_EQ(text, "space: refusing archive entry a\\r\\nFORGED\\x1b[2K\\u{202e}\n");
+  testing::Captured c = testing::capture([] {
+    return Result<int>(
+        report(Error(Code::kProtocol, "refusing archive entry a\r\nFORGED\x1b[2K\u202e")));
+  });
+  EXPECT_EQ(*c.result, kExitSpaceFailed);
+  EXPECT_EQ(c.err, "space: refusing archive entry a\\r\\nFORGED\\x1b[2K\\u{202e}\n");
 }
 
 }  // namespace
