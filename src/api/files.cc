@@ -22,18 +22,6 @@ Result<std::string> path_param(const Exchange& ex) {
   return it->second;
 }
 
-// The request body, for as long as the caller may still send it; `refused` says why it stopped
-// early (the token went bad).
-daemon::ChunkSource guarded_body(Exchange& ex, StreamAuth& auth, std::optional<Error>& refused) {
-  return [source = ex.body_source(), &auth, &refused](std::string& out) -> Result<void> {
-    if (auto valid = auth.check(); !valid) {
-      refused = valid.error();
-      return valid;
-    }
-    return source(out);
-  };
-}
-
 std::string octal_mode(uint32_t mode) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "%04o", mode & 07777);
@@ -49,6 +37,16 @@ std::string media_type(std::string_view content_type) {
 }
 
 }  // namespace
+
+daemon::ChunkSource guarded_body(Exchange& ex, StreamAuth& auth, std::optional<Error>& refused) {
+  return [source = ex.body_source(), &auth, &refused](std::string& out) -> Result<void> {
+    if (auto valid = auth.check(); !valid) {
+      refused = valid.error();
+      return valid;
+    }
+    return source(out);
+  };
+}
 
 Result<void> get_file(Exchange& ex, ApiContext& ctx) {
   std::string id = TRY(sandbox_id(ex));

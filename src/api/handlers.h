@@ -3,6 +3,7 @@
 // calls the SandboxService and writes the response; errors are returned and rendered by the router.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "api/router.h"
@@ -11,6 +12,11 @@ namespace space::api::handlers {
 
 // The {id} placeholder, validated.
 Result<std::string> sandbox_id(const Exchange& ex);
+
+// A request body (an upload, an image import), for as long as the caller may still send it:
+// each chunk is read only after `auth` still holds; `refused` says why it stopped early (the
+// token went bad).
+daemon::ChunkSource guarded_body(Exchange& ex, StreamAuth& auth, std::optional<Error>& refused);
 
 Result<void> create_sandbox(Exchange& ex, ApiContext& ctx);
 Result<void> list_sandboxes(Exchange& ex, ApiContext& ctx);

@@ -12,14 +12,7 @@ Result<void> import_image(Exchange& ex, ApiContext& ctx) {
   TRY_VOID(check_image_name(name));
   StreamAuth auth(ctx.principal, ctx.tokens);
   std::optional<Error> refused;
-  daemon::ChunkSource body = [source = ex.body_source(), &auth,
-                              &refused](std::string& out) -> Result<void> {
-    if (auto valid = auth.check(); !valid) {
-      refused = valid.error();
-      return valid;
-    }
-    return source(out);
-  };
+  daemon::ChunkSource body = guarded_body(ex, auth, refused);
   auto image = ctx.service.import_image(name, body);
   if (refused) return fail(std::move(*refused).wrap("importing image " + name));
   if (!image) return fail(std::move(image.error()).wrap("importing image " + name));
