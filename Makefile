@@ -21,7 +21,7 @@ ASAN_DIR    ?= build-asan
 RELEASE_DIR ?= build-release
 FUZZ_DIR    ?= build-fuzz
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := frame_decoder api_request agent_request agent_conn
+FUZZ_TARGETS := frame_decoder api_request agent_request agent_conn upper_listing
 # Release is -O2 without debug info here (CMakeLists.txt): debug info made the build ~25%
 # slower on 2 cores; `make check-asan` builds with it.
 BUILD_TYPE  ?= Release

@@ -12,10 +12,11 @@
 #   snapshot  snapshot, rollback and restore time and stored bytes against workspace size
 #           (BENCH_SNAPSHOT_SIZES, MiB, default 64,256,1024) and change rate
 #           (snapshot.py -> bench/results/snapshot-<date>.md)
-#   vm      sandbox creation by runtime, side by side: linux, qemu (a boot) and firecracker
-#           (restored from the image's template; KVM only), p50/p99 and where the time goes
-#           (vm_create.py -> bench/results/vm-<date>.md); a runtime that cannot run here gets
-#           a row with the reason
+#   vm      sandbox creation by runtime, side by side: linux, qemu boot vs clone of the
+#           image's template vs a warm pool of clones, `space run -- true`, host memory per idle
+#           VM, and firecracker (restored from the image's template; KVM only), p50/p99 and
+#           where the time goes (vm_create.py -> bench/results/vm-<date>.md); a runtime that
+#           cannot run here gets a row with the reason
 # BENCH_ONLY=spawn, egress, snapshot or vm runs one of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -39,6 +39,7 @@ RUN_PACKAGES=(
   libzstd-dev             # snapshot chunks
   libarchive-dev          # image import, cp of directories
   libidn2-dev             # the gateway's host-name normalisation (IDNA)
+  libext2fs-dev           # space-upper-reader: `space diff` of microVMs reads their ext4 disk
   # the static libraries libarchive needs, for the statically linked CLI (CMakeLists.txt)
   libacl1-dev liblz4-dev liblzma-dev libbz2-dev zlib1g-dev
   # what the demo runs in its sandbox (the host image is the host's /usr)

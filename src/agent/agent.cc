@@ -135,8 +135,12 @@ Result<void> Agent::init() {
   epoll_.reset(ep);
   TRY_VOID(epoll_add(sigfd_.get(), EPOLLIN, key(kSignalFd, 0)));
   if (opts_.spare_agent_fd >= 0) TRY_VOID(epoll_add(opts_.spare_agent_fd, EPOLLIN, key(kSpare, 0)));
+  // Before anything is spawned: every process the agent starts inherits the filter.
+  if (opts_.exec_audit_wanted(::getpid())) TRY_VOID_CTX(start_exec_audit(), "exec auditing");
   for (size_t i = 0; i < opts_.egress_listen.size(); ++i)
     TRY_VOID_CTX(start_egress_listener(i), "egress listener " + opts_.egress_listen[i].text);
+  if (opts_.dns_listen)
+    TRY_VOID_CTX(start_dns_listener(), "DNS listener " + opts_.dns_listen->text);
   if (opts_.channel_listen)
     TRY_VOID_CTX(start_channel_listener(), "--channel-listen " + opts_.channel_listen->text);
   else
@@ -452,6 +456,7 @@ Result<void> Agent::run() {
     check_exec_deadlines();
     if (reopen_at_ && Clock::now() >= *reopen_at_) try_reopen_channel();
     if (channel_ && channel_->broken()) channel_lost("write failed");
+    flush_exec_audit();
     update_channel_interest();
     update_egress_interest();
     int n = ::epoll_wait(epoll_.get(), events, 64, busy ? 0 : next_timeout_ms());
@@ -487,6 +492,12 @@ Result<void> Agent::run() {
           break;
         case kChannelListen:
           on_channel_accept();
+          break;
+        case kExecAudit:
+          on_exec_audit_readable();
+          break;
+        case kDnsListen:
+          on_dns_readable();
           break;
       }
     }

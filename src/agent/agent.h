@@ -6,9 +6,12 @@
 //
 // The implementation is split by concern: agent.cc (start-up, loop, channel, reattach,
 // reaping), agent_exec.cc (exec streams), agent_requests.cc (requests and file transfers),
-// agent_egress.cc (guest TCP connections carried to the daemon's egress gateway).
+// agent_egress.cc (guest TCP connections carried to the daemon's egress gateway), agent_dns.cc
+// (guest DNS queries carried to the gateway's DNS stub), agent_exec_audit.cc (microVMs: every
+// exec in the guest reported to the daemon, exec_audit.h).
 #pragma once
 
+#include <netinet/in.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "agent/channel.h"
+#include "agent/exec_audit.h"
 #include "agent/exec_spec.h"
 #include "agent/file_ops.h"
 #include "agent/options.h"
@@ -69,6 +73,8 @@ class Agent {
     kEgressListen = 8,
     kEgressConn = 9,
     kChannelListen = 10,
+    kDnsListen = 11,
+    kExecAudit = 12,
   };
   static uint64_t key(Kind k, uint64_t id) { return (static_cast<uint64_t>(k) << 56) | id; }
 
@@ -175,7 +181,22 @@ class Agent {
   void egress_abort(EgressConn& c, bool tell_daemon);
   void egress_maybe_done(EgressConn& c);
   void update_egress_interest();
-  void drop_egress();
+  void drop_egress();  // also drop_dns()
+  // A free agent stream id (kAgentStreamBit | n, n counting up) for an egress connection or a
+  // DNS query.
+  uint32_t new_agent_stream();
+
+  // agent_dns.cc
+  Result<void> start_dns_listener();
+  void on_dns_readable();
+  void on_dns_answer(const proto::Frame& f);
+  void drop_dns();
+
+  // agent_exec_audit.cc
+  Result<void> start_exec_audit();
+  void on_exec_audit_readable();
+  void flush_exec_audit();  // queued records to the daemon, while the channel keeps up
+  std::optional<uint32_t> exec_stream_of(pid_t ppid) const;
 
   // agent_requests.cc
   void on_request(uint32_t stream, std::string_view payload);
@@ -185,6 +206,7 @@ class Agent {
   // A machine restored from a snapshot (VMs only: the agent is the guest's own init there):
   // hostname, wall clock and fresh entropy from the daemon.
   Result<void> do_resync(const nlohmann::json& req);
+  Result<void> do_sync();
   bool pump_transfers();  // true while a transfer could make progress right away
   void drop_transfers();
   void respond(uint32_t stream, const Result<nlohmann::json>& r);
@@ -219,9 +241,22 @@ class Agent {
   std::map<uint64_t, std::unique_ptr<EgressConn>> egress_;  // by serial
   std::unordered_map<uint32_t, uint64_t> egress_streams_;    // stream -> serial
   std::vector<uint64_t> egress_closing_;                     // finished; erased in the loop
+
+  // A guest DNS query sent to the daemon and not answered yet, by its stream.
+  struct DnsQuery {
+    sockaddr_in from{};  // the guest socket that asked
+    Clock::time_point deadline;
+  };
+  UniqueFd dns_sock_;  // --dns-listen
+  std::map<uint32_t, DnsQuery> dns_queries_;
+
+  std::unique_ptr<ExecAudit> exec_audit_;  // --audit-execs, or the guest's init
 };
 
 // Logs one line to stderr ("space-agent: ..."). Used sparingly: stderr may be /dev/null.
 void log_line(std::string_view msg);
+// Brings the loopback interface up if it is down (a microVM's starts down), so that the
+// agent's listeners on 127/8 are reachable; the only network configuration the agent does.
+void bring_up_loopback();
 
 }  // namespace space::agent

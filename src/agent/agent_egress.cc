@@ -29,6 +29,15 @@
 namespace space::agent {
 namespace {
 
+// Closes a guest socket with a TCP reset, so the guest's client sees an abort, not a clean EOF.
+void close_with_reset(UniqueFd& fd) {
+  linger l{1, 0};
+  (void)::setsockopt(fd.get(), SOL_SOCKET, SO_LINGER, &l, sizeof l);
+  fd.reset();
+}
+
+}  // namespace
+
 // A microVM's loopback interface starts down. As init the agent brings it up (the only
 // network configuration it ever does), so guest processes can reach its listener there.
 void bring_up_loopback() {
@@ -43,15 +52,6 @@ void bring_up_loopback() {
   }
   ::close(s);
 }
-
-// Closes a guest socket with a TCP reset, so the guest's client sees an abort, not a clean EOF.
-void close_with_reset(UniqueFd& fd) {
-  linger l{1, 0};
-  (void)::setsockopt(fd.get(), SOL_SOCKET, SO_LINGER, &l, sizeof l);
-  fd.reset();
-}
-
-}  // namespace
 
 Result<void> Agent::start_egress_listener(size_t index) {
   const auto& addr = opts_.egress_listen[index];
@@ -102,11 +102,7 @@ void Agent::on_egress_accept(uint64_t index) {
       close_with_reset(sock);
       continue;
     }
-    uint32_t stream;
-    do {
-      next_egress_stream_ = (next_egress_stream_ + 1) & ~proto::kAgentStreamBit;
-      stream = proto::kAgentStreamBit | next_egress_stream_;
-    } while (next_egress_stream_ == 0 || egress_streams_.contains(stream));
+    const uint32_t stream = new_agent_stream();
     auto c = std::make_unique<EgressConn>();
     c->serial = next_serial_++;
     c->stream = stream;
@@ -122,6 +118,17 @@ void Agent::on_egress_accept(uint64_t index) {
     send(proto::FrameType::kConnect, stream, dump_json({{"port", port}}));
     egress_.emplace(c->serial, std::move(c));
   }
+}
+
+uint32_t Agent::new_agent_stream() {
+  // At most kMaxEgressConns + kMaxDnsInFlight ids are in use, so this ends quickly.
+  uint32_t stream;
+  do {
+    next_egress_stream_ = (next_egress_stream_ + 1) & ~proto::kAgentStreamBit;
+    stream = proto::kAgentStreamBit | next_egress_stream_;
+  } while (next_egress_stream_ == 0 || egress_streams_.contains(stream) ||
+           dns_queries_.contains(stream));
+  return stream;
 }
 
 void Agent::on_egress_event(uint64_t serial, uint32_t events) {
@@ -193,6 +200,10 @@ void Agent::egress_write_guest(EgressConn& c) {
 
 void Agent::on_egress_frame(proto::Frame& f) {
   using proto::FrameType;
+  if (f.type == FrameType::kDns) {
+    on_dns_answer(f);
+    return;
+  }
   auto s = egress_streams_.find(f.stream);
   if (s == egress_streams_.end()) return;  // a connection already closed: late frames
   EgressConn& c = *egress_.at(s->second);
@@ -305,6 +316,7 @@ void Agent::drop_egress() {
   for (auto& [serial, c] : egress_) egress_abort(*c, false);
   for (uint64_t serial : egress_closing_) egress_.erase(serial);
   egress_closing_.clear();
+  drop_dns();
 }
 
 }  // namespace space::agent

@@ -1,7 +1,7 @@
-// Requests (`ps`, `kill`, `resync`, `stat`, `walk`, `read`, `write`, `mkdir`, `symlink`, `remove`)
-// and the file transfers some of them start. `read` data is flow-controlled by the stream window;
-// `walk` and `read` produce data only while the channel's output queue is short, so a slow daemon
-// bounds the agent's memory.
+// Requests (`ps`, `kill`, `resync`, `stat`, `sync`, `walk`, `read`, `write`, `mkdir`, `symlink`,
+// `remove`) and the file transfers some of them start. `read` data is flow-controlled by the
+// stream window; `walk` and `read` produce data only while the channel's output queue is short,
+// so a slow daemon bounds the agent's memory.
 #include <linux/random.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -60,6 +60,10 @@ void Agent::on_request(uint32_t stream, std::string_view payload) {
       }
       if (op == "stat")
         return std::optional<json>(json{{"stat", TRY(stat_path(*resolver_, TRY(path())))}});
+      if (op == "sync") {
+        TRY_VOID(do_sync());
+        return std::optional<json>(json::object());
+      }
       if (op == "mkdir") {
         std::string p = TRY(path());
         TRY_VOID(make_dir(*resolver_, p, TRY(mode(0755)), TRY(opt_bool(req, "parents", false))));
@@ -105,6 +109,17 @@ void Agent::on_request(uint32_t stream, std::string_view payload) {
   }();
   if (!result) return respond(stream, std::unexpected(std::move(result.error())));
   if (*result) respond(stream, std::move(**result));
+}
+
+Result<void> Agent::do_sync() {
+  // syncfs on the root's file system: in a microVM the overlay, which syncs its upper layer's
+  // file system (the writable disk), so that the host reads what the guest wrote (`space diff`).
+  // It blocks the loop while the guest's dirty pages go to the disk: bounded by the guest's
+  // memory and disk speed, and asked for only by a diff.
+  UniqueFd root(::openat(resolver_->root_fd(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!root) return fail_sys("open", "\"/\"");
+  if (::syncfs(root.get()) != 0) return fail_sys("syncfs", "\"/\"");
+  return {};
 }
 
 Result<void> Agent::do_resync(const json& req) {

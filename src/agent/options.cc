@@ -129,6 +129,12 @@ Result<Options> parse_options(int argc, const char* const* argv) {
         return fail(Code::kInvalidArgument, "--egress-listen: at most " +
                                                 std::to_string(kMaxEgressListen) + " addresses");
       o.egress_listen.push_back(std::move(addr));
+    } else if (arg == "--dns-listen") {
+      if (o.dns_listen) return fail(Code::kInvalidArgument, "--dns-listen given twice");
+      o.dns_listen = TRY(parse_listen_addr(TRY(need_value()), arg));
+    } else if (arg == "--audit-execs") {
+      if (inline_value) return fail(Code::kInvalidArgument, "--audit-execs takes no value");
+      o.audit_execs = true;
     } else {
       return fail(Code::kInvalidArgument, "unknown argument \"" + std::string(arg) + "\"");
     }
@@ -136,6 +142,10 @@ Result<Options> parse_options(int argc, const char* const* argv) {
   if (int(have_channel_fd) + int(!o.channel_path.empty()) + int(o.channel_listen.has_value()) != 1)
     return fail(Code::kInvalidArgument,
                 "exactly one of --channel-fd, --channel and --channel-listen is required");
+  if (o.audit_execs && have_channel_fd)
+    return fail(Code::kInvalidArgument,
+                "--audit-execs is for microVM guests (--channel, --channel-listen): the linux "
+                "runtime audits the execs of a jail from the host");
   // The fds must all be distinct and must not be stdio.
   std::vector<int> all = o.hold_fds;
   if (have_channel_fd) all.push_back(o.channel_fd);

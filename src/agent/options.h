@@ -1,7 +1,7 @@
 // The agent's command line. The launcher (linux runtime) execs
 //   space-agent --channel-fd 3 --spare-fds 4,5 --hold-fds 6
 // the qemu runtime starts it as the guest's init with
-//   space-agent --channel /dev/vport0p1 --egress-listen 127.0.0.1:3128
+//   space-agent --channel /dev/vport0p1 --egress-listen 127.0.0.1:3128 --dns-listen 127.0.0.53:53
 // and the firecracker runtime (no virtio-serial; the host connects through its vsock) with
 //   space-agent --channel-listen vsock:1024 --egress-listen 127.0.0.1:3128
 // Parsing is separate from main.cc so the contract is testable.
@@ -47,16 +47,29 @@ struct Options {
     std::string text;  // as given, for messages
   };
   std::vector<ListenAddr> egress_listen;
+  // Where the agent receives guest DNS queries (UDP) that it carries to the gateway's DNS stub
+  // over the channel (microVMs: the stub's own address, 127.0.0.53:53). See
+  // docs/agent-protocol.md, "DNS".
+  std::optional<ListenAddr> dns_listen;
 
   // The channel is the guest machine's own (a device or a vsock listener), not a socketpair
   // into a jail that shares the host's kernel: `resync` and the `reattach` ping apply.
   bool guest_channel() const { return !channel_path.empty() || channel_listen.has_value(); }
+  // Exec auditing inside the guest (exec_audit.h, docs/audit.md): on for the guest's init (PID 1
+  // on a guest channel) and wherever --audit-execs asks for it. Never with --channel-fd: the
+  // linux runtime audits a jail's execs from the host, and a second notifying filter in the
+  // jail would take them from its supervisor.
+  bool audit_execs = false;  // --audit-execs
+  bool exec_audit_wanted(int self_pid) const {
+    return audit_execs || (guest_channel() && self_pid == 1);
+  }
 };
 inline constexpr size_t kMaxEgressListen = 8;
 
 inline constexpr const char* kUsage =
     "usage: space-agent (--channel-fd N | --channel PATH | --channel-listen vsock:PORT|unix:PATH)"
-    " [--spare-fds A,B] [--hold-fds N[,N...]] [--egress-listen IPV4:PORT]...";
+    " [--spare-fds A,B] [--hold-fds N[,N...]] [--egress-listen IPV4:PORT]..."
+    " [--dns-listen IPV4:PORT] [--audit-execs]";
 
 // Parses argv (argv[0] is the program name). Accepts "--opt value" and "--opt=value".
 Result<Options> parse_options(int argc, const char* const* argv);

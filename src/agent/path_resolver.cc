@@ -16,7 +16,7 @@ namespace {
 
 constexpr int kMaxSymlinks = 40;  // as the kernel's MAXSYMLINKS
 
-std::string quoted(std::string_view p) { return "\"" + std::string(p) + "\""; }
+std::string quote_path(std::string_view p) { return "\"" + std::string(p) + "\""; }
 
 void split_components(std::string_view path, std::deque<std::string>& out, bool front) {
   std::vector<std::string> parts;
@@ -37,7 +37,7 @@ void split_components(std::string_view path, std::deque<std::string>& out, bool 
 
 Result<void> check_sandbox_path(std::string_view path) {
   if (path.empty() || path[0] != '/')
-    return fail(Code::kInvalidArgument, "path " + quoted(path) + " is not absolute", EINVAL);
+    return fail(Code::kInvalidArgument, "path " + quote_path(path) + " is not absolute", EINVAL);
   if (path.find('\0') != std::string_view::npos)
     return fail(Code::kInvalidArgument, "path contains a NUL byte", EINVAL);
   if (path.size() > kMaxPathBytes)
@@ -54,7 +54,7 @@ Result<std::pair<std::string, std::string>> split_parent(std::string_view path) 
   size_t slash = p.rfind('/');
   std::string name(p.substr(slash + 1));
   if (name == "." || name == "..")
-    return fail(Code::kInvalidArgument, "path " + quoted(path) + " ends in \"" + name + "\"",
+    return fail(Code::kInvalidArgument, "path " + quote_path(path) + " ends in \"" + name + "\"",
                 EINVAL);
   std::string parent(slash == 0 ? std::string_view("/") : p.substr(0, slash));
   return std::pair{std::move(parent), std::move(name)};
@@ -80,7 +80,7 @@ Result<UniqueFd> PathResolver::open_openat2(std::string_view path, int flags, mo
   do {
     fd = static_cast<int>(syscall(SYS_openat2, root_fd_, p.c_str(), &how, sizeof(how)));
   } while (fd < 0 && (errno == EINTR || errno == EAGAIN));
-  if (fd < 0) return fail_sys("openat2", quoted(path));
+  if (fd < 0) return fail_sys("openat2", quote_path(path));
   return UniqueFd(fd);
 }
 
@@ -109,14 +109,14 @@ Result<UniqueFd> PathResolver::open_userspace(std::string_view path, int flags, 
     const bool last = comps.empty();
     struct stat st;
     bool exists = ::fstatat(cur, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
-    if (!exists && errno != ENOENT) return fail_sys("stat", quoted(path));
+    if (!exists && errno != ENOENT) return fail_sys("stat", quote_path(path));
     if (exists && S_ISLNK(st.st_mode) && (!last || follow_final)) {
-      if (++links > kMaxSymlinks) return fail_sys("open", quoted(path), ELOOP);
+      if (++links > kMaxSymlinks) return fail_sys("open", quote_path(path), ELOOP);
       char target[kMaxPathBytes + 1];
       ssize_t n = ::readlinkat(cur, name.c_str(), target, sizeof(target));
-      if (n < 0) return fail_sys("readlink", quoted(path));
+      if (n < 0) return fail_sys("readlink", quote_path(path));
       if (n == 0 || static_cast<size_t>(n) > kMaxPathBytes)
-        return fail_sys("readlink", quoted(path), ENAMETOOLONG);
+        return fail_sys("readlink", quote_path(path), ENAMETOOLONG);
       std::string_view t(target, static_cast<size_t>(n));
       if (t[0] == '/') dirs.resize(1);
       split_components(t, comps, true);
@@ -125,19 +125,19 @@ Result<UniqueFd> PathResolver::open_userspace(std::string_view path, int flags, 
     }
     if (last) {
       int fd = ::openat(cur, name.c_str(), flags | O_NOFOLLOW | O_CLOEXEC, mode);
-      if (fd < 0) return fail_sys("open", quoted(path));
+      if (fd < 0) return fail_sys("open", quote_path(path));
       return UniqueFd(fd);
     }
-    if (!exists) return fail_sys("open", quoted(path), ENOENT);
-    if (!S_ISDIR(st.st_mode)) return fail_sys("open", quoted(path), ENOTDIR);
+    if (!exists) return fail_sys("open", quote_path(path), ENOENT);
+    if (!S_ISDIR(st.st_mode)) return fail_sys("open", quote_path(path), ENOTDIR);
     int fd = ::openat(cur, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return fail_sys("open", quoted(path));
+    if (fd < 0) return fail_sys("open", quote_path(path));
     dirs.emplace_back(fd);
   }
   // The path named a directory on the chain itself ("/", "/a/..").
-  if (flags & O_CREAT && !(flags & O_DIRECTORY)) return fail_sys("open", quoted(path), EISDIR);
+  if (flags & O_CREAT && !(flags & O_DIRECTORY)) return fail_sys("open", quote_path(path), EISDIR);
   int fd = ::openat(dirs.back().get(), ".", (flags & ~(O_CREAT | O_EXCL)) | O_CLOEXEC);
-  if (fd < 0) return fail_sys("open", quoted(path));
+  if (fd < 0) return fail_sys("open", quote_path(path));
   return UniqueFd(fd);
 }
 
@@ -163,7 +163,7 @@ Result<ParentRef> PathResolver::open_parent_creating(std::string_view path, mode
       UniqueFd base = TRY(open(prefix.empty() ? "/" : prefix, O_PATH | O_DIRECTORY));
       if (c == "." || c == "..") return std::unexpected(std::move(r.error()));
       if (::mkdirat(base.get(), c.c_str(), dir_mode) < 0 && errno != EEXIST)
-        return fail_sys("mkdir", quoted(next));
+        return fail_sys("mkdir", quote_path(next));
     }
     prefix = std::move(next);
   }

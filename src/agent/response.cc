@@ -3,6 +3,8 @@
 
 #include <cerrno>
 
+#include "common/json_nesting.h"
+
 namespace space::agent {
 
 std::string_view protocol_error_code(const Error& e) {
@@ -70,34 +72,10 @@ std::string error_payload(const Error& e) {
   return dump_json(json{{"ok", false}, {"error", error_object(e)}});
 }
 
-namespace {
-
-// nlohmann's DOM is built recursively; refuse absurd nesting before handing it untrusted text.
-bool nesting_within(std::string_view text, int max_depth) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (in_string) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return false;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return true;
-}
-
-}  // namespace
-
 Result<json> parse_object(std::string_view text) {
-  if (!nesting_within(text, 32)) return fail(Code::kInvalidArgument, "JSON nested too deeply");
+  // nlohmann's DOM is built recursively; refuse absurd nesting before handing it untrusted text.
+  if (!json_nesting_within(text, 32))
+    return fail(Code::kInvalidArgument, "JSON nested too deeply");
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return fail(Code::kInvalidArgument, "malformed JSON");
   if (!j.is_object()) return fail(Code::kInvalidArgument, "expected a JSON object");

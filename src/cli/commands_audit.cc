@@ -66,6 +66,10 @@ std::string format_audit_event(const json& ev) {
     line += "pid=" + field(d, "pid") + " ppid=" + field(d, "ppid") + " uid=" + field(d, "uid") +
             " exe=" + field(d, "path") + " cwd=" + field(d, "cwd") + " argv: " + argv_text(d);
     if (d.value("guest_reported", false)) line += " (guest-reported)";
+  } else if (kind == "proc.exec_dropped") {
+    line += "count=" + field(d, "count") + " rate_limited=" + field(d, "rate_limited") +
+            " dropped_by_guest=" + field(d, "dropped_by_guest") + " malformed=" +
+            field(d, "malformed");
   } else if (kind == "exec.start") {
     line += "stream=" + field(d, "stream") + " cwd=" + field(d, "cwd") + " argv: " + argv_text(d);
   } else if (kind == "exec.end") {

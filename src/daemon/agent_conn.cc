@@ -2,7 +2,8 @@
 // inside a sandbox and is treated as hostile: frame headers are validated by the decoder,
 // frames for unknown streams are dropped, a stream whose agent overruns the flow-control window
 // or a malformed hello closes the channel. Agent-initiated (egress) streams follow the same
-// rule: a malformed connect, a reused id or more than kMaxEgressConns open closes the channel.
+// rule: a malformed connect, a reused id or more than kMaxEgressConns open closes the channel;
+// so does a `dns` frame on a daemon-range id or outside the DNS datagram bounds.
 #include "daemon/agent_conn.h"
 
 #include <poll.h>
@@ -239,6 +240,62 @@ void AgentConn::on_connect(Frame f) {
     pending_agent_streams_.emplace_back(std::move(s), static_cast<uint16_t>(port));
 }
 
+void AgentConn::set_on_dns(DnsHandler h) {
+  std::lock_guard hl(handler_mu_);
+  on_dns_ = std::move(h);
+}
+
+void AgentConn::on_dns(Frame f) {
+  auto bad = [&](const std::string& why) {
+    lose(Error(Code::kProtocol, "the agent sent a bad dns frame on stream " +
+                                    std::to_string(f.stream) + ": " + why));
+  };
+  if (!proto::is_agent_stream(f.stream)) return bad("the id is not in the agent's range");
+  if (f.payload.size() < proto::kDnsHeaderSize || f.payload.size() > proto::kMaxDnsDatagram)
+    return bad(std::to_string(f.payload.size()) + " bytes is not a DNS query size (" +
+               std::to_string(proto::kDnsHeaderSize) + ".." +
+               std::to_string(proto::kMaxDnsDatagram) + ")");
+  std::lock_guard hl(handler_mu_);
+  if (on_dns_) on_dns_(f.stream, std::move(f.payload));
+}
+
+void AgentConn::set_on_exec_report(ExecReportHandler h) {
+  std::lock_guard rl(report_mu_);
+  on_exec_report_ = std::move(h);
+  std::vector<std::string> pending = std::move(pending_exec_reports_);
+  pending_exec_reports_.clear();
+  pending_exec_report_bytes_ = 0;
+  if (!on_exec_report_) return;
+  for (const std::string& payload : pending) {
+    if (auto r = on_exec_report_(payload); !r) {
+      lose(Error(Code::kProtocol, "the agent sent a bad proc_exec: " + r.error().message()));
+      return;
+    }
+  }
+}
+
+void AgentConn::on_exec_report(Frame f) {
+  if (f.stream != 0) {
+    lose(Error(Code::kProtocol, "the agent sent proc_exec on stream " + std::to_string(f.stream) +
+                                    " (it belongs on stream 0)"));
+    return;
+  }
+  std::lock_guard rl(report_mu_);
+  if (on_exec_report_) {
+    if (auto r = on_exec_report_(f.payload); !r)
+      lose(Error(Code::kProtocol, "the agent sent a bad proc_exec: " + r.error().message()));
+    return;
+  }
+  if (pending_exec_report_bytes_ + f.payload.size() > kMaxPendingExecReportBytes) {
+    if (!warned_exec_reports_)
+      spdlog::warn("{}: dropping the agent's exec reports: nobody takes them", name_);
+    warned_exec_reports_ = true;
+    return;
+  }
+  pending_exec_report_bytes_ += f.payload.size();
+  pending_exec_reports_.push_back(std::move(f.payload));
+}
+
 Result<void> AgentConn::send(FrameType type, uint32_t stream, std::string_view payload) {
   std::string buf;
   TRY_VOID(proto::encode(type, stream, payload, buf));
@@ -342,6 +399,12 @@ void AgentConn::route(Frame f) {
       return;
     case FrameType::kConnect:
       on_connect(std::move(f));
+      return;
+    case FrameType::kProcExec:
+      on_exec_report(std::move(f));
+      return;
+    case FrameType::kDns:
+      on_dns(std::move(f));
       return;
     case FrameType::kCredit: {
       // The agent moved this many stdin bytes into the process's pipe.

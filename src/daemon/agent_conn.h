@@ -2,7 +2,8 @@
 // from the (untrusted) agent and routes them to per-stream queues, and a writer that encodes
 // frames onto the channel with a bounded wait. Streams carry one request, exec or file
 // transfer each; their ids are allocated here. Streams the agent opens (egress connections,
-// ids with proto::kAgentStreamBit) are announced to an owner-set handler (EgressRelay).
+// ids with proto::kAgentStreamBit) are announced to an owner-set handler (EgressRelay), and the
+// guest DNS queries the agent carries (`dns` frames) go to another (DnsRelay).
 #pragma once
 
 #include <atomic>
@@ -120,6 +121,28 @@ class AgentConn {
   // Sends the ok `response` to the agent's connect on `s` and lets data flow on it.
   Result<void> accept_agent_stream(Stream& s);
 
+  // Guest DNS queries: each `dns` frame from the agent (an agent stream id, a query datagram of
+  // kDnsHeaderSize..kMaxDnsDatagram bytes) is handed to `h` on the reader thread, so `h` must
+  // not block; it answers with one `dns` frame on that stream (send()). Queries that arrive
+  // while no handler is set are dropped (the agent forgets them after its timeout). Streams are
+  // not registered for them. A `dns` frame on a daemon-range id or of a size out of bounds is
+  // a protocol violation and closes the channel. set_on_dns(nullptr) returns only once no call
+  // of the previous handler is running.
+  using DnsHandler = std::function<void(uint32_t stream, std::string query)>;
+  void set_on_dns(DnsHandler h);
+
+  // Guest-reported execs (microVM agents: `proc_exec` frames on stream 0, proto/exec_report.h):
+  // each payload is handed to `h` on the reader thread (it may block while the audit log is
+  // behind: the agent then queues, and drops, on its side); an error it returns (a malformed
+  // payload) closes the channel as a protocol violation, as does a `proc_exec` on another
+  // stream. Frames that arrive before a handler is set (after a reattach the agent sends its
+  // backlog right after hello) wait, at most kMaxPendingExecReportBytes of them, and are handed
+  // over by this call; the rest are dropped, and so is everything while no handler is ever set
+  // (the linux runtime, exec auditing off).
+  using ExecReportHandler = std::function<Result<void>(std::string_view payload)>;
+  void set_on_exec_report(ExecReportHandler h);
+  static constexpr size_t kMaxPendingExecReportBytes = 2u << 20;
+
   Result<void> send(proto::FrameType type, uint32_t stream, std::string_view payload);
   Result<void> send_json(proto::FrameType type, uint32_t stream, const nlohmann::json& j);
   // Grants flow-control credit for `bytes` data bytes of `stream`.
@@ -141,6 +164,8 @@ class AgentConn {
   void lose(const Error& e);
   void route(proto::Frame f);
   void on_connect(proto::Frame f);
+  void on_exec_report(proto::Frame f);
+  void on_dns(proto::Frame f);
 
   const int fd_;
   const std::string name_;
@@ -161,10 +186,18 @@ class AgentConn {
   std::optional<Error> lost_error_;
   size_t agent_streams_ = 0;  // open streams with kAgentStreamBit
 
-  // Held while the agent-stream handler runs, so resetting it waits for a running call.
+  // Held while the agent-stream or DNS handler runs, so resetting it waits for a running call.
   std::mutex handler_mu_;
   AgentStreamHandler on_agent_stream_;
+  DnsHandler on_dns_;
   std::vector<std::pair<std::shared_ptr<Stream>, uint16_t>> pending_agent_streams_;
+
+  // Held while the exec-report handler runs (apart from handler_mu_: that handler may block).
+  std::mutex report_mu_;
+  ExecReportHandler on_exec_report_;
+  std::vector<std::string> pending_exec_reports_;
+  size_t pending_exec_report_bytes_ = 0;
+  bool warned_exec_reports_ = false;
 };
 
 }  // namespace space::daemon

@@ -45,6 +45,10 @@ Result<void> Config::load(const std::filesystem::path& file) {
       audit_retention_s = v.get<double>() * 86400.0;
     else if (k == "audit_execs" && v.is_boolean())
       audit_execs = v.get<bool>();
+    else if (k == "audit_guest_execs_per_s" && v.is_number() && v.get<double>() > 0)
+      audit_guest_execs_per_s = v.get<double>();
+    else if (k == "audit_guest_execs_burst" && v.is_number() && v.get<double>() >= 1)
+      audit_guest_execs_burst = v.get<double>();
     else if (k == "profiles" && v.is_array()) {
       profiles.clear();
       for (auto& p : v)

@@ -76,6 +76,10 @@ struct Config {
   double destroyed_retention_s = 7 * 86400.0;  // how long destroyed sandboxes stay listed
   double audit_retention_s = 90 * 86400.0;     // how long a destroyed sandbox's audit log stays
   bool audit_execs = true;  // log every execve inside sandboxes (seccomp user notification)
+  // The rate limit on execs a microVM's agent reports (daemon/guest_exec_audit.h), per sandbox:
+  // tokens a second and the bucket's size.
+  double audit_guest_execs_per_s = 200;
+  double audit_guest_execs_burst = 2000;
   std::set<std::string> profiles = {"test", "live"};
   // Per profile: what its sandboxes may reach through the egress gateway (absent = nothing).
   std::map<std::string, egress::EgressProfile> egress;

@@ -370,6 +370,15 @@ Result<Daemon::Prepared> Daemon::prepare_sandbox(
     p.listeners = std::move(*bound);
   }
   times.mark("gateway bind");
+  if (p.ca && !p.ca_installed && sb.inst->egress_over_channel()) {
+    // A VM has no writable layer on the host: its agent writes the CA files now, before a pool
+    // keeps it, so that a create from the pool does not wait for them.
+    if (auto r = install_ca_via_agent(sb, *p.ca); !r) return failed(std::move(r.error()));
+    p.ca_installed = true;
+    // What `space diff` counts as part of the creation, asked of the agent now too.
+    p.installed = installed_stats(sb, kInstalledFiles);
+    times.mark("trust store via agent");
+  }
   rec.runtime_state = sb.inst->persist();
   if (state != "creating") {
     // Recorded with its runtime state, so that a restarted spaced can remove it.
@@ -410,6 +419,14 @@ void Daemon::start_relay(Sandbox& sb) {
   };
   sb.egress_relay = std::make_unique<EgressRelay>(*sb.conn, dial, sb.rec.id);
   sb.egress_relay->start();
+  // And the guest's DNS queries, to the stub only (docs/agent-protocol.md, "DNS").
+  sb.dns_relay = std::make_unique<DnsRelay>(*sb.conn, sb.rec.id);
+  if (auto r = sb.dns_relay->start([ns] {
+        return connect_udp_in_netns(ns, egress::kDnsStubAddress, egress::kDnsStubPort);
+      });
+      !r)
+    spdlog::warn("sandbox {}: names will not resolve in the guest: {}", sb.rec.id,
+                 r.error().message());
 }
 
 Result<void> Daemon::open_agent(Sandbox& sb, bool resumed) {
@@ -418,6 +435,7 @@ Result<void> Daemon::open_agent(Sandbox& sb, bool resumed) {
   if (!conn) return fail(std::move(conn.error()).wrap("waiting for the sandbox's agent"));
   sb.conn = std::move(*conn);
   start_relay(sb);
+  start_guest_exec_audit(sb);
   if (!resumed) return {};
   // Its hostname, clock and random state are those of the machine that was saved: the
   // sandbox's own, the host's time, and fresh entropy (no two restores of one snapshot share
@@ -437,7 +455,9 @@ Result<void> Daemon::open_agent(Sandbox& sb, bool resumed) {
 
 void Daemon::close_agent(Sandbox& sb) {
   if (sb.egress_relay) sb.egress_relay->stop();
+  if (sb.dns_relay) sb.dns_relay->stop();
   if (sb.conn) sb.conn->close();
+  if (sb.guest_exec_audit) sb.guest_exec_audit->finish();  // its last drop count
 }
 
 Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
@@ -533,21 +553,13 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
   }
   if (sb->inst->netns_fd() >= 0) {
     if (!prepared->ca_installed) {
-      // No writable layer to fill beforehand (or its /etc is not a plain directory): the
-      // agent writes the files.
-      auto base = trust_base();
-      if (!base) return failed(std::move(base.error()));
-      std::string ca = prepared->ca->cert_pem();
-      std::string bundle = **base + "\n# SPACE: this sandbox's egress gateway CA\n" + ca;
-      if (auto r = put_file(*sb->conn, egress::kCaCertPath, 0644, ca); !r)
-        return failed(std::move(r.error()).wrap("installing the gateway CA"));
-      if (auto r = put_file(*sb->conn, egress::kCaBundlePath, 0644, bundle); !r)
-        return failed(std::move(r.error()).wrap("installing the trust store"));
+      // Its /etc is not a plain directory of the writable layer: the agent writes the files.
+      if (auto r = install_ca_via_agent(*sb, *prepared->ca); !r) return failed(std::move(r.error()));
       times.mark("trust store via agent");
     }
     // `space diff` shows what changed since creation; these files are part of creation.
     rec.spec["installed"] =
-        installed_stats(*sb, {"etc/space", "etc/space/ca.crt", "etc/space/ca-bundle.crt"});
+        prepared->installed.is_object() ? prepared->installed : installed_stats(*sb, kInstalledFiles);
     auto r = prepared->listeners.empty()
                  ? gateway_->attach(std::move(egress_plan), sb->inst->netns_fd())
                  : gateway_->attach(std::move(egress_plan), std::move(prepared->listeners));
@@ -850,6 +862,7 @@ Result<void> Daemon::reconcile() {
     }
     sb->conn = std::move(*conn);
     start_relay(*sb);
+    start_guest_exec_audit(*sb);
     if (auto eg = egress_of(rec); !eg) {
       spdlog::warn("sandbox {}: egress not restored: {}", rec.id, eg.error().message());
     } else if (auto r = start_egress(*sb, std::move(*eg), CaMode::kSaved); !r) {

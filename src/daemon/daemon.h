@@ -19,7 +19,9 @@
 #include "common/clock.h"
 #include "daemon/agent_conn.h"
 #include "daemon/config.h"
+#include "daemon/dns_relay.h"
 #include "daemon/egress_relay.h"
+#include "daemon/guest_exec_audit.h"
 #include "daemon/images.h"
 #include "daemon/service.h"
 #include "daemon/store.h"
@@ -97,6 +99,11 @@ class Daemon : public SandboxService {
     // VMs: carries the agent's egress connections to the gateway (before conn in destruction
     // order: it uses conn). Stopped by close_agent().
     std::unique_ptr<EgressRelay> egress_relay;
+    // VMs: carries the guest's DNS queries to the gateway's stub (likewise before conn).
+    std::unique_ptr<DnsRelay> dns_relay;
+    // VMs: turns the agent's guest-reported execs into audit events (daemon/guest_exec_audit.h);
+    // finished (its last drop count written) by close_agent().
+    std::shared_ptr<GuestExecAudit> guest_exec_audit;
     std::atomic<bool> destroyed{false};
     std::atomic<bool> paused{false};
     // Rollback replaces the Sandbox object under the same id: `replacing` while it runs (the
@@ -135,7 +142,8 @@ class Daemon : public SandboxService {
     std::shared_ptr<egress::SandboxCa> ca;
     egress::BoundListeners listeners;
     std::string workdir;        // created already
-    bool ca_installed = false;  // the CA files are in its writable layer
+    bool ca_installed = false;  // the CA files are in place (writable layer, or via the agent)
+    nlohmann::json installed;   // installed_stats() of them, where taken beforehand (VMs)
     double prepared_at = 0;
   };
   // The cold path: makes a sandbox of template `t` (state "creating", or "pooled" for a warm
@@ -165,6 +173,8 @@ class Daemon : public SandboxService {
   // `upper` before the sandbox starts, owned by sandbox root as if its agent had written them.
   // false (nothing written) where the layer cannot mirror the image's /etc simply (a symlink,
   // or a restored snapshot's whiteout there): the agent installs them then.
+  // The same files written through the sandbox's agent (VMs: no writable layer on the host).
+  Result<void> install_ca_via_agent(Sandbox& sb, const egress::SandboxCa& ca);
   static Result<bool> install_ca_files(int upper_fd, uint32_t uid_base,
                                        const std::filesystem::path& rootfs,
                                        const std::string& ca_pem, const std::string& base);
@@ -176,9 +186,10 @@ class Daemon : public SandboxService {
   Result<uint32_t> allocate_uid_base();
   Result<runtime::SandboxSpec> spec_for(const SandboxRecord& rec);
   // After the agent's channel is open: for runtimes whose agent carries egress (VMs), starts
-  // relaying its connections to the gateway's listeners in the sandbox's network namespace.
+  // relaying its connections to the gateway's listeners in the sandbox's network namespace, and
+  // its DNS queries to the gateway's stub there.
   static void start_relay(Sandbox& sb);
-  // Stops the egress relay, then closes the agent channel. Idempotent.
+  // Stops the egress and DNS relays, then closes the agent channel. Idempotent.
   static void close_agent(Sandbox& sb);
   // Egress (daemon/egress.cc). plan_egress checks a create request's --secret and --allow
   // against the profile and records grants and placeholders in rec.spec; start_egress gives
@@ -196,11 +207,17 @@ class Daemon : public SandboxService {
   // ({"/etc/space/ca.crt": {"size","mtime_ns","dir"}}), so `space diff` can leave them out
   // while they are untouched.
   static nlohmann::json installed_stats(Sandbox& sb, const std::vector<std::string>& rel_paths);
+  // The files spaced installs in every sandbox with egress: the gateway's CA and trust store.
+  static inline const std::vector<std::string> kInstalledFiles = {
+      "etc/space", "etc/space/ca.crt", "etc/space/ca-bundle.crt"};
   // Writes a small file into a running sandbox through its agent (parents created).
   static Result<void> put_file(AgentConn& conn, const std::string& path, uint32_t mode,
                                std::string_view bytes);
   // The runtime's exec-event callback for a sandbox: appends "proc.exec" audit events.
   std::function<void(nlohmann::json)> exec_sink(const std::string& id);
+  // After the agent's channel is open: for microVMs, records the execs their agent reports
+  // (daemon/guest_exec_audit.cc).
+  void start_guest_exec_audit(Sandbox& sb);
   // With `usage`, the cgroup's current usage too (a few file reads: not for a create's answer).
   SandboxInfo info(const SandboxRecord& rec, const Sandbox* sb, bool usage = true);
   // Snapshots (daemon/snapshots.cc).

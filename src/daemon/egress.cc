@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "daemon/daemon.h"
+#include "runtime/vm_diff.h"
 
 namespace space::daemon {
 namespace fs = std::filesystem;
@@ -38,6 +39,30 @@ const egress::EgressProfile& Daemon::egress_profile(const std::string& profile) 
 json Daemon::installed_stats(Sandbox& sb, const std::vector<std::string>& rel_paths) {
   json out = json::object();
   auto layer = sb.inst->writable_layer();
+  if (!layer && layer.error().code() == Code::kUnimplemented) {
+    // A microVM's layer is on its own disk: its agent stats the files, and what space-vminit
+    // made there at boot is part of the creation too (runtime/vm_diff.h). Its mount points are
+    // directories, for which only the type counts: no need to ask.
+    for (const char* p : runtime::vm::kGuestMountPoints)
+      out["/" + std::string(p)] = {{"size", -1}, {"mtime_ns", -1}, {"dir", true}};
+    std::vector<std::string> rels = rel_paths;
+    for (const char* p : runtime::vm::kGuestBootFiles) rels.emplace_back(p);
+    for (auto& rel : rels) {
+      auto r = sb.conn->request({{"op", "stat"}, {"path", "/" + rel}});
+      if (!r) continue;
+      auto st = r->find("stat");
+      if (st == r->end() || !st->is_object()) continue;
+      auto num = [&](const char* k) {
+        auto it = st->find(k);
+        return it != st->end() && it->is_number_integer() ? it->get<int64_t>() : int64_t{-1};
+      };
+      auto type = st->find("type");
+      out["/" + rel] = {{"size", num("size")},
+                        {"mtime_ns", num("mtime_ns")},
+                        {"dir", type != st->end() && *type == "dir"}};
+    }
+    return out;
+  }
   if (!layer) return out;
   UniqueFd upper(::openat(layer->get(), "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!upper) return out;
@@ -190,6 +215,15 @@ Result<bool> Daemon::install_ca_files(int upper_fd, uint32_t uid_base, const fs:
                               {base, "\n" + std::string(kBundleMarker), ca_pem}, uid_base));
 }
 
+Result<void> Daemon::install_ca_via_agent(Sandbox& sb, const egress::SandboxCa& ca) {
+  std::string pem = ca.cert_pem();
+  std::string bundle = *TRY(trust_base()) + "\n" + kBundleMarker + pem;
+  TRY_VOID_CTX(put_file(*sb.conn, egress::kCaCertPath, 0644, pem), "installing the gateway CA");
+  TRY_VOID_CTX(put_file(*sb.conn, egress::kCaBundlePath, 0644, bundle),
+               "installing the trust store");
+  return {};
+}
+
 Result<void> Daemon::start_egress(Sandbox& sb, egress::SandboxEgress eg, CaMode mode) {
   int netns = sb.inst->netns_fd();
   if (netns < 0) return {};  // a runtime whose agent carries egress itself (VMs, later)
@@ -197,13 +231,8 @@ Result<void> Daemon::start_egress(Sandbox& sb, egress::SandboxEgress eg, CaMode 
   eg.ca = TRY(egress::SandboxCa::load(dir));
   if (mode == CaMode::kReinstall) {
     // The sandbox's writable layer was replaced: write its trust store again.
-    std::string ca = eg.ca->cert_pem();
-    std::string bundle = *TRY(trust_base()) + "\n" + kBundleMarker + ca;
-    TRY_VOID_CTX(put_file(*sb.conn, egress::kCaCertPath, 0644, ca), "installing the gateway CA");
-    TRY_VOID_CTX(put_file(*sb.conn, egress::kCaBundlePath, 0644, bundle),
-                 "installing the trust store");
-    sb.rec.spec["installed"] =
-        installed_stats(sb, {"etc/space", "etc/space/ca.crt", "etc/space/ca-bundle.crt"});
+    TRY_VOID(install_ca_via_agent(sb, *eg.ca));
+    sb.rec.spec["installed"] = installed_stats(sb, kInstalledFiles);
   }
   TRY_VOID(gateway_->attach(std::move(eg), netns));
   return {};

@@ -35,15 +35,7 @@ namespace {
 constexpr std::chrono::milliseconds kWriteSlice{200};
 }  // namespace
 
-Result<UniqueFd> connect_in_netns(int netns_fd, const std::string& ip, uint16_t port,
-                                  std::chrono::milliseconds timeout) {
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  if (::inet_pton(AF_INET, ip.c_str(), &sa.sin_addr) != 1)
-    return fail(Code::kInvalidArgument, "\"" + ip + "\" is not an IPv4 address");
-  const std::string where =
-      ip + ":" + std::to_string(port) + " in netns fd " + std::to_string(netns_fd);
+Result<UniqueFd> socket_in_netns(int netns_fd, int type) {
   // A socket belongs to the network namespace of the thread that made it. setns() changes only
   // the calling thread, and this thread exits right after, so the daemon's other threads never
   // run in the sandbox's namespace.
@@ -54,11 +46,23 @@ Result<UniqueFd> connect_in_netns(int netns_fd, const std::string& ip, uint16_t 
       err = Error::sys("setns", "CLONE_NEWNET fd " + std::to_string(netns_fd));
       return;
     }
-    sock = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    sock = ::socket(AF_INET, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (sock < 0) err = Error::sys("socket", "AF_INET");
   }).join();
-  if (err) return fail(std::move(*err).wrap("connecting to " + where));
-  UniqueFd fd(sock);
+  if (err) return fail(std::move(*err));
+  return UniqueFd(sock);
+}
+
+Result<UniqueFd> connect_in_netns(int netns_fd, const std::string& ip, uint16_t port,
+                                  std::chrono::milliseconds timeout) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  if (::inet_pton(AF_INET, ip.c_str(), &sa.sin_addr) != 1)
+    return fail(Code::kInvalidArgument, "\"" + ip + "\" is not an IPv4 address");
+  const std::string where =
+      ip + ":" + std::to_string(port) + " in netns fd " + std::to_string(netns_fd);
+  UniqueFd fd = TRY_CTX(socket_in_netns(netns_fd, SOCK_STREAM), "connecting to " + where);
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&sa), sizeof sa) < 0) {
     if (errno != EINPROGRESS) return fail_sys("connect", where);
     pollfd p{fd.get(), POLLOUT, 0};

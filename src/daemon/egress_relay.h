@@ -27,6 +27,12 @@
 
 namespace space::daemon {
 
+// Makes an AF_INET socket of `type` (SOCK_STREAM, SOCK_DGRAM) inside the network namespace
+// `netns_fd`, from a short-lived thread that setns()es into it (the socket keeps that namespace;
+// no other daemon thread ever enters it). Non-blocking and close-on-exec. Needs CAP_SYS_ADMIN
+// over the namespace's owning user namespace (spaced has it).
+[[nodiscard]] Result<UniqueFd> socket_in_netns(int netns_fd, int type);
+
 // Makes a TCP socket inside the network namespace `netns_fd` (from a short-lived thread that
 // setns()es into it; the socket keeps that namespace) and connects it to ip:port there, waiting
 // at most `timeout`. Returns a blocking, close-on-exec socket. Needs CAP_SYS_ADMIN over the

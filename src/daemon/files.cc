@@ -1,15 +1,11 @@
-// File operations on a sandbox: single files and tar streams in both directions, removal, and
-// the diff of the writable layer against the image. Paths are resolved by the agent inside the
-// sandbox (openat2 RESOLVE_IN_ROOT there); tar archives from clients are untrusted and their
-// entry names are checked here before anything is written.
+// File operations on a sandbox: single files and tar streams in both directions, and removal
+// (`space diff` is diff.cc). Paths are resolved by the agent inside the sandbox (openat2
+// RESOLVE_IN_ROOT there); tar archives from clients are untrusted and their entry names are
+// checked here before anything is written.
 #include <archive.h>
 #include <archive_entry.h>
-#include <dirent.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,7 +23,6 @@ namespace {
 constexpr auto kTransferIdle = std::chrono::seconds(60);
 constexpr size_t kChunk = 256 * 1024;
 constexpr size_t kMaxWalkEntries = 1000000;
-constexpr size_t kMaxDiffEntries = 100000;
 
 Result<void> check_path(const std::string& p) {
   if (p.empty() || p[0] != '/')
@@ -403,96 +398,6 @@ Result<void> Daemon::remove(const std::string& id, const std::string& path, bool
   TRY_VOID(sb->conn->request({{"op", "remove"}, {"path", path}, {"recursive", recursive}}));
   au.ok = true;
   return {};
-}
-
-Result<json> Daemon::diff(const std::string& id) {
-  auto sb = TRY(live(id));
-  UniqueFd layer = TRY_CTX(sb->inst->writable_layer(), "opening the writable layer of " + id);
-  int ufd = ::openat(layer.get(), "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (ufd < 0) return fail_sys("openat", "upper");
-  UniqueFd upper(ufd);
-  int lfd = ::open(sb->spec.image.rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (lfd < 0) return fail_sys("open", sb->spec.image.rootfs.string());
-  UniqueFd lower(lfd);
-
-  auto in_lower = [&](const std::string& rel) {
-    open_how how{};
-    how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    int fd = static_cast<int>(::syscall(SYS_openat2, lower.get(), rel.c_str(), &how, sizeof how));
-    if (fd >= 0) ::close(fd);
-    return fd >= 0;
-  };
-  json added = json::array(), changed = json::array(), deleted = json::array();
-  size_t count = 0;
-  // What the daemon itself installed at creation (egress trust store) is not a change.
-  const json installed = sb->rec.spec.value("installed", json::object());
-  std::function<Result<void>(int, const std::string&)> visit =
-      [&](int dirfd, const std::string& prefix) -> Result<void> {
-    int dup = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dup < 0) return fail_sys("openat", prefix);
-    DIR* d = ::fdopendir(dup);
-    if (!d) {
-      ::close(dup);
-      return fail_sys("fdopendir", prefix);
-    }
-    struct Closedir {
-      DIR* d;
-      ~Closedir() { ::closedir(d); }
-    } cd{d};
-    while (dirent* de = ::readdir(d)) {
-      std::string name = de->d_name;
-      if (name == "." || name == "..") continue;
-      if (++count > kMaxDiffEntries)
-        return fail(Code::kResourceExhausted, "more than " + std::to_string(kMaxDiffEntries) +
-                                                  " changed paths; use `space cp` to inspect");
-      std::string rel = prefix.empty() ? name : prefix + "/" + name;
-      struct stat st;
-      if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-      if (S_ISCHR(st.st_mode) && st.st_rdev == 0) {  // overlayfs whiteout
-        deleted.push_back("/" + rel);
-        continue;
-      }
-      if (auto it = installed.find("/" + rel); it != installed.end() && it->is_object()) {
-        int64_t mtime = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-        bool dir = S_ISDIR(st.st_mode);
-        bool same = it->value("dir", false) == dir &&
-                    (dir || (it->value("size", int64_t{-1}) == st.st_size &&
-                             it->value("mtime_ns", int64_t{-1}) == mtime));
-        if (same) {
-          if (dir) {
-            int sub = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            if (sub < 0) continue;
-            UniqueFd g(sub);
-            TRY_VOID(visit(sub, rel));
-          }
-          continue;
-        }
-      }
-      bool existed = in_lower(rel);
-      if (S_ISDIR(st.st_mode)) {
-        int sub = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (sub < 0) continue;
-        UniqueFd g(sub);
-        char v[4] = {0};
-        bool opaque = ::fgetxattr(sub, "user.overlay.opaque", v, sizeof v) > 0 && v[0] == 'y';
-        if (!existed) added.push_back("/" + rel);
-        else if (opaque) changed.push_back("/" + rel);
-        TRY_VOID(visit(sub, rel));
-      } else {
-        (existed ? changed : added).push_back("/" + rel);
-      }
-    }
-    return {};
-  };
-  TRY_VOID(visit(upper.get(), ""));
-  auto sorted = [](json a) {
-    std::vector<std::string> v = a.get<std::vector<std::string>>();
-    std::sort(v.begin(), v.end());
-    return json(v);
-  };
-  return json{{"added", sorted(added)}, {"changed", sorted(changed)},
-              {"deleted", sorted(deleted)}};
 }
 
 }  // namespace space::daemon

@@ -164,6 +164,8 @@ int run(int argc, char** argv) {
     qc.qemu = cfg.vm.qemu;
     qc.accel = cfg.vm.accel;
     qc.probe_cache = cfg.state_dir / "kvm-probe.json";
+    qc.template_dir = cfg.state_dir / "qemu" / "templates";
+    qc.templates = cfg.vm.templates;
     qc.cgroup_name = cfg.cgroup_name;
     qc.egress_ports = {egress::kProxyPort, egress::kTransparentTlsPort,
                        egress::kTransparentHttpPort};

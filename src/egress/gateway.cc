@@ -16,8 +16,13 @@
 
 #include "egress/dns.h"
 #include "egress/internal.h"
+#include "proto/guest_boot.h"
 
 namespace space::egress {
+
+// A microVM guest's side of the stub's address must be this one (its agent listens there).
+static_assert(proto::kDnsStubIp == std::string_view(kDnsStubAddress) &&
+              proto::kDnsStubPort == kDnsStubPort);
 
 std::vector<std::string> sandbox_env(const std::vector<Grant>& grants, const SecretStore& secrets) {
   std::vector<std::string> env;
@@ -122,7 +127,7 @@ Result<std::vector<std::pair<UniqueFd, ListenerKind>>> bind_listeners(int netns_
          {Spec{"127.0.0.1", kProxyPort, SOCK_STREAM, ListenerKind::kProxy},
           Spec{"127.0.0.1", kTransparentTlsPort, SOCK_STREAM, ListenerKind::kTransparentTls},
           Spec{"127.0.0.1", kTransparentHttpPort, SOCK_STREAM, ListenerKind::kTransparentHttp},
-          Spec{"127.0.0.53", 53, SOCK_DGRAM, ListenerKind::kDns}}) {
+          Spec{kDnsStubAddress, kDnsStubPort, SOCK_DGRAM, ListenerKind::kDns}}) {
       UniqueFd fd(::socket(AF_INET, s.type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
       std::string what = std::string(s.addr) + ":" + std::to_string(s.port);
       if (!fd) {

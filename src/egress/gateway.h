@@ -58,6 +58,10 @@ inline constexpr const char* kProxyUrl = "http://127.0.0.1:3128";
 inline constexpr uint16_t kProxyPort = 3128;
 inline constexpr uint16_t kTransparentTlsPort = 443;
 inline constexpr uint16_t kTransparentHttpPort = 80;
+// The DNS stub (UDP). A microVM's agent receives guest queries on the same address in the guest
+// and carries them to this one (proto::kDnsStubIp, the guest's side of the same contract).
+inline constexpr const char* kDnsStubAddress = "127.0.0.53";
+inline constexpr uint16_t kDnsStubPort = 53;
 inline constexpr const char* kCaCertPath = "/etc/space/ca.crt";           // the sandbox CA
 inline constexpr const char* kCaBundlePath = "/etc/space/ca-bundle.crt";  // system + CA
 // HTTP(S)_PROXY, ALL_PROXY, NO_PROXY (both cases), SSL_CERT_FILE, REQUESTS_CA_BUNDLE,

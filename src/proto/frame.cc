@@ -37,11 +37,13 @@ const char* frame_type_name(FrameType t) {
     case FrameType::kPong: return "pong";
     case FrameType::kConnect: return "connect";
     case FrameType::kReset: return "reset";
+    case FrameType::kDns: return "dns";
+    case FrameType::kProcExec: return "proc_exec";
   }
   return "unknown";
 }
 
-bool is_valid_type(uint8_t t) { return t >= 1 && t <= 16; }
+bool is_valid_type(uint8_t t) { return t >= 1 && t <= 18; }
 
 Result<void> encode(FrameType type, uint32_t stream, std::string_view payload, std::string& out) {
   if (payload.size() > kMaxPayload)

@@ -8,7 +8,8 @@
 //   u8  flags    must be 0 (reserved)
 //   u16 reserved must be 0
 //   u32 stream   request/exec/transfer id chosen by the daemon (high bit clear); 0 = control;
-//                ids with the high bit set (kAgentStreamBit) are chosen by the agent (egress)
+//                ids with the high bit set (kAgentStreamBit) are chosen by the agent (egress
+//                connections and DNS queries)
 // Every field is validated by the decoder; a bad frame poisons the decoder (the channel must be
 // closed), it never crashes the process.
 #pragma once
@@ -31,12 +32,19 @@ inline constexpr uint32_t kMaxPayload = 1u << 20;  // 1 MiB
 // Flow control: the agent sends at most this many unacknowledged data bytes per stream
 // (stdout+stderr of an exec, or a file read) before it waits for a kCredit frame.
 inline constexpr uint32_t kStreamWindow = 1u << 20;
-// Streams the agent opens (egress connections) have this bit set in their id; the daemon's
-// ids never do, so the two never collide.
+// Streams the agent opens (egress connections, DNS queries) have this bit set in their id; the
+// daemon's ids never do, so the two never collide.
 inline constexpr uint32_t kAgentStreamBit = 0x80000000u;
 // At most this many egress connections are open per agent at once. The agent refuses more
 // (closes the guest's connection); a daemon treats more as a protocol violation.
 inline constexpr size_t kMaxEgressConns = 256;
+// DNS over the channel (kDns, microVMs): a query datagram is 12 (a DNS header) to
+// kMaxDnsDatagram bytes, an answer at most kMaxDnsDatagram; the agent keeps at most
+// kMaxDnsInFlight queries unanswered (it drops further guest queries until an answer or its
+// timeout frees a slot), and the daemon queues no more than that either.
+inline constexpr size_t kDnsHeaderSize = 12;
+inline constexpr size_t kMaxDnsDatagram = 4096;
+inline constexpr size_t kMaxDnsInFlight = 64;
 inline constexpr bool is_agent_stream(uint32_t stream) { return (stream & kAgentStreamBit) != 0; }
 
 enum class FrameType : uint8_t {
@@ -57,6 +65,10 @@ enum class FrameType : uint8_t {
   kConnect = 15,     // a->d, JSON {"port"}, agent stream: a guest connection to the egress
                      // listener; the daemon answers kResponse ok or error on the same stream
   kReset = 16,       // both ways, empty, egress stream: abort the connection
+  kDns = 17,         // both ways, raw bytes, agent stream: a guest's DNS query datagram (a->d),
+                     // the stub's answer or empty = no answer (d->a); one each per stream
+  kProcExec = 18,    // a->d, stream 0, JSON {"events":[...],"dropped":N}: execs a microVM's
+                     // agent saw in its guest (proto/exec_report.h)
 };
 
 const char* frame_type_name(FrameType t);

@@ -139,6 +139,15 @@ class Instance {
   // The root of the sandbox's writable layer, opened O_PATH|O_DIRECTORY (for diff and
   // snapshots). Runtimes without one return kUnimplemented.
   virtual Result<UniqueFd> writable_layer() = 0;
+  // For runtimes whose writable layer is a disk the host does not mount (microVMs; for diff):
+  // calls `read` with that disk open read-only while the VM is stopped, so its blocks hold still,
+  // and lets it go on afterwards (a VM that was paused stays paused). Pause, resume and saves
+  // wait meanwhile. The caller has the guest flush its writes first (agent op `sync`). What the
+  // disk holds was written by the guest: only a confined reader parses it (vm_diff.h).
+  // kUnimplemented elsewhere.
+  virtual Result<void> read_writable_disk(const std::function<Result<void>(int disk_fd)>& read) {
+    return fail(Code::kUnimplemented, "this runtime has no writable disk");
+  }
 
   // Snapshots of the whole machine (runtimes whose keeps_machine_state() is true): stops the
   // sandbox and writes its complete state (memory, devices and disk) into the empty directory

@@ -108,6 +108,15 @@ json disk_identity(int fd) {
           {"mtime_ns", static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec}};
 }
 
+Result<void> write_machine_file(int dir_fd, const char* name, const json& j) {
+  UniqueFd m(::openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!m) return fail_sys("openat", name);
+  std::string text = j.dump();
+  if (::write(m.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+    return fail_sys("write", name);
+  return {};
+}
+
 Result<json> read_machine_file(int dir_fd, const char* name) {
   UniqueFd m(::openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!m) return fail_sys("openat", name);

@@ -35,6 +35,9 @@ nlohmann::json disk_identity(int fd);
 
 // The machine.json of a saved machine: what a VM snapshot may resume on.
 Result<nlohmann::json> read_machine_file(int dir_fd, const char* name);
+// Writes `j` as the new file `name` (0600) in `dir_fd`: a saved machine's or template's
+// machine.json.
+Result<void> write_machine_file(int dir_fd, const char* name, const nlohmann::json& j);
 
 // The message for a saved machine that cannot resume on the image disk as it is now.
 std::string image_changed(const std::string& image);

@@ -2,6 +2,7 @@
 #include "runtime/vmm.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <linux/sched.h>
 #include <net/if.h>
 #include <signal.h>
@@ -29,7 +30,7 @@ Result<Usage> VmmInstance::usage() const {
 Result<UniqueFd> VmmInstance::writable_layer() {
   return fail(Code::kUnimplemented,
               "a microVM sandbox keeps its files on its own disk, which the host does not "
-              "read: `space diff` of microVM sandboxes is not supported yet");
+              "mount, and its snapshots are whole machines, not file trees");
 }
 
 Result<void> VmmInstance::check_resumable(const Image& image) const {
@@ -171,6 +172,17 @@ Result<LaunchedVmm> launch_vmm(uint64_t ns_flags, linux::Cgroup& cgroup, ChildMa
   TRY_VOID_CTX(cgroup.attach(out.pid), "joining " + what + "'s cgroups");
   if (::write(go_w.get(), "g", 1) != 1) return fail_sys("write", "go pipe");
   go_w.reset();
+  // The child execs (its end of the pipe closes) or says which step failed; one that does
+  // neither within kJailDeadline is stuck and killed (by child_guard).
+  constexpr int kJailDeadlineMs = 10000;
+  pollfd pfd{err_r.get(), POLLIN, 0};
+  int ready;
+  do ready = ::poll(&pfd, 1, kJailDeadlineMs);
+  while (ready < 0 && errno == EINTR);
+  if (ready < 0) return fail_sys("poll", what + "'s jail");
+  if (ready == 0)
+    return fail(Code::kTimeout, what + "'s jail did not exec within " +
+                                    std::to_string(kJailDeadlineMs / 1000) + " s");
   ChildError ce{};
   ssize_t n;
   do n = ::read(err_r.get(), &ce, sizeof ce);

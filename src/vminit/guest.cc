@@ -9,6 +9,7 @@
 #include <charconv>
 
 #include "common/fd.h"
+#include "proto/guest_boot.h"
 
 namespace space::vminit {
 namespace {
@@ -164,7 +165,16 @@ std::vector<std::string> agent_argv(const std::string& channel_dev, const BootPa
     argv.push_back("--egress-listen");
     argv.push_back("127.0.0.1:" + std::to_string(port));
   }
+  if (!p.egress.empty()) {
+    argv.push_back("--dns-listen");
+    argv.push_back(std::string(proto::kDnsStubIp) + ":" + std::to_string(proto::kDnsStubPort));
+  }
   return argv;
+}
+
+std::string resolv_conf(const BootParams& p) {
+  if (p.egress.empty()) return "";
+  return "nameserver " + std::string(proto::kDnsStubIp) + "\noptions edns0\n";
 }
 
 bool module_wanted(std::string_view module, const BootParams& p) {

@@ -54,9 +54,16 @@ std::optional<std::string> ext4_label(std::string_view first_bytes);
 // finit_module of a module sees only what it is handed, not the kernel command line.
 std::string module_params(std::string_view cmdline, std::string_view module);
 
-// argv of the agent: /.space/space-agent --channel DEV [--egress-listen 127.0.0.1:PORT]...,
-// or with p.channel_vsock_port --channel-listen vsock:PORT in place of --channel DEV (channel_dev
-// is then unused and may be empty).
+// argv of the agent: /.space/space-agent --channel DEV [--egress-listen 127.0.0.1:PORT]...
+// [--dns-listen 127.0.0.53:53], or with p.channel_vsock_port --channel-listen vsock:PORT in
+// place of --channel DEV (channel_dev is then unused and may be empty). With egress (any
+// space.egress port) the agent also takes the guest's DNS queries on the stub's address
+// (proto::kDnsStubIp) and carries them to the gateway's stub.
 std::vector<std::string> agent_argv(const std::string& channel_dev, const BootParams& p);
+
+// What vminit writes to the guest's /etc/resolv.conf: with egress, the gateway's DNS stub (the
+// agent's --dns-listen address), as the host image's /etc/resolv.conf has it; without, "" (the
+// file is left as the image has it).
+std::string resolv_conf(const BootParams& p);
 
 }  // namespace space::vminit

@@ -10,7 +10,8 @@
 //   3. find the disks by ext4 label: space-image (read-only), space-rw (writable)
 //   4. overlay of the two -> /newroot; free the initramfs; move /newroot to / and chroot
 //   5. in the new root: /proc /sys /dev /dev/pts /dev/shm /tmp /run, cgroup2
-//   6. hostname, lo up, the sandbox's pids cgroup (space.* kernel parameters)
+//   6. hostname, lo up, the sandbox's pids cgroup (space.* kernel parameters); with egress,
+//      /etc/resolv.conf pointing at the gateway's DNS stub (which the agent carries)
 //   7. exec /.space/space-agent --channel /dev/vportNpM (or, with space.channel=vsock:PORT,
 //      --channel-listen vsock:PORT) with an empty environment
 #include <dirent.h>
@@ -270,6 +271,31 @@ Result<void> apply_params(const BootParams& p) {
   return {};
 }
 
+// 6b. /etc/resolv.conf names the gateway's DNS stub (resolv_conf), on the overlay's writable
+// layer. Written to a temporary file and renamed over the old one, so a symlink there (to
+// /run/systemd/resolve/..., say) is replaced, not followed; left alone if it already says so.
+Result<void> write_resolv_conf(const BootParams& p) {
+  const std::string want = resolv_conf(p);
+  if (want.empty()) return {};
+  if (auto have = read_file("/etc/resolv.conf"); have && *have == want) {
+    struct stat st;
+    if (::lstat("/etc/resolv.conf", &st) == 0 && S_ISREG(st.st_mode)) return {};
+  }
+  TRY_VOID(mkdir_p("/etc"));
+  const char* tmp = "/etc/.resolv.conf.space-vminit";
+  ::unlink(tmp);
+  UniqueFd fd(::open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (!fd) return fail_sys("open", tmp);
+  if (::write(fd.get(), want.data(), want.size()) != static_cast<ssize_t>(want.size()))
+    return fail_sys("write", tmp);
+  fd.reset();
+  if (::rename(tmp, "/etc/resolv.conf") != 0) {
+    ::unlink(tmp);
+    return fail_sys("rename", std::string(tmp) + " /etc/resolv.conf");
+  }
+  return {};
+}
+
 // 7. The agent's channel: the virtio-serial port named space.agent.
 Result<std::string> find_agent_port() {
   auto deadline = Clock::now() + kDeviceWait;
@@ -316,6 +342,10 @@ Result<std::string> find_agent_port() {
   step("switching to the overlay root", switch_root(*disks));
   step("mounting the sandbox's filesystems", sandbox_mounts());
   step("applying kernel parameters", apply_params(*params));
+  // Not fatal: a guest whose image keeps /etc from being written still runs, only names do not
+  // resolve in it (clients that use the proxy variables are unaffected).
+  if (auto r = write_resolv_conf(*params); !r)
+    log("warning: pointing /etc/resolv.conf at the DNS stub: " + r.error().message());
   // The channel: the virtio-serial port, unless the agent is to listen on vsock (firecracker).
   std::string channel;
   if (params->channel_vsock_port) {

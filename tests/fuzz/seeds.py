@@ -13,8 +13,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # Frame types (src/proto/frame.h).
 HELLO, REQUEST, RESPONSE, EXEC, STARTED, STDIN, STDOUT, STDERR, EXIT, SIGNAL, CREDIT, DATA, \
-    PING, PONG, CONNECT, RESET = range(1, 17)
-AGENT_STREAM = 0x80000000  # egress streams the agent opens
+    PING, PONG, CONNECT, RESET, DNS, PROC_EXEC = range(1, 19)
+AGENT_STREAM = 0x80000000  # egress connections and DNS queries the agent opens
 
 
 def frame(ftype, stream, payload, flags=0, reserved=0, length=None):
@@ -130,6 +130,15 @@ def agent_conn():
                       frame(DATA, AGENT_STREAM | 2, b"before the ok"),
         "raw-egress-bad-connect": b"\x00" + frame(CONNECT, AGENT_STREAM | 1, {"port": 70000}) +
                                   frame(CONNECT, 4, {"port": 1}) + frame(RESET, 4, b""),
+        "raw-dns": b"\x00" + frame(DNS, AGENT_STREAM | 9, b"\x12\x34\x01\x00\x00\x01" +
+                                   b"\x00" * 6 + b"\x07allowed\x04test\x00\x00\x01\x00\x01") +
+                   frame(DNS, AGENT_STREAM | 10, b"\xff" * 4096),
+        "raw-dns-bad": b"\x00" + frame(DNS, AGENT_STREAM | 1, b"short") +
+                       frame(DNS, 3, b"\x00" * 12),
+        "raw-proc-exec": b"\x00" + frame(PROC_EXEC, 0, {"events": [{"syscall": "execve",
+                                                                  "argv": ["ls"]}],
+                                                      "dropped": 2}) +
+                         frame(PROC_EXEC, 5, {"events": []}) + frame(PROC_EXEC, 0, b"{"),
         "reply-ok": b"\x01" + reply(RESPONSE, {"ok": True, "stat": {"type": "dir", "mode": 493}}),
         "reply-error": b"\x01" + reply(RESPONSE, {"ok": False, "error": {
             "code": "not_found", "message": "no such file", "errno": 2}}),
@@ -144,8 +153,58 @@ def agent_conn():
         write("agent_conn", name, data)
 
 
+def upper_listing():
+    head = b"space-upper 1\n"
+    seeds = {
+        "listing": head + b"e d 0 4096 1700000000123456789 etc\n"
+                          b"e o 0 12 1700000000000000000 etc/passwd\n"
+                          b"e w 0 0 0 etc/group\n"
+                          b"e d 1 4096 -5 root/opaque\n"
+                          b"end 4\n",
+        "escaped-names": head + b"e o 0 1 0 a%20b%0Ac%25\ne o 0 1 0 %FF%00x\nend 2\n",
+        "dot-parts": head + b"e o 0 1 0 a/../b\ne o 0 1 0 ./x\ne o 0 1 0 a//b\nend 3\n",
+        "limit": head + b"e o 0 1 0 a\nlimit 1\n",
+        "error": head + b"error the writable disk is not a readable ext4 file system\n",
+        "count-mismatch": head + b"e o 0 1 0 a\nend 2\n",
+        "no-end": head + b"e o 0 1 0 a\n",
+        "trailing": head + b"end 0\nend 0\n",
+        "big-numbers": head + b"e o 0 99999999999999999999 -9223372036854775808 x\nend 1\n",
+        "bad-escape": head + b"e o 0 1 0 %G1\ne o 0 1 0 %4\nend 2\n",
+        "empty": b"",
+    }
+    for name, data in seeds.items():
+        for limit in (0, 3, 255):
+            write("upper_listing", "%s-%d" % (name, limit), bytes([limit]) + data)
+
+
+def exec_report():
+    # A `proc_exec` payload as the daemon decodes it (src/proto/exec_report.cc).
+    rec = {"syscall": "execve", "pid": 87, "ppid": 85, "uid": 0, "cwd": "/root",
+           "path": "/bin/ls", "resolved": "/bin/ls", "argv": ["/bin/ls", "/"], "stream": 7}
+    seeds = {
+        "one": {"events": [rec], "dropped": 0},
+        "drops-only": {"events": [], "dropped": 12},
+        "all-fields": {"events": [dict(rec, syscall="execveat", abi="i386", fd=-100, path="",
+                                       at_empty_path=True, fileless=True, caller_gone=True,
+                                       argv_truncated=True, argv_unreadable=True,
+                                       path_truncated=True, stream=None)]},
+        "bad-records": {"events": [1, {}, {"syscall": "open"}, dict(rec, pid="x"),
+                                   dict(rec, argv=["a", 3]), dict(rec, stream=0x80000001),
+                                   dict(rec, guest_reported=False, host_pid=1)]},
+        "long": {"events": [dict(rec, cwd="c" * 5000, argv=["y" * 4200] * 20)]},
+        "utf8-cut": {"events": [dict(rec, argv=["x" + "\u00e9" * 2100])]},
+        "bad-dropped": {"events": [], "dropped": -1},
+    }
+    for name, payload in seeds.items():
+        write("exec_report", name, json.dumps(payload, ensure_ascii=False).encode())
+    write("exec_report", "deep", b'{"events":[' + b"[" * 20 + b"]" * 20 + b"]}")
+    write("exec_report", "not-json", b'{"events":[{"syscall":"execve"')
+
+
 if __name__ == "__main__":
     frame_decoder()
     api_request()
     agent_request()
     agent_conn()
+    upper_listing()
+    exec_report()

@@ -1,5 +1,7 @@
 """The qemu runtime (docs/qemu-runtime.md) through the real spaced and CLI, under TCG where the
-host has no KVM: a microVM boots its own kernel (`uname -r` differs from the host's), runs
+host has no KVM: a microVM, a clone of its image's template, runs its own kernel (`uname -r`
+differs from the host's); two clones of one template differ in hostname, random bytes and
+files, and the template's sealed RAM cannot be changed through a running QEMU's fd; it runs
 execs, takes files in and out, reaches an allowed host only through the egress gateway (the
 agent carries the connection over its channel) and is refused others, pauses (QMP stop: no
 exec, no guest CPU) and resumes, is snapshotted as a whole machine (QEMU's migration stream and
@@ -16,55 +18,25 @@ import http.server
 import json
 import os
 import platform
-import shutil
 import signal
 import subprocess
-import tarfile
 import threading
 import time
 import uuid
 
-from harness import BUILD_DIR, SPACE, SpaceTestCase, cgroup_dirs, main, read_text, wait_for
+from harness import SpaceTestCase, cgroup_dirs, main, read_text, wait_for
+from vm_image import HelloUpstream, busybox_tar, make_vm_image, skip_without_vm
 
-BUSYBOX = "/bin/busybox"
 APPLETS = ["sh", "wget", "cat", "echo", "uname", "ls", "sleep", "hostname", "ip", "nc", "id",
            "head", "grep", "wc", "dd", "df", "mount", "date", "od",
            "blockdev", "sync"]
-KERNEL = os.path.join(BUILD_DIR, "guest", "vmlinux")
-
-
-def busybox_tar(path):
-    with tarfile.open(path, "w:gz") as tar:
-        for d in ("bin", "etc", "root", "tmp"):
-            ti = tarfile.TarInfo(d)
-            ti.type = tarfile.DIRTYPE
-            ti.mode = 0o1777 if d == "tmp" else 0o755
-            tar.addfile(ti)
-        tar.add(BUSYBOX, arcname="bin/busybox")
-        for a in APPLETS:
-            ti = tarfile.TarInfo("bin/" + a)
-            ti.type = tarfile.SYMTYPE
-            ti.linkname = "busybox"
-            tar.addfile(ti)
-
-
-class _Upstream(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b"hello from upstream " + self.path.encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *a):
-        pass
 
 
 class QemuRuntimeTest(SpaceTestCase):
 
     @classmethod
     def daemon_config(cls):
-        cls.upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+        cls.upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HelloUpstream)
         threading.Thread(target=cls.upstream.serve_forever, daemon=True).start()
         port = cls.upstream.server_address[1]
         return {"profiles": {"test": {"egress": {"allow": ["allowed.test"],
@@ -75,24 +47,13 @@ class QemuRuntimeTest(SpaceTestCase):
 
     @classmethod
     def setUpClass(cls):
-        if not os.path.exists(KERNEL):
-            raise __import__("unittest").SkipTest(
-                "no guest kernel at %s: `make build` makes it (scripts/guest-kernel.sh)" % KERNEL)
-        if not os.path.exists(BUSYBOX) or not shutil.which("qemu-system-x86_64"):
-            raise __import__("unittest").SkipTest(
-                "busybox-static or qemu-system-x86 missing: scripts/install-deps.sh installs them")
+        skip_without_vm()
         super().setUpClass()
         cls.image = "bb-" + uuid.uuid4().hex[:8]
         tarball = os.path.join(cls.tmp, "busybox.tar.gz")
-        busybox_tar(tarball)
-        env = dict(os.environ, SPACE_SOCKET=cls.daemon.socket)
+        busybox_tar(tarball, APPLETS)
         try:
-            for args in (("image", "import", cls.image, tarball),
-                         ("image", "build-vm", cls.image)):
-                p = subprocess.run([SPACE, *args], capture_output=True, text=True, timeout=300,
-                                   env=env)
-                if p.returncode != 0:
-                    raise AssertionError("%s: %s %s" % (args, p.stdout, p.stderr))
+            make_vm_image(cls.daemon.socket, cls.image, tarball)
         except BaseException:
             cls.tearDownClass()  # unittest does not call it when setUpClass fails
             raise
@@ -187,10 +148,10 @@ class QemuRuntimeTest(SpaceTestCase):
         self.space_ok("resume", sid)
         self.assertEqual(self.exec_ok(sid, "cat", "/root/in.txt"), "payload\n")
 
-        # `space diff` would have to read the VM's own disk: a clear refusal.
-        rc, out, err = self.space("diff", sid)
-        self.assertEqual(rc, 125)
-        self.assertIn("not supported", err)
+        # `space diff` reads the VM's own disk (test_qemu_diff.py has the details).
+        diff = json.loads(self.space_ok("diff", sid, "--json"))
+        self.assertIn("/root/in.txt", diff["added"])
+        self.assertIn("/root/out.txt", diff["added"])
 
     def test_snapshot_rollback_restore_resume_the_machine(self):
         sid = self.vm("--memory", "192M", "--disk", "96M")
@@ -202,7 +163,7 @@ class QemuRuntimeTest(SpaceTestCase):
             pids = [p["pid"] for p in ps if p["argv"][:2] == ["sleep", "1001"]]
             return pids[0] if pids else None
         # The backgrounded subshell may not have exec'd sleep yet when the exec returns.
-        pid = wait_for(lambda: sleeper(sid), 20, what="the sleeper to start")
+        pid = wait_for(lambda: sleeper(sid), 60, what="the sleeper to start")
         snap = json.loads(self.space_ok("snapshot", sid, "--name", "vm-1", "--json"))
         self.assertEqual((snap["contents"], snap["processes"]), ("machine", "resumed"))
         self.assertGreater(snap["logical_bytes"], 96 << 20)  # the disk and the memory
@@ -332,6 +293,64 @@ class QemuRuntimeTest(SpaceTestCase):
         other = self.vm()
         self.assertEqual(self.exec_ok(other, "sh", "-c", "ls /bin | wc -l").strip(),
                          str(len(APPLETS) + 1))
+
+    def test_clones_of_one_template_are_distinct_and_cannot_change_it(self):
+        # Every VM of an image and limits is a clone of one template (docs/qemu-runtime.md,
+        # "Templates"): the same saved machine, yet each has its own hostname, random numbers,
+        # RAM and disk, and none can change the template the others map.
+        a, b = self.vm(), self.vm()
+        template = self.inspect(a)["vm"]["template"]
+        self.assertTrue(template)
+        self.assertEqual(self.inspect(b)["vm"]["template"], template)
+        tdir = os.path.join(self.daemon.state_dir, "qemu", "templates", template)
+        self.assertEqual(sorted(os.listdir(tdir)), ["disk.img", "machine.json", "ram", "state"])
+        for f in os.listdir(tdir):
+            st = os.stat(os.path.join(tdir, f))
+            self.assertEqual((st.st_uid, st.st_mode & 0o222), (0, 0), f)  # root's, read-only
+        self.assertEqual(self.exec_ok(a, "hostname").strip(), a)
+        self.assertEqual(self.exec_ok(b, "hostname").strip(), b)
+        rand = "head -c 32 /dev/urandom | od -An -tx1"
+        ra, rb = self.exec_ok(a, "sh", "-c", rand), self.exec_ok(b, "sh", "-c", rand)
+        self.assertNotEqual(ra, rb, "two clones drew the same random bytes")
+        # Writes: disk, guest RAM (a tmpfs), same paths, different contents; neither sees the
+        # other's.
+        for sid in (a, b):
+            self.exec_ok(sid, "sh", "-c", "echo %s > /root/who; echo %s > /tmp/who; "
+                         "echo only-%s > /root/only-%s" % (sid, sid, sid, sid))
+        for sid, other in ((a, b), (b, a)):
+            self.assertEqual(self.exec_ok(sid, "cat", "/root/who", "/tmp/who"),
+                             "%s\n%s\n" % (sid, sid))
+            rc, _, _ = self.space("exec", sid, "--", "cat", "/root/only-" + other)
+            self.assertNotEqual(rc, 0, "%s sees %s's file" % (sid, other))
+        # The attack a compromised QEMU could try on the RAM every clone maps: through its own
+        # fd, change the template's pages. Even root fails on the sealed memfd: write,
+        # truncate, punch a hole, map it shared and writable.
+        import mmap
+        pid = self.qemu_pid(a)
+        link = "/proc/%d/fd/13" % pid
+        self.assertTrue(os.readlink(link).startswith("/memfd:space-qemu-template"),
+                        os.readlink(link))
+        fd = os.open(link, os.O_RDWR)
+        try:
+            before = os.pread(fd, 1 << 16, 1 << 20)
+            with self.assertRaises(PermissionError):
+                os.pwrite(fd, b"attacker" * 512, 1 << 20)
+            with self.assertRaises(PermissionError):
+                os.ftruncate(fd, 0)
+            with self.assertRaises(PermissionError):
+                mmap.mmap(fd, 1 << 21, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            p = subprocess.run(["fallocate", "--punch-hole", "--offset", str(1 << 20),
+                                "--length", "65536", link], capture_output=True, text=True)
+            self.assertNotEqual(p.returncode, 0, "punched a hole in the template's RAM")
+            self.assertEqual(os.pread(fd, 1 << 16, 1 << 20), before)
+        finally:
+            os.close(fd)
+        # After all that, a new clone of the template runs as the first did.
+        c = self.vm()
+        self.assertEqual(self.inspect(c)["vm"]["template"], template)
+        self.assertEqual(self.exec_ok(c, "hostname").strip(), c)
+        rc, _, _ = self.space("exec", c, "--", "cat", "/root/who")
+        self.assertNotEqual(rc, 0)
 
     def test_vm_survives_a_daemon_restart(self):
         sid = self.vm()

@@ -152,6 +152,10 @@ class FirecrackerTest(SpaceTestCase):
         dst = os.path.join(self.tmp, "out.txt")
         self.space_ok("cp", sid + ":/root/in.txt", dst)
         self.assertEqual(read_text(dst), "payload\n")
+        # `space diff` reads the VM's disk in the jail (paused, confined reader), as for qemu.
+        diff = json.loads(self.space_ok("diff", sid, "--json"))
+        self.assertIn("/root/in.txt", diff["added"])
+        self.assertEqual(diff["deleted"], [])
         out = self.exec_ok(sid, "wget", "-q", "-O", "-", "http://allowed.test/hi")
         self.assertEqual(out, "hello from upstream /hi")
         rc, out, err = self.space("exec", sid, "--", "wget", "-q", "-O", "-", "http://denied.test/")

@@ -24,7 +24,7 @@
 
 #include "common/guard.h"
 #include "runtime/firecracker/api.h"
-#include "runtime/firecracker/memory_file.h"
+#include "runtime/sparse_file.h"
 #include "runtime/firecracker/vsock.h"
 #include "runtime/linux/host_files.h"
 #include "runtime/linux/launcher.h"
@@ -71,7 +71,7 @@ Result<void> link_or_copy(const fs::path& src, int dir_fd, const char* name) {
   if (!in) return fail_sys("open", src.string());
   UniqueFd out(::openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444));
   if (!out) return fail_sys("openat", name);
-  return copy_sparse(in.get(), out.get());
+  return vm::copy_sparse(in.get(), out.get());
 }
 
 // Moves `src` into `dir_fd` as `name` (a copy across filesystems).
@@ -102,15 +102,6 @@ Result<UniqueFd> open_jail_file(int root_fd, const char* name, int flags = O_RDO
   if (::fstat(fd.get(), &st) != 0) return fail_sys("fstat", name);
   if (!S_ISREG(st.st_mode)) return fail(Code::kProtocol, std::string(name) + " is not a file");
   return fd;
-}
-
-Result<void> write_json_file(int dir_fd, const char* name, const json& j) {
-  UniqueFd m(::openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (!m) return fail_sys("openat", name);
-  std::string text = j.dump();
-  if (::write(m.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
-    return fail_sys("write", name);
-  return {};
 }
 
 std::string first_line_of_command(const fs::path& prog, const char* arg) {
@@ -210,6 +201,19 @@ class FirecrackerInstance final : public vm::VmmInstance {
     std::lock_guard lock(p_->api_mu);
     return p_->paused;
   }
+  // `space diff` (runtime.h, vm_diff.h): the writable disk in the jail, read-only, while the
+  // VM is paused.
+  Result<void> read_writable_disk(const std::function<Result<void>(int)>& read) override {
+    std::lock_guard lock(p_->api_mu);
+    std::string ctx = "reading the disk of VM " + p_->id;
+    ApiClient* a = TRY_CTX(api(), ctx);
+    UniqueFd disk = TRY_CTX(open_jail_file(p_->root_fd.get(), kDisk, O_RDONLY | O_NONBLOCK), ctx);
+    const bool stop = !p_->paused;
+    if (stop) TRY_VOID_CTX(a->pause(), ctx);
+    auto r = read(disk.get());
+    if (stop) TRY_VOID_CTX(a->resume(), ctx);
+    return r;
+  }
   Result<void> destroy() override {
     if (p_->destroyed) return {};
     {
@@ -254,8 +258,8 @@ class FirecrackerInstance final : public vm::VmmInstance {
       (void)::unlinkat(root, kSnapNext, 0);
       UniqueFd next(::openat(root, kSnapNext, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
       if (!next) return fail(Error::sys("openat", kSnapNext).wrap(ctx));
-      TRY_VOID_CTX(copy_sparse(base.get(), next.get()), ctx + ": copying the last full memory");
-      TRY_CTX(apply_diff(next.get(), d.get()), ctx + ": applying the diff snapshot");
+      TRY_VOID_CTX(vm::copy_sparse(base.get(), next.get()), ctx + ": copying the last full memory");
+      TRY_CTX(vm::apply_diff(next.get(), d.get()), ctx + ": applying the diff snapshot");
       if (::renameat(root, kSnapNext, root, kSnapMemory) != 0)
         return fail(Error::sys("renameat", kSnapNext).wrap(ctx));
       (void)::unlinkat(root, kSnapDiff, 0);
@@ -269,7 +273,7 @@ class FirecrackerInstance final : public vm::VmmInstance {
       if (::linkat(f.get(), "", dir_fd, to, AT_EMPTY_PATH) != 0)
         return fail(Error::sys("linkat", from).wrap(ctx));
     }
-    TRY_VOID_CTX(write_json_file(dir_fd, kMachineFile, p_->machine), ctx);
+    TRY_VOID_CTX(vm::write_machine_file(dir_fd, kMachineFile, p_->machine), ctx);
     return {};
   }
 
@@ -604,7 +608,7 @@ Result<std::unique_ptr<Instance>> FirecrackerRuntime::start(const SandboxSpec& s
       UniqueFd in(::open(how.disk.c_str(), O_RDONLY | O_CLOEXEC));
       UniqueFd out(::openat(root_dir.get(), kDisk, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
       if (!in || !out) return fail(Error::sys("open", how.disk.string()).wrap(ctx));
-      TRY_VOID_CTX(copy_sparse(in.get(), out.get()), ctx + ": copying the template's disk");
+      TRY_VOID_CTX(vm::copy_sparse(in.get(), out.get()), ctx + ": copying the template's disk");
     } else {
       TRY_VOID_CTX(move_into(how.disk, root_dir.get(), kDisk), ctx);
     }
@@ -816,7 +820,7 @@ Result<FirecrackerRuntime::Template> FirecrackerRuntime::ensure_template(const S
   for (size_t i = 0; i < files.size(); ++i)
     if (::fchown(fds[i].get(), 0, 0) != 0 || ::fchmod(fds[i].get(), 0444) != 0)
       return fail_sys("fchown", files[i].second);
-  TRY_VOID(write_json_file(tmp_fd.get(), kMachineFile, {{"key", key}}));
+  TRY_VOID(vm::write_machine_file(tmp_fd.get(), kMachineFile, {{"key", key}}));
   fs::create_directories(dir.parent_path(), ec);
   if (::rename(tmp.c_str(), dir.c_str()) != 0) return fail_sys("rename", dir.string());
   return Template{dir};

@@ -5,7 +5,8 @@
 // and only then lets the call continue (SECCOMP_USER_NOTIF_FLAG_CONTINUE). If the supervisor
 // is gone and every listener copy is closed, the kernel fails the sandbox's execs with ENOSYS:
 // it fails closed. The agent holds a copy of the listener (fd kExecListenerFd, see
-// docs/agent-protocol.md) so a restarted daemon can take it back with pidfd_getfd.
+// docs/agent-protocol.md) so a restarted daemon can take it back with pidfd_getfd. Receiving
+// and describing a notification is common/exec_notify.h, shared with the microVM agent.
 #pragma once
 
 #include <sys/types.h>
@@ -18,13 +19,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/exec_notify.h"
 #include "common/fd.h"
 
 namespace space::runtime::linux {
-
-// Bounds on what one event records from the (untrusted) caller's memory.
-inline constexpr size_t kMaxAuditArgs = 256;
-inline constexpr size_t kMaxAuditArgBytes = 4096;
 
 class ExecSupervisor {
  public:
@@ -39,11 +37,7 @@ class ExecSupervisor {
   ExecSupervisor& operator=(const ExecSupervisor&) = delete;
 
   // Whether `fd` is a seccomp user-notification listener (checked on fds taken from agents).
-  static bool is_listener(int fd);
-
-  // Reads one exec notification's details; exposed for tests. `args` are the syscall's
-  // arguments, `nr` its number.
-  static nlohmann::json describe(pid_t pid, int nr, const uint64_t args[6], uint32_t uid_base);
+  static bool is_listener(int fd) { return is_exec_listener(fd); }
 
  private:
   ExecSupervisor(UniqueFd listener, UniqueFd stop, uint32_t uid_base, Sink sink);

@@ -14,6 +14,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -33,7 +34,9 @@
 #include "runtime/linux/syscalls.h"
 #include "runtime/linux/writable_layer.h"
 #include "runtime/qemu/qemu_args.h"
+#include "runtime/qemu/qemu_template.h"
 #include "runtime/qemu/qmp.h"
+#include "runtime/sparse_file.h"
 #include "runtime/vm_host.h"
 #include "runtime/vmm.h"
 
@@ -55,6 +58,8 @@ namespace {
 constexpr int kImageFd = 10;
 constexpr int kDiskFd = 11;
 constexpr int kDiskRoFd = 12;  // QEMU probes the disk read-only first: a set needs both modes
+// A template's or clone's RAM (the memfd), which QEMU opens as /proc/self/fd/<kRamFd>.
+constexpr int kRamFd = 13;
 
 // A saved machine (Instance::save_machine, SandboxSpec::restore_machine): QEMU's migration
 // stream (RAM and device state) and the writable disk as it was when the stream ended.
@@ -72,7 +77,7 @@ constexpr const char* kJailInitrd = "/boot/initrd";
 // Waits until the migration that was just started (either way) ends: kTimeout after
 // `deadline` (an outgoing one is cancelled then), QEMU's reason if it failed.
 Result<void> await_migration(Qmp& qmp, Clock::time_point deadline, bool outgoing) {
-  for (;;) {
+  for (int polls = 0;;) {
     json info = TRY(qmp.execute("query-migrate"));
     std::string status = info.is_object() ? info.value("status", "") : "";
     if (status == "completed") return {};
@@ -86,8 +91,18 @@ Result<void> await_migration(Qmp& qmp, Clock::time_point deadline, bool outgoing
       return fail(Code::kTimeout, "QEMU's migration did not end in time (status \"" +
                                       status.substr(0, 40) + "\")");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // A clone's device state loads in a few ms: look often at first.
+    std::this_thread::sleep_for(std::chrono::milliseconds(++polls < 50 ? 1 : 10));
   }
+}
+
+// QEMU's `x-ignore-shared` migration capability: with it on, RAM mapped from a shared file
+// (a template's memfd) is neither written nor read by a migration; only the device state is.
+Result<void> set_ignore_shared(Qmp& qmp, bool on) {
+  TRY(qmp.execute("migrate-set-capabilities",
+                  {{"capabilities",
+                    json::array({{{"capability", "x-ignore-shared"}, {"state", on}}})}}));
+  return {};
 }
 
 // --- The child: between clone3 and QEMU's exec. Only raw syscalls from here (the daemon is
@@ -110,7 +125,7 @@ struct ChildPlan {
   uint32_t uid = 0;
   std::vector<gid_t> groups;
   int go_fd = -1, err_fd = -1, log_fd = -1, null_fd = -1, image_fd = -1, disk_fd = -1,
-      disk_ro_fd = -1;
+      disk_ro_fd = -1, ram_fd = -1;
   std::string exe;
   std::vector<std::string> argv;
   std::vector<char*> argv_p;
@@ -195,13 +210,16 @@ int touch_raw(const std::string& path) {
     child_fail(p, 10);
   // The network namespace holds only lo, where the gateway's listeners will be bound.
   if (vm::bring_up_lo_raw() != 0) child_fail(p, 11);
-  if (::setgroups(p.groups.size(), p.groups.data()) != 0) child_fail(p, 12);
-  if (::setresgid(p.uid, p.uid, p.uid) != 0) child_fail(p, 13);
-  if (::setresuid(p.uid, p.uid, p.uid) != 0) child_fail(p, 14);  // every capability goes
+  // Raw syscalls, not glibc's wrappers: those broadcast the change to every thread glibc
+  // believes the process has (the daemon's, copied by clone3), taking a lock that another
+  // daemon thread may have held at the clone — the child then waits on it forever.
+  if (::syscall(SYS_setgroups, p.groups.size(), p.groups.data()) != 0) child_fail(p, 12);
+  if (::syscall(SYS_setresgid, p.uid, p.uid, p.uid) != 0) child_fail(p, 13);
+  if (::syscall(SYS_setresuid, p.uid, p.uid, p.uid) != 0) child_fail(p, 14);  // caps go
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) child_fail(p, 15);
   if (::dup2(p.null_fd, 0) < 0 || ::dup2(p.log_fd, 1) < 0 || ::dup2(p.log_fd, 2) < 0 ||
       ::dup2(p.image_fd, kImageFd) < 0 || ::dup2(p.disk_fd, kDiskFd) < 0 ||
-      ::dup2(p.disk_ro_fd, kDiskRoFd) < 0)
+      ::dup2(p.disk_ro_fd, kDiskRoFd) < 0 || (p.ram_fd >= 0 && ::dup2(p.ram_fd, kRamFd) < 0))
     child_fail(p, 16);
   ::execve(p.exe.c_str(), const_cast<char* const*>(p.argv_p.data()), nullptr);
   child_fail(p, 17);
@@ -225,6 +243,7 @@ struct Parts : vm::VmmParts {
   std::chrono::milliseconds save_timeout{120000};
   std::string accel;       // "kvm" or "tcg"
   std::string accel_note;  // with tcg: why KVM is not used
+  std::string template_name;  // a clone's template; "" for a booted or restored machine
 };
 
 class QemuInstance final : public vm::VmmInstance {
@@ -249,6 +268,18 @@ class QemuInstance final : public vm::VmmInstance {
   bool paused() const override {
     std::lock_guard lock(p_->qmp_mu);
     return p_->paused;
+  }
+  // `space diff` (runtime.h, vm_diff.h): the writable disk, read-only, while the vCPUs are
+  // stopped (QMP `stop` also drains and flushes QEMU's block layer into disk.img).
+  Result<void> read_writable_disk(const std::function<Result<void>(int)>& read) override {
+    std::lock_guard lock(p_->qmp_mu);
+    UniqueFd disk(::open(p_->disk.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!disk) return fail_sys("open", p_->disk.string());
+    const bool stop = !p_->paused;
+    if (stop) TRY_VOID_CTX(command("stop"), "stopping VM " + p_->id + " to read its disk");
+    auto r = read(disk.get());
+    if (stop) TRY_VOID_CTX(command("cont"), "resuming VM " + p_->id + " after reading its disk");
+    return r;
   }
   Result<void> destroy() override {
     if (p_->destroyed) return {};
@@ -282,11 +313,36 @@ class QemuInstance final : public vm::VmmInstance {
     TRY_VOID_CTX(await_migration(*p_->qmp, deadline, true), ctx);
     if (::linkat(AT_FDCWD, p_->disk.c_str(), dir_fd, kDiskFile, 0) != 0)
       return fail(Error::sys("linkat", p_->disk.string()).wrap(ctx));
-    UniqueFd m(::openat(dir_fd, kMachineFile, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-    if (!m) return fail(Error::sys("openat", kMachineFile).wrap(ctx));
-    std::string text = p_->machine.dump();
-    if (::write(m.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
-      return fail(Error::sys("write", kMachineFile).wrap(ctx));
+    TRY_VOID_CTX(vm::write_machine_file(dir_fd, kMachineFile, p_->machine), ctx);
+    return {};
+  }
+
+  // A template's save (QemuRuntime::build_template): reads what the agent said until it has
+  // been quiet for a moment (its hello; the machine must stop with nothing in flight on its
+  // port), stops the VM and migrates it into `state_fd` with `x-ignore-shared`: the device
+  // state only, since its RAM is the memfd spaced holds. QEMU has flushed the disk when the
+  // stream ends.
+  Result<void> save_template(int state_fd) {
+    std::string ctx = "saving template VM " + p_->id;
+    auto quiet = std::chrono::milliseconds(150);
+    auto until = Clock::now() + std::chrono::seconds(3);
+    for (char buf[4096]; Clock::now() < until;) {
+      pollfd pfd{channel_fd(), POLLIN, 0};
+      int r = ::poll(&pfd, 1, static_cast<int>(quiet.count()));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      if (::read(channel_fd(), buf, sizeof buf) <= 0)
+        return fail(Code::kUnavailable, ctx + ": QEMU closed the agent's port");
+    }
+    std::lock_guard lock(p_->qmp_mu);
+    auto deadline = Clock::now() + p_->save_timeout;
+    TRY_VOID_CTX(set_ignore_shared(*p_->qmp, true), ctx);
+    TRY_VOID_CTX(command("stop"), ctx);
+    p_->paused = true;
+    TRY_VOID_CTX(p_->qmp->execute("migrate-set-parameters", {{"max-bandwidth", 1ull << 40}}), ctx);
+    TRY_VOID_CTX(p_->qmp->send_fd("space-template", state_fd), ctx);
+    TRY_VOID_CTX(p_->qmp->execute("migrate", {{"uri", "fd:space-template"}}), ctx);
+    TRY_VOID_CTX(await_migration(*p_->qmp, deadline, true), ctx);
     return {};
   }
 
@@ -295,14 +351,17 @@ class QemuInstance final : public vm::VmmInstance {
     j["vm_dir"] = p_->vm_dir.string();
     j["accel"] = p_->accel;
     j["accel_note"] = p_->accel_note;
+    if (!p_->template_name.empty()) j["template"] = p_->template_name;
     return j;
   }
 
   json details() const override {
     json j = {{"accelerator", p_->accel}};
     if (!p_->accel_note.empty()) j["accelerator_note"] = p_->accel_note;
+    if (!p_->template_name.empty()) j["template"] = p_->template_name;
     return j;
   }
+  bool resumed_from_template() const override { return !p_->template_name.empty(); }
 
  private:
   // Runs a QMP command without arguments; the caller holds qmp_mu.
@@ -313,6 +372,20 @@ class QemuInstance final : public vm::VmmInstance {
   }
   std::unique_ptr<Parts> p_;
 };
+
+// The guest kernel's command line for a VM booted as `hostname`.
+std::string guest_cmdline(const Config& config, const std::string& hostname, uint32_t pids) {
+  std::string ports;
+  for (uint16_t p : config.egress_ports) ports += (ports.empty() ? "" : ",") + std::to_string(p);
+  return std::string(kGuestCmdline) + " space.hostname=" + hostname +
+         " space.pids=" + std::to_string(pids) + " space.egress=" + ports;
+}
+
+// What identifies a sandbox's QEMU on its command line (find_vmm): `-name space-<id>`. Not the
+// guest kernel's `space.hostname=`, which a clone has from its template.
+std::string vmm_needle(const std::string& id) {
+  return std::string(1, '\0') + "space-" + id + std::string(1, '\0');
+}
 
 // Connects to QEMU's chardev socket for the agent's port, retrying while QEMU starts.
 Result<UniqueFd> connect_port(const fs::path& path, int pidfd, Clock::time_point deadline) {
@@ -417,7 +490,6 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
     return fail(Code::kUnimplemented,
                 ctx + ": a VM's files are on its own disk: it restores whole machines "
                       "(restore_machine), not writable layers");
-  const bool restoring = static_cast<bool>(spec.restore_machine);
   if (spec.image.vm_disk.empty() && !spec.image.ro_binds.empty())  // the host image
     return fail(Code::kConflict,
                 ctx + ": image \"" + spec.image.name + "\" binds the host's /usr and cannot "
@@ -433,6 +505,19 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
   if (spec.limits.disk_bytes < kMinDisk)
     return fail(Code::kInvalidArgument, ctx + ": --disk must be at least 16M for a VM");
   std::string accel = TRY_CTX(accelerator(), ctx);
+  if (spec.restore_machine) return start(spec, Launch{.mode = Launch::kRestore}, accel);
+  if (!config_.templates || config_.template_dir.empty())
+    return start(spec, Launch{.mode = Launch::kBoot}, accel);
+  auto from = TRY_CTX(ensure_template(spec, accel), ctx + ": the image's template");
+  if (spec.times) spec.times->mark("template");
+  return start(spec, Launch{.mode = Launch::kClone, .from = std::move(from)}, accel);
+}
+
+Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, const Launch& how,
+                                                     const std::string& accel) {
+  std::string ctx = "starting VM " + spec.id;
+  const bool restoring = how.mode == Launch::kRestore;
+  const bool clone = how.mode == Launch::kClone;
   const CgroupLayout* layout = TRY_CTX(cgroup_layout(), ctx);
   StepTimes scratch;
   StepTimes& times = spec.times ? *spec.times : scratch;
@@ -480,6 +565,15 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
     if (::renameat(dir.get(), kDiskFile, AT_FDCWD, disk.c_str()) != 0)
       return fail(Error::sys("rename", disk.string()).wrap(ctx));
     times.mark("saved machine");
+  } else if (clone) {
+    // The template's writable disk as it was when its machine stopped (whose RAM caches its
+    // blocks): a copy of the sandbox's own, holes kept, a reflink where the filesystem can.
+    UniqueFd in(::open((how.from->dir / kTemplateDisk).c_str(), O_RDONLY | O_CLOEXEC));
+    if (!in) return fail(Error::sys("open", (how.from->dir / kTemplateDisk).string()).wrap(ctx));
+    UniqueFd out(::open(disk.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!out) return fail(Error::sys("open", disk.string()).wrap(ctx));
+    TRY_VOID_CTX(vm::copy_sparse(in.get(), out.get()), ctx + ": copying the template's disk");
+    times.mark("disk");
   } else {
     TRY_VOID_CTX(vm::make_writable_disk(disk, spec.limits, spec.dir / "mke2fs.log"),
                  ctx + ": making the writable disk");
@@ -542,20 +636,29 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
 
   uint64_t mem_mib = spec.limits.memory_bytes >> 20;
   int smp = std::max(1, static_cast<int>(std::ceil(spec.limits.cpus)));
+  // A clone goes on from its template's boot: the same command line (QEMU's fw_cfg holds it).
   std::string cmdline =
-      std::string(kGuestCmdline) + " space.hostname=" + spec.id +
-      " space.pids=" + std::to_string(spec.limits.pids) +
-      " space.egress=" + [&] {
-        std::string ports;
-        for (uint16_t p : config_.egress_ports)
-          ports += (ports.empty() ? "" : ",") + std::to_string(p);
-        return ports;
-      }();
+      clone ? how.from->cmdline : guest_cmdline(config_, spec.id, spec.limits.pids);
+  // The guest's RAM is a memory backend named "ram", so that every machine's migration stream
+  // names it alike: anonymous memory for a boot or a restore; for a template, the memfd that
+  // spaced keeps (shared: what the guest writes lands in it); for a clone, the template's sealed
+  // memfd mapped privately (copy-on-write). A snapshot saved before backends were used names
+  // QEMU's default block instead and is restored without one.
+  json machine = {{"memory_bytes", spec.limits.memory_bytes}, {"vcpus", smp}};
+  const bool ram_backend = !restoring || saved_machine.value("ram", "") == "backend";
+  std::string ram_object;
+  if (how.mode == Launch::kTemplate || clone)
+    ram_object = "memory-backend-file,id=ram,size=" + std::to_string(mem_mib) +
+                 "M,mem-path=/proc/self/fd/" + std::to_string(kRamFd) +
+                 (clone ? ",share=off" : ",share=on");
+  else
+    ram_object = "memory-backend-ram,id=ram,size=" + std::to_string(mem_mib) + "M";
+  if (ram_backend) machine["ram"] = "backend";
   std::string vmd = kJailVm;
   plan.argv = {
       plan.exe,
       "-name", "space-" + spec.id,
-      "-M", kMachine,
+      "-M", std::string(kMachine) + (ram_backend ? ",memory-backend=ram" : ""),
       "-accel", accel == "kvm" ? std::string("kvm") : "tcg,tb-size=" + std::to_string(kTcgCacheMiB),
       "-cpu", accel == "kvm" ? "host" : "max",
       "-m", std::to_string(mem_mib) + "M",
@@ -582,7 +685,9 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
       "-sandbox", kQemuSandbox,
       "-msg", "timestamp=on",
   };
-  if (restoring) {
+  if (ram_backend)
+    for (const std::string& a : {std::string("-object"), ram_object}) plan.argv.push_back(a);
+  if (restoring || clone) {
     // Stopped until the stream is in and the agent's port is connected (-S), then `cont`.
     for (const char* a : {"-incoming", "defer", "-S"}) plan.argv.push_back(a);
   }
@@ -591,11 +696,13 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
 
   UniqueFd image_fd(::open(spec.image.vm_disk.c_str(), O_RDONLY | O_CLOEXEC));
   if (!image_fd) return fail(Error::sys("open", spec.image.vm_disk.string()).wrap(ctx));
-  json machine = {{"image_disk", disk_identity(image_fd.get())},
-                  {"memory_bytes", spec.limits.memory_bytes},
-                  {"vcpus", smp}};
-  if (restoring && saved_machine != machine)
-    return fail(Code::kConflict, ctx + ": " + image_changed(spec.image.name));
+  machine["image_disk"] = disk_identity(image_fd.get());
+  if (restoring) {
+    json saved = saved_machine, mine = machine;
+    saved.erase("ram");
+    mine.erase("ram");
+    if (saved != mine) return fail(Code::kConflict, ctx + ": " + image_changed(spec.image.name));
+  }
   UniqueFd disk_fd(::open(disk.c_str(), O_RDWR | O_CLOEXEC));
   if (!disk_fd) return fail(Error::sys("open", disk.string()).wrap(ctx));
   UniqueFd disk_ro_fd(::open(disk.c_str(), O_RDONLY | O_CLOEXEC));
@@ -609,6 +716,7 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
   plan.image_fd = image_fd.get();
   plan.disk_fd = disk_fd.get();
   plan.disk_ro_fd = disk_ro_fd.get();
+  plan.ram_fd = how.mode == Launch::kTemplate ? how.template_ram : clone ? how.from->ram.get() : -1;
 
   // 4. clone3 into the namespaces (and the v2 cgroup), attach the v1 controllers, let it go.
   vm::LaunchedVmm launched = TRY_CTX(
@@ -637,21 +745,31 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
   auto qmp = Qmp::connect(vm / "qmp.sock", std::chrono::milliseconds(10000));
   if (!qmp) return fail(boot_failed(std::move(qmp.error())));
   times.mark("qemu up");
-  if (restoring) {
-    // The guest goes on where it was saved; its agent speaks when the daemon pings it.
+  if (clone) {
+    memory_fd.reset(::open((how.from->dir / kTemplateState).c_str(), O_RDONLY | O_CLOEXEC));
+    if (!memory_fd)
+      return fail(Error::sys("open", (how.from->dir / kTemplateState).string()).wrap(ctx));
+  }
+  if (restoring || clone) {
+    // The guest goes on where it was saved; its agent speaks when the daemon pings it. A
+    // clone's stream has the device state only: its RAM is the template's, mapped already.
     auto incoming = [&]() -> Result<void> {
+      if (clone) TRY_VOID(set_ignore_shared(*qmp, true));
       TRY_VOID(qmp->send_fd("space-restore", memory_fd.get()));
       memory_fd.reset();
       TRY(qmp->execute("migrate-incoming", {{"uri", "fd:space-restore"}}));
       TRY_VOID(await_migration(*qmp, deadline, false));
+      // A snapshot of this machine later writes its RAM like any other's.
+      if (clone) TRY_VOID(set_ignore_shared(*qmp, false));
       TRY(qmp->execute("cont"));
       return {};
     };
     if (auto r = incoming(); !r)
-      return fail(boot_failed(std::move(r.error()).wrap("loading the saved machine")));
-    times.mark("machine loaded");
+      return fail(boot_failed(std::move(r.error()).wrap(
+          clone ? "cloning template " + how.from->name : std::string("loading the saved machine"))));
+    times.mark(clone ? "machine cloned" : "machine loaded");
   }
-  while (!restoring) {
+  while (!restoring && !clone) {
     pollfd pfds[2] = {{channel->get(), POLLIN, 0}, {pidfd.get(), POLLIN, 0}};
     int left = static_cast<int>(
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
@@ -683,9 +801,128 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
   parts->stop_timeout = stop;
   parts->accel = accel;
   if (accel == "tcg") parts->accel_note = tcg_note();
+  if (clone) parts->template_name = how.from->name;
   child_guard.dismiss();
   cgroup_guard.dismiss();
   return std::unique_ptr<Instance>(new QemuInstance(std::move(parts)));
+}
+
+Result<std::shared_ptr<const QemuRuntime::Template>> QemuRuntime::ensure_template(
+    const SandboxSpec& spec, const std::string& accel) {
+  json key = template_key(config_, spec, accel);
+  std::string name = template_name(key);
+  std::shared_ptr<std::mutex> lock;
+  {
+    std::lock_guard g(templates_mu_);
+    if (auto it = templates_.find(name); it != templates_.end()) {
+      it->second.used = Clock::now();
+      return it->second.t;
+    }
+    auto& l = template_locks_[name];
+    if (!l) l = std::make_shared<std::mutex>();
+    lock = l;
+  }
+  std::lock_guard g(*lock);  // one build per template; the others wait for it
+  {
+    std::lock_guard g2(templates_mu_);
+    if (auto it = templates_.find(name); it != templates_.end()) return it->second.t;
+  }
+  std::error_code ec;
+  fs::create_directories(config_.template_dir, ec);
+  if (ec)
+    return fail(Code::kInternal, "creating " + config_.template_dir.string() + ": " + ec.message());
+  prune_templates(config_.template_dir, key, kTemplatesOnDisk);
+  fs::path dir = config_.template_dir / name;
+  std::shared_ptr<const Template> t = TRY_CTX(load_template(dir, key), "loading " + dir.string());
+  if (!t) {
+    fs::remove_all(dir, ec);  // made from something else (a hash collision ends here too)
+    t = TRY(build_template(spec, key, name, accel));
+  }
+  std::lock_guard g2(templates_mu_);
+  // Templates pruned from disk are let go, then the least recently used beyond what is kept in
+  // memory (clones running from them keep their own mapping).
+  for (auto it = templates_.begin(); it != templates_.end();)
+    it = fs::exists(it->second.t->dir, ec) ? std::next(it) : templates_.erase(it);
+  while (templates_.size() >= kTemplatesInMemory) {
+    auto lru = std::min_element(templates_.begin(), templates_.end(), [](auto& a, auto& b) {
+      return a.second.used < b.second.used;
+    });
+    templates_.erase(lru);
+  }
+  templates_[name] = Loaded{t, Clock::now()};
+  return t;
+}
+
+Result<std::shared_ptr<const QemuRuntime::Template>> QemuRuntime::build_template(
+    const SandboxSpec& spec, const json& key, const std::string& name, const std::string& accel) {
+  std::string ctx = "booting the template VM for image \"" + spec.image.name + "\"";
+  auto t0 = Clock::now();
+  fs::path build = config_.template_dir / (".build-" + name);
+  std::error_code ec;
+  fs::remove_all(build, ec);
+  if (::mkdir(build.c_str(), 0700) != 0) return fail(Error::sys("mkdir", build.string()).wrap(ctx));
+  Guard build_guard([&] {
+    std::error_code e;
+    fs::remove_all(build, e);
+  });
+  // A sandbox of its own, with this sandbox's uid range (not in use yet) and RAM that spaced
+  // keeps: the memfd QEMU maps shared.
+  UniqueFd ram = TRY_CTX(new_template_ram(spec.limits.memory_bytes), ctx);
+  SandboxSpec ts = spec;
+  ts.id = "tpl_" + name;
+  ts.dir = build;
+  ts.times = nullptr;
+  ts.restore_machine = nullptr;
+  auto inst = start(ts, Launch{.mode = Launch::kTemplate, .template_ram = ram.get()}, accel);
+  if (!inst) return fail(std::move(inst.error()).wrap(ctx));
+  auto* vmi = static_cast<QemuInstance*>(inst->get());
+  Guard vm_guard([&] { (void)vmi->destroy(); });
+  fs::path tmp = build / "template";
+  if (::mkdir(tmp.c_str(), 0700) != 0) return fail(Error::sys("mkdir", tmp.string()).wrap(ctx));
+  UniqueFd tmp_fd(::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!tmp_fd) return fail(Error::sys("open", tmp.string()).wrap(ctx));
+  UniqueFd state(::openat(tmp_fd.get(), kTemplateState, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                          0400));
+  if (!state) return fail(Error::sys("openat", kTemplateState).wrap(ctx));
+  TRY_VOID_CTX(vmi->save_template(state.get()), ctx);
+  state.reset();
+  // QEMU goes before the RAM is sealed (a shared writable mapping of it forbids the seal) and
+  // before the disk becomes root's: it runs as the sandbox's uid.
+  TRY_VOID_CTX(vmi->destroy(), "stopping the template VM");
+  vm_guard.dismiss();
+  inst->reset();
+  TRY_VOID_CTX(seal_template_ram(ram.get()), ctx);
+  if (::renameat(AT_FDCWD, (build / kDiskFile).c_str(), tmp_fd.get(), kTemplateDisk) != 0 ||
+      ::fchmodat(tmp_fd.get(), kTemplateDisk, 0400, 0) != 0)
+    return fail(Error::sys("rename", (build / kDiskFile).string()).wrap(ctx));
+  uint64_t ram_bytes = 0;
+  {
+    UniqueFd out(::openat(tmp_fd.get(), kTemplateRam, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                          0400));
+    if (!out) return fail(Error::sys("openat", kTemplateRam).wrap(ctx));
+    ram_bytes = TRY_CTX(vm::copy_nonzero_pages(ram.get(), out.get()), ctx + ": storing its RAM");
+  }
+  // The command line it booted with, as start() made it: every clone must give QEMU the same.
+  std::string cmdline = guest_cmdline(config_, ts.id, ts.limits.pids);
+  TRY_VOID_CTX(vm::write_machine_file(tmp_fd.get(), kTemplateMachine,
+                                      {{"key", key}, {"cmdline", cmdline}}),
+               ctx);
+  if (::fchmodat(tmp_fd.get(), kTemplateMachine, 0400, 0) != 0)
+    return fail(Error::sys("chmod", kTemplateMachine).wrap(ctx));
+  fs::path dir = config_.template_dir / name;
+  if (::rename(tmp.c_str(), dir.c_str()) != 0)
+    return fail(Error::sys("rename", dir.string()).wrap(ctx));
+  auto t = std::make_shared<Template>();
+  t->name = name;
+  t->dir = dir;
+  t->ram = std::move(ram);
+  t->cmdline = std::move(cmdline);
+  t->ram_bytes = ram_bytes;
+  spdlog::info("qemu runtime: built template {} for image {} in {} ms ({} MiB of its RAM not zeros)", name,
+               spec.image.name,
+               std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count(),
+               t->ram_bytes >> 20);
+  return std::shared_ptr<const Template>(std::move(t));
 }
 
 Result<std::unique_ptr<Instance>> QemuRuntime::reattach(const SandboxSpec& spec,
@@ -693,7 +930,7 @@ Result<std::unique_ptr<Instance>> QemuRuntime::reattach(const SandboxSpec& spec,
   std::string ctx = "reattaching VM " + spec.id;
   vm::VmmPersisted p = TRY_CTX(vm::parse_vmm_persisted(persisted), ctx);
   const CgroupLayout* layout = TRY_CTX(cgroup_layout(), ctx);
-  UniqueFd pidfd = TRY_CTX(vm::find_vmm(p, "space.hostname=" + spec.id, "QEMU"), ctx);
+  UniqueFd pidfd = TRY_CTX(vm::find_vmm(p, vmm_needle(spec.id), "QEMU"), ctx);
   fs::path vm = spec.dir / "vm";
   if (persisted.value("vm_dir", "") != vm.string())
     return fail(Code::kInvalidArgument, ctx + ": persisted vm_dir is not ours");
@@ -712,6 +949,7 @@ Result<std::unique_ptr<Instance>> QemuRuntime::reattach(const SandboxSpec& spec,
   parts->disk = spec.dir / kDiskFile;
   parts->accel = persisted.value("accel", "");
   parts->accel_note = persisted.value("accel_note", "");
+  parts->template_name = persisted.value("template", "");
   return std::unique_ptr<Instance>(new QemuInstance(std::move(parts)));
 }
 
@@ -719,7 +957,7 @@ Result<void> QemuRuntime::cleanup(const SandboxSpec& spec, const json& persisted
   auto p = vm::parse_vmm_persisted(persisted);
   if (!p) return {};  // never started far enough to persist anything of QEMU's
   const CgroupLayout* layout = TRY_CTX(cgroup_layout(), "cleaning up VM " + spec.id);
-  TRY_VOID_CTX(vm::cleanup_vmm(*p, "space.hostname=" + spec.id, "QEMU", *layout,
+  TRY_VOID_CTX(vm::cleanup_vmm(*p, vmm_needle(spec.id), "QEMU", *layout,
                              config_.cgroup_name, config_.stop_timeout),
                "cleaning up VM " + spec.id);
   return {};

@@ -12,10 +12,19 @@
 // (-sandbox on,...,spawn=deny), and a cgroup with the sandbox's CPU limit and its memory limit
 // plus QEMU's overhead. Its network namespace, empty but for `lo`, is where the gateway binds
 // the sandbox's listeners, exactly as for the linux runtime.
+//
+// Creation is a clone, not a boot (docs/qemu-runtime.md, "Templates"): the first sandbox of an
+// (image, kernel, limits) boots a template VM whose RAM is a memfd QEMU maps shared; once its
+// agent has said hello it is stopped and migrated with `x-ignore-shared` (only the device
+// state is written; the RAM is the memfd). The memfd is then sealed against every write and
+// each later sandbox's QEMU maps it privately (copy-on-write: a clone's writes are its own
+// pages), loads the device state, gets a copy of the template's writable disk, and goes on;
+// the daemon then resyncs its hostname, clock and entropy (docs/agent-protocol.md, "resync").
 #pragma once
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -45,11 +54,19 @@ struct Config {
   // Where the agent listens for egress in the guest (127.0.0.1): the gateway's TCP listeners'
   // ports, which spaced sets from egress/gateway.h (the proxy's first).
   std::vector<uint16_t> egress_ports = {3128, 443, 80};
+  // Where templates are kept (<template_dir>/<key>/); with `templates` false or no directory,
+  // every sandbox boots.
+  std::filesystem::path template_dir;
+  bool templates = true;
 };
 
 inline constexpr uint64_t kMinMemory = 128ull << 20;
 inline constexpr uint64_t kMinDisk = 16ull << 20;
 inline constexpr int kTcgCacheMiB = 64;
+// Templates whose RAM spaced keeps in memory, each all of its RAM size (the least recently used
+// beyond are let go and read back from disk when needed), and templates kept on disk.
+inline constexpr size_t kTemplatesInMemory = 2;
+inline constexpr size_t kTemplatesOnDisk = 16;
 
 class QemuRuntime final : public Runtime {
  public:
@@ -74,8 +91,26 @@ class QemuRuntime final : public Runtime {
   // The KVM verdict behind accelerator() (decided by the first call to either).
   const AccelVerdict& kvm_verdict() const;
 
+  struct Template;  // qemu_template.h
+
  private:
+  // How start() makes the machine: boot it, boot a template (RAM shared with spaced), clone a
+  // template, or load a saved machine (SandboxSpec::restore_machine).
+  struct Launch {
+    enum Mode { kBoot, kTemplate, kClone, kRestore } mode = kBoot;
+    int template_ram = -1;                      // kTemplate: the memfd QEMU maps shared
+    std::shared_ptr<const Template> from;       // kClone
+  };
   explicit QemuRuntime(Config config);
+  Result<std::unique_ptr<Instance>> start(const SandboxSpec& spec, const Launch& how,
+                                          const std::string& accel);
+  // The template for `spec`'s image and limits: loaded, or booted and saved on first use.
+  Result<std::shared_ptr<const Template>> ensure_template(const SandboxSpec& spec,
+                                                          const std::string& accel);
+  Result<std::shared_ptr<const Template>> build_template(const SandboxSpec& spec,
+                                                         const nlohmann::json& key,
+                                                         const std::string& name,
+                                                         const std::string& accel);
   Result<void> usable() const;
   // "TCG emulation ...: <why KVM is not used>", for doctor, inspect and the logs.
   std::string tcg_note() const;
@@ -86,6 +121,13 @@ class QemuRuntime final : public Runtime {
   mutable std::once_flag kvm_once_;
   mutable AccelVerdict kvm_;
   Result<linux::CgroupLayout> layout_;
+  std::mutex templates_mu_;
+  std::map<std::string, std::shared_ptr<std::mutex>> template_locks_;
+  struct Loaded {
+    std::shared_ptr<const Template> t;
+    std::chrono::steady_clock::time_point used;
+  };
+  std::map<std::string, Loaded> templates_;  // in memory (kTemplatesInMemory), by key name
 };
 
 }  // namespace space::runtime::qemu

@@ -195,21 +195,26 @@ class HostWatch:
         return tree_digest(images) if os.path.isdir(images) else {}
 
     def _template_stamps(self):
-        """{relative path: (inode, mode, uid, gid, size, mtime)} of Firecracker's finished
-        templates (a template being made is in a directory whose name starts with '.'). Not
-        the ctime: linking a template into a jail changes it."""
-        root = os.path.join(self.state_dir, "firecracker", "templates")
+        """{relative path: (inode, mode, uid, gid, size, mtime)} of the finished templates every
+        VM starts from: Firecracker's (restored) and QEMU's (cloned: the RAM every clone maps,
+        the device state, the disk each copies). A template being made is in a directory whose
+        name starts with '.'. Not the ctime (linking a template into a jail changes it), nor
+        the mtime of QEMU's machine.json (spaced sets it when it loads one: least recently used
+        first out)."""
         out = {}
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-            for name in filenames:
-                p = os.path.join(dirpath, name)
-                try:
-                    st = os.lstat(p)
-                except OSError:
-                    continue
-                out[os.path.relpath(p, root)] = (st.st_ino, st.st_mode, st.st_uid, st.st_gid,
-                                                 st.st_size, st.st_mtime_ns)
+        for runtime in ("firecracker", "qemu"):
+            root = os.path.join(self.state_dir, runtime, "templates")
+            for dirpath, dirnames, filenames in os.walk(root):
+                dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+                for name in filenames:
+                    p = os.path.join(dirpath, name)
+                    try:
+                        st = os.lstat(p)
+                    except OSError:
+                        continue
+                    mtime = None if (runtime, name) == ("qemu", "machine.json") else st.st_mtime_ns
+                    out[os.path.join(runtime, os.path.relpath(p, root))] = (
+                        st.st_ino, st.st_mode, st.st_uid, st.st_gid, st.st_size, mtime)
         return out
 
     def snapshot_binaries(self):
@@ -254,8 +259,7 @@ class HostWatch:
             now = self._template_stamps()
             changed = sorted(k for k, v in self.templates.items() if now.get(k) != v)
             if changed:
-                problems.append("Firecracker template files changed or vanished: %s" %
-                                changed[:5])
+                problems.append("VM template files changed or vanished: %s" % changed[:5])
             # New templates (other limits, made by this attempt's sandbox) join the baseline.
             self.templates.update({k: v for k, v in now.items() if k not in self.templates})
         if binaries:

@@ -1,5 +1,6 @@
 // File requests against the real space-agent binary. The agent's root here is the host's "/",
 // so every path lives under a temporary directory the test creates.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -182,6 +183,21 @@ TEST_F(AgentFilesTest, WriteThroughFinalSymlinkIsRefused) {
 // host's kernel and must refuse it before touching anything (this test's agent runs as root),
 // even before checking the fields (AgentListenTest.ResyncIsForGuestChannels sends the same bad
 // request to a listening agent, which gets past the refusal to the field checks).
+TEST_F(AgentFilesTest, SyncAndNanosecondMtimes) {
+  // `sync` flushes the root's file system (a microVM's writable disk, for `space diff`); `stat`
+  // gives the mtime to the nanosecond, which diff compares with the disk's inode.
+  json s = agent_->request(1, {{"op", "sync"}});
+  EXPECT_TRUE(s.value("ok", false)) << s;
+  std::string f = tmp_ / "t";
+  std::ofstream(f) << "x";
+  struct timespec ts[2] = {{1700000000, 123456789}, {1700000000, 123456789}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, f.c_str(), ts, 0), 0);
+  json st = agent_->request(2, {{"op", "stat"}, {"path", f}});
+  ASSERT_TRUE(st.value("ok", false)) << st;
+  EXPECT_EQ(st["stat"]["mtime"], 1700000000);
+  EXPECT_EQ(st["stat"]["mtime_ns"], 1700000000123456789LL);
+}
+
 TEST_F(AgentFilesTest, ResyncIsRefusedOutsideAVmGuest) {
   json bad = agent_->request(2, {{"op", "resync"},
                                  {"hostname", "Bad/Host"},

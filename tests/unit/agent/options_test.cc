@@ -55,6 +55,26 @@ TEST(Options, EgressListen) {
                       "--egress-listen=127.0.0.1:1"}));
 }
 
+TEST(Options, DnsListen) {
+  auto o = parse({"--channel", "/dev/vport0p1", "--egress-listen", "127.0.0.1:3128",
+                  "--dns-listen", "127.0.0.53:53"});
+  ASSERT_TRUE(o) << o.error().message();
+  ASSERT_TRUE(o->dns_listen);
+  EXPECT_EQ(o->dns_listen->port, 53);
+  EXPECT_EQ(o->dns_listen->ip, htonl(0x7f000035));
+  EXPECT_EQ(o->dns_listen->text, "127.0.0.53:53");
+  EXPECT_FALSE(parse({"--channel-fd", "3"})->dns_listen);
+  EXPECT_TRUE(parse({"--channel-fd", "3", "--dns-listen=127.0.0.53:53"}));
+  // One address at most, and the same syntax as --egress-listen.
+  EXPECT_FALSE(parse({"--channel-fd", "3", "--dns-listen", "127.0.0.53:53", "--dns-listen",
+                      "127.0.0.54:53"}));
+  for (const char* bad : {"127.0.0.53", "127.0.0.53:0", "localhost:53", "::1:53"}) {
+    auto r = parse({"--channel-fd", "3", "--dns-listen", bad});
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message().find("--dns-listen"), std::string::npos) << r.error().message();
+  }
+}
+
 TEST(Options, ChannelListen) {
   auto v = parse({"--channel-listen", "vsock:1024", "--egress-listen", "127.0.0.1:3128"});
   ASSERT_TRUE(v) << v.error().message();

@@ -305,6 +305,32 @@ TEST(FormatAuditEvent, EscapesEveryField) {
             "1970-01-01T00:00:00.000Z  8  x.\\u{202e}new  {\"k\":\"\\u001b\\u2066\"}\n");
 }
 
+TEST(FormatAuditEvent, GuestReportedExecsAndTheirDrops) {
+  json exec = {{"seq", 3},
+               {"ts", 0.0},
+               {"kind", "proc.exec"},
+               {"data",
+                {{"pid", 87},
+                 {"ppid", 85},
+                 {"uid", 0},
+                 {"path", "/bin/ls"},
+                 {"cwd", "/root"},
+                 {"argv", {"/bin/ls", "/"}},
+                 {"stream", 7},
+                 {"guest_reported", true}}}};
+  EXPECT_EQ(format_audit_event(exec),
+            "1970-01-01T00:00:00.000Z  3  proc.exec  pid=87 ppid=85 uid=0 exe=/bin/ls cwd=/root "
+            "argv: /bin/ls / (guest-reported)\n");
+  json dropped = {{"seq", 4},
+                  {"ts", 0.0},
+                  {"kind", "proc.exec_dropped"},
+                  {"data",
+                   {{"count", 12}, {"rate_limited", 10}, {"dropped_by_guest", 2}, {"malformed", 0}}}};
+  EXPECT_EQ(format_audit_event(dropped),
+            "1970-01-01T00:00:00.000Z  4  proc.exec_dropped  count=12 rate_limited=10 "
+            "dropped_by_guest=2 malformed=0\n");
+}
+
 // A service whose sandbox says hostile things: in process argv, file paths and audit events.
 const std::string kHostile =
     "ok\r\nFORGED  exit 0\x1b[2K\x1b]52;c;ZXZpbA==\x07\u009b2J\u202egnp.exe\u2066\u2069\u200f"

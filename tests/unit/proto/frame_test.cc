@@ -41,15 +41,15 @@ TEST(Frame, RoundTripsEveryTypeAndBinaryPayloads) {
   std::string wire;
   std::string binary;
   for (int i = 0; i < 256; ++i) binary.push_back(static_cast<char>(i));
-  for (uint8_t t = 1; t <= 16; ++t) {
+  for (uint8_t t = 1; t <= 18; ++t) {
     ASSERT_TRUE(is_valid_type(t));
     ASSERT_TRUE(encode(static_cast<FrameType>(t), t * 1000u, t % 2 ? binary : "", wire));
   }
   Decoder d;
   d.feed(wire);
   auto frames = decode_all(d);
-  ASSERT_EQ(frames.size(), 16u);
-  for (uint8_t t = 1; t <= 16; ++t) {
+  ASSERT_EQ(frames.size(), 18u);
+  for (uint8_t t = 1; t <= 18; ++t) {
     const Frame& f = frames[t - 1];
     EXPECT_EQ(static_cast<uint8_t>(f.type), t);
     EXPECT_EQ(f.stream, t * 1000u);
@@ -123,7 +123,7 @@ TEST_P(FrameHeaderTest, RejectedBeforePayloadArrivesAndDecoderStaysFailed) {
 INSTANTIATE_TEST_SUITE_P(AllFields, FrameHeaderTest,
                          ::testing::Values(Corruption{"length over max (top byte)", 3, 0x01},
                                            Corruption{"length over max (0x00100001)", 2, 0x10},
-                                           Corruption{"type 0", 4, 0}, Corruption{"type 17", 4, 17},
+                                           Corruption{"type 0", 4, 0}, Corruption{"type 19", 4, 19},
                                            Corruption{"type 255", 4, 255},
                                            Corruption{"flags", 5, 1},
                                            Corruption{"flags high bit", 5, 0x80},
@@ -167,9 +167,11 @@ TEST(Frame, TypeNames) {
   EXPECT_STREQ(frame_type_name(FrameType::kHello), "hello");
   EXPECT_STREQ(frame_type_name(FrameType::kPong), "pong");
   EXPECT_FALSE(is_valid_type(0));
-  EXPECT_FALSE(is_valid_type(17));
+  EXPECT_FALSE(is_valid_type(19));
   EXPECT_STREQ(frame_type_name(FrameType::kConnect), "connect");
   EXPECT_STREQ(frame_type_name(FrameType::kReset), "reset");
+  EXPECT_STREQ(frame_type_name(FrameType::kDns), "dns");
+  EXPECT_STREQ(frame_type_name(FrameType::kProcExec), "proc_exec");
 }
 
 }  // namespace

@@ -86,11 +86,19 @@ TEST(VminitAgentArgv, EgressOnlyWhenGiven) {
   BootParams p;
   EXPECT_EQ(agent_argv("/dev/vport1p1", p),
             (std::vector<std::string>{"/.space/space-agent", "--channel", "/dev/vport1p1"}));
+  // With egress the agent also takes the guest's DNS queries on the stub's address.
   p.egress = {3128, 443};
   EXPECT_EQ(agent_argv("/dev/vport1p1", p),
             (std::vector<std::string>{"/.space/space-agent", "--channel", "/dev/vport1p1",
                                       "--egress-listen", "127.0.0.1:3128", "--egress-listen",
-                                      "127.0.0.1:443"}));
+                                      "127.0.0.1:443", "--dns-listen", "127.0.0.53:53"}));
+}
+
+TEST(VminitResolvConf, TheStubWithEgressNothingWithout) {
+  BootParams p;
+  EXPECT_EQ(resolv_conf(p), "");  // the image's own file stays
+  p.egress = {3128};
+  EXPECT_EQ(resolv_conf(p), "nameserver 127.0.0.53\noptions edns0\n");
 }
 
 TEST(VminitAgentArgv, VsockChannelListensInsteadOfTheDevice) {
@@ -101,14 +109,15 @@ TEST(VminitAgentArgv, VsockChannelListensInsteadOfTheDevice) {
   p.egress = {3128};
   EXPECT_EQ(agent_argv("/dev/vport1p1", p),  // a device, if given anyway, is not used
             (std::vector<std::string>{"/.space/space-agent", "--channel-listen", "vsock:1024",
-                                      "--egress-listen", "127.0.0.1:3128"}));
+                                      "--egress-listen", "127.0.0.1:3128", "--dns-listen",
+                                      "127.0.0.53:53"}));
   // What vminit builds from the kernel command line the firecracker runtime gives.
   auto fc = parse_cmdline("console=ttyS0 space.channel=vsock:2049 space.egress=3128,443");
   ASSERT_TRUE(fc);
   EXPECT_EQ(agent_argv("", *fc),
             (std::vector<std::string>{"/.space/space-agent", "--channel-listen", "vsock:2049",
                                       "--egress-listen", "127.0.0.1:3128", "--egress-listen",
-                                      "127.0.0.1:443"}));
+                                      "127.0.0.1:443", "--dns-listen", "127.0.0.53:53"}));
 }
 
 TEST(VminitLabel, ReadsSyntheticSuperblock) {

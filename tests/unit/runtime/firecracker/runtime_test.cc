@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "runtime/firecracker/firecracker_runtime.h"
-#include "runtime/firecracker/memory_file.h"
+#include "runtime/sparse_file.h"
 #include "runtime/firecracker/vsock.h"
 
 namespace space::runtime::firecracker {
@@ -275,7 +275,7 @@ TEST(FirecrackerMemory, ApplyDiffWritesOnlyTheDirtyPages) {
   std::string want = read_all(base.get());
   for (off_t off : {off_t{0}, off_t{8192}, off_t{33} << 20, size - 4096})
     want.replace(static_cast<size_t>(off), 4096, page);
-  auto n = apply_diff(base.get(), diff.get());
+  auto n = vm::apply_diff(base.get(), diff.get());
   ASSERT_TRUE(n) << n.error().message();
   // Extents are at least a filesystem block; the diff's four pages are far apart.
   EXPECT_GE(*n, 4u * 4096);
@@ -283,7 +283,7 @@ TEST(FirecrackerMemory, ApplyDiffWritesOnlyTheDirtyPages) {
   EXPECT_TRUE(read_all(base.get()) == want);
 
   UniqueFd big = make_file(dir / "big", size + 4096);
-  auto r = apply_diff(base.get(), big.get());
+  auto r = vm::apply_diff(base.get(), big.get());
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code(), Code::kInvalidArgument);
   fs::remove_all(dir);
@@ -296,7 +296,7 @@ TEST(FirecrackerMemory, CopySparseKeepsHolesAndBytes) {
   std::string data(1 << 16, 'x');
   ASSERT_EQ(::pwrite(src.get(), data.data(), data.size(), 100 << 20), 1 << 16);
   UniqueFd dst(::open((dir / "dst").c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  ASSERT_TRUE(copy_sparse(src.get(), dst.get()));
+  ASSERT_TRUE(vm::copy_sparse(src.get(), dst.get()));
   struct stat st;
   ASSERT_EQ(::fstat(dst.get(), &st), 0);
   EXPECT_EQ(st.st_size, size);

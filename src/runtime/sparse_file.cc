@@ -1,5 +1,5 @@
-// Sparse-aware copies for snapshot memory and template disks; see memory_file.h.
-#include "runtime/firecracker/memory_file.h"
+// Sparse-aware copies for snapshot memory and template disks; see sparse_file.h.
+#include "runtime/sparse_file.h"
 
 #include <fcntl.h>
 #include <linux/fs.h>
@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
-namespace space::runtime::firecracker {
+namespace space::runtime::vm {
 namespace {
 
 // Calls `each(offset, length)` for every data extent of `fd` (size `size`).
@@ -82,4 +84,41 @@ Result<void> copy_sparse(int src_fd, int dst_fd) {
   });
 }
 
-}  // namespace space::runtime::firecracker
+Result<uint64_t> copy_nonzero_pages(int src_fd, int dst_fd) {
+  struct stat s;
+  if (::fstat(src_fd, &s) != 0) return fail_sys("fstat");
+  if (::ftruncate(dst_fd, s.st_size) != 0) return fail_sys("ftruncate");
+  constexpr size_t kPage = 4096, kChunk = 1 << 20;
+  static const char zeros[kPage] = {};
+  std::vector<char> buf(kChunk);
+  uint64_t written = 0;
+  TRY_VOID(for_each_extent(src_fd, s.st_size, [&](off_t off, off_t len) -> Result<void> {
+    for (off_t pos = off; pos < off + len;) {
+      size_t want = static_cast<size_t>(std::min<off_t>(kChunk, off + len - pos));
+      ssize_t n = ::pread(src_fd, buf.data(), want, pos);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return n < 0 ? fail_sys("pread") : fail(Code::kInternal, "short read");
+      // Runs of pages with data go out in one write each.
+      for (ssize_t i = 0; i < n;) {
+        auto page_at = [&](ssize_t k) { return std::min<size_t>(kPage, static_cast<size_t>(n - k)); };
+        if (std::memcmp(buf.data() + i, zeros, page_at(i)) == 0) {
+          i += static_cast<ssize_t>(page_at(i));
+          continue;
+        }
+        ssize_t end = i;
+        while (end < n && std::memcmp(buf.data() + end, zeros, page_at(end)) != 0)
+          end += static_cast<ssize_t>(page_at(end));
+        size_t len2 = static_cast<size_t>(end - i);
+        if (::pwrite(dst_fd, buf.data() + i, len2, pos + i) != static_cast<ssize_t>(len2))
+          return fail_sys("pwrite");
+        written += len2;
+        i = end;
+      }
+      pos += n;
+    }
+    return {};
+  }));
+  return written;
+}
+
+}  // namespace space::runtime::vm
