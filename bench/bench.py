@@ -20,6 +20,10 @@ default 100; the issue's figure wants BENCH_N=500; C = $BENCH_CLIENTS, default 1
                pool ($BENCH_POOL, default 16 sandboxes) that is full before each create; then
                `space run`, create+rm and first output again with the pool, each row with its
                pool hits; and where cold creation's time goes, per step, from /metrics
+  default      a spaced with no config file, as users start it (the default pool; `space run`
+               destroys in the background): `space run -- true` sequential and C clients, API
+               create + DELETE?wait=false sequential and C threads
+The first rows run against a spaced configured with `"pools": []`.
 and writes a markdown table to the --out file.
 """
 
@@ -199,7 +203,7 @@ def space_rows(args, n, clients, space, sock, env, rows):
                           timed_spawns(args.timer, n, ["/bin/true"], env)))
 
     step("space run -- true x%d" % n)
-    rows.append(summarize("`space run -- true` (create, exec, destroy)",
+    rows.append(summarize("`space run -- true` (create, exec, destroy), no pool",
                           "C timer spawning the CLI",
                           timed_spawns(args.timer, n, [space, "run", "--", "true"], env)))
 
@@ -358,6 +362,53 @@ def pool_rows(args, n, clients, space, sock, env, rows, size):
                 rows.append(summarize(name + tail, how, got[key], len(got["cycle"]) / wall))
 
 
+def default_rows(args, n, clients, space, sock, env, rows):
+    """`space run -- true` and API create + delete against a spaced started with no config file,
+    as a user's is: it keeps the default warm pool (docs/pools.md) and `space run` destroys in
+    the background."""
+    import clients as conc
+
+    def step(what):
+        print("bench: default config: %s" % what, file=sys.stderr)
+
+    deadline = time.monotonic() + 60
+    while True:
+        m = metrics(sock)
+        size, ready = metric(m, "space_pool_size"), metric(m, "space_pool_ready")
+        if size and ready == size:
+            break
+        if time.monotonic() > deadline:
+            sys.exit("bench: the default pool did not fill (size %s, ready %s)" % (size, ready))
+        time.sleep(0.01)
+    size = int(size)
+    timed_spawns(args.timer, 5, [space, "run", "--", "true"], env)
+
+    def with_hits(what, fn):
+        h0, m0 = pool_counts(sock)
+        out = fn()
+        h1, m1 = pool_counts(sock)
+        return out, "%s; pool hits %d of %d" % (what, h1 - h0, (h1 - h0) + (m1 - m0))
+
+    step("space run -- true x%d" % n)
+    samples, how = with_hits("C timer spawning the CLI", lambda: timed_spawns(
+        args.timer, n, [space, "run", "--", "true"], env))
+    rows.append(summarize("`space run -- true`, default config (pool of %d)" % size, how, samples))
+    step("space run -- true x%d, %d clients" % (n, clients))
+    (samples, wall), how = with_hits("%d C timers at once" % clients, lambda: conc.cli_clients(
+        args.timer, n, clients, [space, "run", "--", "true"], env))
+    rows.append(summarize("`space run -- true`, %d clients, default config" % clients, how,
+                          samples, len(samples) / wall))
+    for c in (1, clients):
+        step("API create + delete (wait=false) x%d, %d client(s)" % (n, c))
+        who = "Python http.client" if c == 1 else "%d Python threads, a connection each" % c
+        (got, wall), how = with_hits(who, lambda: conc.api_clients(
+            sock, n, c, conc.cycle_create_delete_nowait))
+        rows.append(summarize("API create + delete?wait=false, %s, default config" % (
+            "1 client" if c == 1 else "%d clients" % c), how, got["cycle"],
+            len(got["cycle"]) / wall))
+    return size
+
+
 def peer_rows(args, n, env, rows, notes):
     import peers
 
@@ -437,7 +488,11 @@ def main():
 
     log = open(os.path.join(args.work, "spaced.log"), "wb")
     rows, notes = [], []
-    daemon = start_daemon(spaced, state, sock, log)
+    # First without any pool: the cold path, and idle sandboxes with nothing else running.
+    no_pool = os.path.join(args.work, "no-pool.json")
+    with open(no_pool, "w") as f:
+        json.dump({"pools": []}, f)
+    daemon = start_daemon(spaced, state, sock, log, no_pool)
     try:
         space_rows(args, n, clients, space, sock, env, rows)
         steps = cold_rows(n, sock, rows)
@@ -456,6 +511,13 @@ def main():
     daemon = start_daemon(spaced, pooled_state, sock, log, config)
     try:
         pool_rows(args, n, clients, space, sock, env, rows, pool_size)
+    finally:
+        stop_daemon(daemon, sock)
+    # What a user gets: no config file, so the default pool; `space run` destroys in the
+    # background.
+    daemon = start_daemon(spaced, os.path.join(args.work, "state-default"), sock, log)
+    try:
+        default_size = default_rows(args, n, clients, space, sock, env, rows)
     finally:
         stop_daemon(daemon, sock)
     # Peers after our daemon is gone, so that it costs them nothing.
@@ -494,8 +556,11 @@ def main():
               "of the row \"API create -> ready, cold path\", from spaced's `/metrics` "
               "(`space_sandbox_create_step_seconds_sum` and `_count` before and after it); "
               "\"launch\" steps are the runtime's (src/runtime/linux), the rest the daemon's. "
-              "The warm-pool rows ran against a second spaced with `\"pools\": [{\"profile\": "
-              "\"test\", \"size\": %d}]`." % (max((c for _, _, c in steps), default=0), pool_size),
+              "The first rows ran against a spaced configured with `\"pools\": []`, the "
+              "warm-pool rows against a second one with `\"pools\": [{\"profile\": "
+              "\"test\", \"size\": %d}]`, the \"default config\" rows against a third with no "
+              "config file (the default pool: %d sandboxes here)." % (
+                  max((c for _, _, c in steps), default=0), pool_size, default_size),
               "", "| step | mean ms |", "|---|---:|"]
     lines += ["| %s | %.3f |" % (name, ms) for name, ms, _ in steps]
     lines.append("| **total** | **%.3f** |" % sum(ms for _, ms, _ in steps))

@@ -106,6 +106,13 @@ void write_record(int fd, ShimRecord r) {
   int err = ENOENT;
   bool saw_eacces = false;
   for (const char* c : p.candidate_ptrs) {
+    // A PATH entry that does not hold the file is skipped without an execve: each execve is a
+    // round trip to spaced's exec auditor (seccomp user notification), and `true` would
+    // otherwise cost one per PATH directory before /usr/bin. Anything else (EACCES, a file
+    // that vanishes in between) is left to execve, so the errors stay execvp's.
+    if (p.candidate_ptrs.size() > 1 && ::access(c, F_OK) < 0 &&
+        (errno == ENOENT || errno == ENOTDIR))
+      continue;
     ::execve(c, p.argv.data(), p.envp.data());
     err = errno;
     if (err == EACCES) {

@@ -373,9 +373,9 @@ Result<daemon::SandboxInfo> ScopedService::inspect(const std::string& id) {
   return visible(id, Missing::kSandbox);
 }
 
-Result<void> ScopedService::destroy(const std::string& id, bool force) {
+Result<void> ScopedService::destroy(const std::string& id, bool force, bool wait) {
   TRY_VOID(visible(id, Missing::kSandbox));
-  return inner_.destroy(id, force);
+  return inner_.destroy(id, force, wait);
 }
 
 Result<std::unique_ptr<daemon::ExecSession>> ScopedService::exec(const std::string& id,

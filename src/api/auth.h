@@ -129,7 +129,7 @@ class ScopedService : public daemon::SandboxService {
   Result<daemon::SandboxInfo> create(const daemon::CreateRequest& req) override;
   Result<std::vector<daemon::SandboxInfo>> list() override;
   Result<daemon::SandboxInfo> inspect(const std::string& id) override;
-  Result<void> destroy(const std::string& id, bool force) override;
+  Result<void> destroy(const std::string& id, bool force, bool wait = true) override;
   Result<std::unique_ptr<daemon::ExecSession>> exec(const std::string& id,
                                                     const daemon::ExecRequest& req) override;
   Result<nlohmann::json> processes(const std::string& id) override;

@@ -232,6 +232,9 @@ Result<void> exec(Exchange& ex, ApiContext& ctx) {
       if (!ex.write_chunk(line(j))) break;
       session->consumed(ev->data.size());
     } else {
+      // Ended: from here a client that hangs up (the CLI does as soon as it reads the exit
+      // event) must not make the helper kill what the command left running in the background.
+      finished = true;
       if (ex.write_chunk(line(exit_event(ev->exit))) && ex.end_chunked()) complete = true;
       break;
     }

@@ -33,7 +33,8 @@ Result<void> get_sandbox(Exchange& ex, ApiContext& ctx) {
 Result<void> delete_sandbox(Exchange& ex, ApiContext& ctx) {
   std::string id = TRY(sandbox_id(ex));
   bool force = TRY(parse_bool_param(ex.target(), "force", false));
-  TRY_VOID(ctx.service.destroy(id, force));
+  bool wait = TRY(parse_bool_param(ex.target(), "wait", true));
+  TRY_VOID(ctx.service.destroy(id, force, wait));
   return ex.respond_no_content();
 }
 

@@ -226,7 +226,9 @@ Result<int> cmd_run(const Args& a, const Client& c) {
   };
   Result<int> result =
       received_signal() != 0 ? Result<int>(128 + received_signal()) : exec_stream();
-  auto destroyed = steady.call("DELETE", sandbox_target(id, "?force=true"));
+  // The command's exit is known: the sandbox need only be unreachable before we answer; spaced
+  // kills what is left in it and removes it in the background (docs/pools.md).
+  auto destroyed = steady.call("DELETE", sandbox_target(id, "?force=true&wait=false"));
   if (!destroyed) {
     write_all(STDERR_FILENO, "space: could not destroy sandbox " + escape_text(id) + ": " +
                                  escape_text(destroyed.error().message()) +

@@ -61,6 +61,7 @@ Result<void> Config::load(const std::filesystem::path& file) {
         secrets.emplace(name, TRY_CTX(egress::SecretDef::from_json(name, def), file.string()));
     } else if (k == "pools" && v.is_array()) {
       TRY_VOID_CTX(load_pools(v, pool_limits_given), file.string() + ": pools");
+      pools_configured = true;
     } else if (k == "snapshots" && v.is_object()) {
       TRY_VOID_CTX(load_snapshots(v), file.string() + ": snapshots");
     } else if (k == "vm" && v.is_object()) {
@@ -116,6 +117,20 @@ Result<void> Config::load(const std::filesystem::path& file) {
                                                 " names profile \"" + p +
                                                 "\", which is not configured");
   return {};
+}
+
+size_t default_pool_size(uint64_t mem_total_bytes) {
+  constexpr uint64_t kPerSandbox = 4ull << 30;
+  return std::clamp<size_t>(static_cast<size_t>(mem_total_bytes / kPerSandbox), 1, 4);
+}
+
+void Config::add_default_pool(uint64_t mem_total_bytes) {
+  if (pools_configured || !pools.empty() || !profiles.count("test")) return;
+  PoolConfig pool;
+  pool.limits = default_limits;
+  pool.size = default_pool_size(mem_total_bytes);
+  pool.is_default = true;
+  pools.push_back(std::move(pool));
 }
 
 // "profiles": {"test": {"egress": {...}}, "live": {}}: the names, and each one's egress policy

@@ -48,8 +48,14 @@ struct PoolConfig {
   runtime::Limits limits;         // unset fields: the config's "defaults"
   std::string workdir = "/root";  // created in advance; a request for another one makes its own
   size_t size = 0;
+  bool is_default = false;  // the pool spaced keeps when the config names none
   static constexpr size_t kMaxSize = 256;
 };
+
+// The size of the default pool on a host with `mem_total_bytes` of RAM: one sandbox per 4 GiB,
+// 1 to 4 (a pool sandbox costs under 1 MiB of host memory, but each refill is CPU taken from
+// the host; four cover a burst of sequential `space run`s while the filler catches up).
+size_t default_pool_size(uint64_t mem_total_bytes);
 
 // The microVM runtimes' shared settings (docs/qemu-runtime.md). Empty paths: found next to
 // spaced (<dir>/guest/) or under /usr/lib/space/guest/.
@@ -98,10 +104,15 @@ struct Config {
   std::map<std::string, ProfileSnapshots> profile_snapshots;
   std::map<std::string, runtime::VmDevices> profile_vm;  // profiles.NAME.vm
   std::vector<PoolConfig> pools;
+  bool pools_configured = false;  // the file had a "pools" key ([] = no pool at all)
   VmConfig vm;
 
   // Reads a JSON config file over the current values.
   Result<void> load(const std::filesystem::path& file);
+  // Where the config named no pools: one pool of the default template (linux runtime, image
+  // host, profile test, the defaults' limits) sized by default_pool_size(), if the profile
+  // "test" exists. `"pools": []` turns it off (docs/pools.md).
+  void add_default_pool(uint64_t mem_total_bytes);
 
  private:
   Result<void> load_profiles(const nlohmann::json& v);

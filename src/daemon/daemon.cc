@@ -742,14 +742,63 @@ Result<void> Daemon::destroy_sandbox(const std::shared_ptr<Sandbox>& sb,
   return {};
 }
 
-Result<void> Daemon::destroy(const std::string& id, bool force) {
+Result<void> Daemon::destroy(const std::string& id, bool force, bool wait) {
   // A rollback may replace the sandbox object while we wait for its lock: then destroy the
   // new one.
   for (int attempt = 0;; ++attempt) {
     auto sb = TRY(live(id));
-    TRY_VOID(destroy_sandbox(sb, "removed by the API"));
+    // Background teardowns are bounded: past kMaxTeardowns waiting, a destroy waits for its
+    // own, so that a burst of deletes cannot pile up dead sandboxes faster than they go.
+    if (wait || teardowns_pending_.load() >= kMaxTeardowns)
+      TRY_VOID(destroy_sandbox(sb, "removed by the API"));
+    else
+      TRY_VOID(destroy_in_background(sb, "removed by the API"));
     if (!sb->replaced || attempt >= 3) return {};
   }
+}
+
+Result<void> Daemon::destroy_in_background(const std::shared_ptr<Sandbox>& sb,
+                                           const std::string& reason) {
+  {
+    std::lock_guard lock(sb->mu);
+    if (sb->destroyed.exchange(true)) return {};
+    // Unreachable from here on: no egress, no API operation (live() no longer finds it), and a
+    // record that a restarted spaced tears down rather than reattaches.
+    stop_egress(sb->rec.id);
+    sb->rec.state = "destroying";
+    sb->rec.reason = reason;
+    if (auto r = store_->put_sandbox(sb->rec); !r) {
+      sb->rec.state = sb->paused ? "paused" : "running";
+      sb->destroyed = false;
+      return fail(std::move(r.error()).wrap("destroying sandbox " + sb->rec.id));
+    }
+  }
+  {
+    std::lock_guard l(mu_);
+    sandboxes_.erase(sb->rec.id);
+    teardowns_pending_++;
+  }
+  Janitor::instance().post([this, sb, reason] { finish_teardown(sb, reason); });
+  return {};
+}
+
+void Daemon::finish_teardown(const std::shared_ptr<Sandbox>& sb, const std::string& reason) {
+  std::lock_guard lock(sb->mu);
+  close_agent(*sb);
+  Result<void> r = sb->inst ? sb->inst->destroy() : Result<void>{};
+  teardowns_pending_--;
+  if (!r) {
+    // The record stays "destroying": the next spaced's reconcile tears down what is left.
+    metrics_.teardown_failures++;
+    spdlog::error("destroying sandbox {} in the background: {} (spaced's next start retries)",
+                  sb->rec.id, r.error().message());
+    return;
+  }
+  std::error_code ec;
+  fs::remove_all(cfg_.state_dir / "sandboxes" / sb->rec.id, ec);
+  record_destroyed(sb->rec, reason);
+  metrics_.destroys++;
+  spdlog::info("destroyed sandbox {} ({}; in the background)", sb->rec.id, reason);
 }
 
 Result<void> Daemon::pause(const std::string& id) {
@@ -836,6 +885,18 @@ Result<void> Daemon::reconcile() {
     if (rec.state == "pooled") {
       (void)sb->rt->cleanup(*spec, rec.runtime_state);
       mark_gone("warm pool: never used; spaced stopped");
+      continue;
+    }
+    if (rec.state == "destroying") {
+      // Removed by its owner, torn down in the background, and spaced stopped before that
+      // finished (docs/pools.md, "Destroying in the background").
+      auto cleaned = sb->rt->cleanup(*spec, rec.runtime_state);
+      if (!cleaned) {
+        spdlog::error("sandbox {}: finishing its teardown: {}", rec.id, cleaned.error().message());
+        keep.insert(rec.id);  // still "destroying", its state kept: the next start tries again
+        continue;
+      }
+      mark_gone(rec.reason.empty() ? std::string("removed by the API") : rec.reason);
       continue;
     }
     if (rec.state == "creating" || rec.runtime_state.is_null()) {
@@ -980,6 +1041,12 @@ std::string Daemon::metrics() {
   counter("space_sandbox_create_failures_total", "Sandbox creations that failed.",
           metrics_.create_failures);
   counter("space_sandbox_destroys_total", "Sandboxes destroyed.", metrics_.destroys);
+  counter("space_sandbox_teardown_failures_total",
+          "Background teardowns that failed (left for the next start).",
+          metrics_.teardown_failures);
+  o << "# HELP space_sandbox_teardowns_pending Destroyed sandboxes still being torn down.\n"
+    << "# TYPE space_sandbox_teardowns_pending gauge\nspace_sandbox_teardowns_pending "
+    << teardowns_pending_.load() << '\n';
   counter("space_sandbox_timeouts_total", "Sandboxes destroyed by their lifetime timeout.",
           metrics_.timeouts);
   counter("space_agents_lost_total", "Agent channels that broke.", metrics_.agents_lost);
@@ -1095,7 +1162,12 @@ json Daemon::doctor() {
           {"socket", cfg_.socket.string()},
           {"host", host},
           {"runtimes", rts},
-          {"snapshots", snapshots}};
+          {"snapshots", snapshots},
+          {"pools", pool_report()},
+          {"pools_note", cfg_.pools_configured
+                             ? "the config's \"pools\" (docs/pools.md)"
+                             : "the default pool: the config names none; \"pools\": [] in the "
+                               "config turns it off (docs/pools.md)"}};
 }
 
 }  // namespace space::daemon

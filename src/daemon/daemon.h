@@ -46,7 +46,7 @@ class Daemon : public SandboxService {
   Result<SandboxInfo> create(const CreateRequest& req) override;
   Result<std::vector<SandboxInfo>> list() override;
   Result<SandboxInfo> inspect(const std::string& id) override;
-  Result<void> destroy(const std::string& id, bool force) override;
+  Result<void> destroy(const std::string& id, bool force, bool wait = true) override;
   Result<std::unique_ptr<ExecSession>> exec(const std::string& id, const ExecRequest& req) override;
   Result<nlohmann::json> processes(const std::string& id) override;
   Result<void> kill(const std::string& id, int pid, int sig) override;
@@ -167,6 +167,7 @@ class Daemon : public SandboxService {
   void pool_loop();
   void drain_pools();
   void pool_metrics(std::ostream& o);
+  nlohmann::json pool_report();  // `space doctor`: each pool, its size and what is ready
   // The host's CA bundle plus sandbox_ca_files, read once and again when the bundle changes.
   Result<std::shared_ptr<const std::string>> trust_base();
   // Writes the CA (egress::kCaCertPath) and trust store (kCaBundlePath) into a writable layer's
@@ -183,6 +184,13 @@ class Daemon : public SandboxService {
   Result<std::shared_ptr<Sandbox>> live(const std::string& id);
   Result<std::shared_ptr<Sandbox>> running(const std::string& id);  // live and not paused
   Result<void> destroy_sandbox(const std::shared_ptr<Sandbox>& sb, const std::string& reason);
+  // destroy(wait = false): cut it off and record it "destroying" now; finish_teardown() (on the
+  // janitor's thread) kills its processes, removes its resources and records it destroyed.
+  Result<void> destroy_in_background(const std::shared_ptr<Sandbox>& sb,
+                                     const std::string& reason);
+  void finish_teardown(const std::shared_ptr<Sandbox>& sb, const std::string& reason);
+  static constexpr uint64_t kMaxTeardowns = 32;
+  std::atomic<uint64_t> teardowns_pending_{0};
   Result<uint32_t> allocate_uid_base();
   Result<runtime::SandboxSpec> spec_for(const SandboxRecord& rec);
   // After the agent's channel is open: for runtimes whose agent carries egress (VMs), starts
@@ -277,7 +285,8 @@ class Daemon : public SandboxService {
     size_t filling = 0;
     double retry_at = 0;  // after a failed refill
     uint64_t hits = 0, misses = 0, refills = 0, refill_failures = 0;
-    int64_t refill_ns = 0;  // sum over refills
+    int64_t refill_ns = 0;   // sum over refills
+    std::string last_error;  // of the last refill, if it failed
   };
   std::mutex pool_mu_;  // guards pools_ and pools_stopping_
   std::condition_variable pool_cv_;
@@ -296,7 +305,8 @@ class Daemon : public SandboxService {
   struct Metrics {
     std::atomic<uint64_t> creates{0}, create_failures{0}, destroys{0}, execs{0}, exec_failures{0},
         timeouts{0}, agents_lost{0}, reattached{0}, cleaned_up{0}, snapshots{0},
-        snapshot_failures{0}, snapshots_dropped{0}, rollbacks{0}, restores{0}, gc_bytes_freed{0};
+        snapshot_failures{0}, snapshots_dropped{0}, rollbacks{0}, restores{0}, gc_bytes_freed{0},
+        teardown_failures{0};
     std::atomic<uint64_t> create_ns_sum{0};
     std::atomic<uint64_t> creates_pooled{0}, pooled_ns_sum{0};
     // Where creation time goes, by step (StepTimes names): count and nanoseconds.

@@ -93,7 +93,7 @@ class ExecSessionImpl : public ExecSession {
             exit_.error = j["error"].get<std::string>();
           if (exit_.error.size() > 4096) exit_.error.resize(4096);
           exit_.timed_out = timed_out_;
-          if (auto u = sb_->inst->usage(); u && u->oom_kills > oom_base_) exit_.oom_killed = true;
+          if (auto k = sb_->inst->oom_kills(); k && *k > oom_base_) exit_.oom_killed = true;
           exit_.duration_s = std::chrono::duration<double>(Clock::now() - start_).count();
           audit_end(&exit_, "");
           return Event{Event::Kind::kExit, {}, 0, exit_};
@@ -212,7 +212,7 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
     return fail(Code::kInvalidArgument, "cwd must be an absolute path inside the sandbox");
 
   uint64_t oom_base = 0;
-  if (auto u = sb->inst->usage(); u) oom_base = u->oom_kills;
+  if (auto k = sb->inst->oom_kills(); k) oom_base = *k;
   auto stream = sb->conn->open_stream();
   json spec = {{"argv", req.argv}, {"env", env},         {"cwd", cwd}, {"uid", 0},
                {"gid", 0},         {"stdin", req.stdin}, {"detach", req.detach},

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -99,6 +100,8 @@ int run(int argc, char** argv) {
   if (!socket.empty()) cfg.socket = socket;
   if (!agent.empty()) cfg.agent = agent;
   if (!log_level.empty()) cfg.log_level = log_level;
+  if (struct sysinfo si{}; ::sysinfo(&si) == 0)
+    cfg.add_default_pool(static_cast<uint64_t>(si.totalram) * si.mem_unit);
   if (cfg.agent.empty()) {
     cfg.agent = self_dir() / "space-agent";
     if (!fs::exists(cfg.agent)) cfg.agent = "/usr/lib/space/space-agent";

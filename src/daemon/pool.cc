@@ -84,12 +84,14 @@ void Daemon::pool_loop() {
     if (!made) {
       pool.refill_failures++;
       pool.retry_at = now_s() + 5;
+      pool.last_error = made.error().message();
       spdlog::warn("warm pool {}/{}: could not start a sandbox (retrying in 5 s): {}", t.profile,
                    t.image, made.error().message());
       continue;
     }
     pool.refills++;
     pool.refill_ns += ns;
+    pool.last_error.clear();
     if (pools_stopping_) {
       lock.unlock();
       discard_prepared(*made, "warm pool: spaced stopped before it was used");
@@ -119,6 +121,29 @@ void Daemon::drain_pools() {
       }
   }
   for (auto& p : unused) discard_prepared(p, "warm pool: spaced stopped before it was used");
+}
+
+nlohmann::json Daemon::pool_report() {
+  std::lock_guard lock(pool_mu_);
+  nlohmann::json out = nlohmann::json::array();
+  for (auto& p : pools_) {
+    nlohmann::json j = {{"runtime", p.t.runtime},
+                        {"image", p.t.image},
+                        {"profile", p.t.profile},
+                        {"memory", p.t.limits.memory_bytes},
+                        {"cpus", p.t.limits.cpus},
+                        {"pids", p.t.limits.pids},
+                        {"disk", p.t.limits.disk_bytes},
+                        {"size", p.cfg.size},
+                        {"ready", p.ready.size()},
+                        {"hits", p.hits},
+                        {"misses", p.misses},
+                        {"refill_failures", p.refill_failures},
+                        {"default", p.cfg.is_default}};
+    if (!p.last_error.empty()) j["last_error"] = p.last_error;
+    out.push_back(std::move(j));
+  }
+  return out;
 }
 
 void Daemon::pool_metrics(std::ostream& o) {

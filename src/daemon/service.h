@@ -123,8 +123,11 @@ class SandboxService {
   virtual Result<std::vector<SandboxInfo>> list() = 0;
   virtual Result<SandboxInfo> inspect(const std::string& id) = 0;
   // force: also when processes are running (otherwise the same: destroy is always allowed;
-  // `force` exists for future states such as "snapshot in progress").
-  virtual Result<void> destroy(const std::string& id, bool force) = 0;
+  // `force` exists for future states such as "snapshot in progress"). wait = false: return once
+  // the sandbox is unreachable (no API operation finds it, its egress is cut, its record says
+  // "destroying"); its processes are killed and its resources removed in the background
+  // (docs/pools.md, "Destroying in the background").
+  virtual Result<void> destroy(const std::string& id, bool force, bool wait = true) = 0;
 
   virtual Result<std::unique_ptr<ExecSession>> exec(const std::string& id,
                                                     const ExecRequest& req) = 0;

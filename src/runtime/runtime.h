@@ -131,6 +131,9 @@ class Instance {
   virtual Result<void> resume() = 0;
   virtual bool paused() const = 0;
   virtual Result<Usage> usage() const = 0;
+  // usage().oom_kills alone: read before and after every exec, so a runtime that can read
+  // just that counter (one file instead of five) does.
+  virtual Result<uint64_t> oom_kills() const { return TRY(usage()).oom_kills; }
 
   // Kills every process of the sandbox and removes every host object it had (cgroups,
   // directories, namespaces). Idempotent; safe to call on a half-dead sandbox.

@@ -526,9 +526,32 @@ class Checks:
         self.gone(sid, d)
         return "restart took %.1fs; spaced %d -> %d" % (took, old, new)
 
+    def pooled_ids(self):
+        """The sandboxes spaced's default warm pool keeps ready (docs/pools.md): they exist
+        before the cycles and after, and are not leaks. Their count must be what `space doctor`
+        says is ready, and none may be visible to `space ls`."""
+        deadline = time.monotonic() + 15
+        while True:  # a refill may be under way: wait until the pool is full and still
+            ids = {ID_RE.search(p).group(0) for p in cgroup_tree() if ID_RE.search(p)}
+            doctor = json.loads(space_ok("doctor", "--json"))
+            pools = doctor.get("pools", [])
+            ready = sum(p.get("ready", 0) for p in pools)
+            if (ready == sum(p.get("size", 0) for p in pools) and len(ids) == ready) or \
+                    time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        listed = json.loads(space_ok("ls", "--json"))
+        listed = {sb["id"] for sb in (listed.get("sandboxes", []) if isinstance(listed, dict)
+                                      else listed)}
+        ensure(len(ids) == ready and not ids & listed,
+               "sandbox cgroups before the cycles %r; the pools hold %d ready; listed %r" %
+               (sorted(ids), ready, sorted(listed)))
+        return ids
+
     def check_cycles(self):
         agents0 = set(agent_pids())
         mounts0 = set(space_mounts())
+        self.pool_ids = self.pooled_ids()
         t0 = time.monotonic()
         for i in range(self.cycles):
             sid = self.create("--memory", "64M", "--pids", "32")
@@ -538,12 +561,13 @@ class Checks:
         deadline = time.monotonic() + 20
         while True:
             left = {
-                "cgroups": sorted(p for p in cgroup_tree() if ID_RE.search(p)),
-                "parent": os.path.exists(os.path.join(self.base, "space")),
+                "cgroups": sorted(p for p in cgroup_tree() if ID_RE.search(p) and
+                                  ID_RE.search(p).group(0) not in self.pool_ids),
+                "parent": not self.pool_ids and os.path.exists(os.path.join(self.base, "space")),
                 "agents": sorted(set(agent_pids()) - agents0),
                 "mounts": sorted(set(space_mounts()) - mounts0),
                 "state": sorted(x for x in os.listdir(os.path.join(STATE, "sandboxes"))
-                                if ID_RE.match(x)) if os.path.isdir(
+                                if ID_RE.match(x) and x not in self.pool_ids) if os.path.isdir(
                                     os.path.join(STATE, "sandboxes")) else [],
             }
             if not any(left.values()) or time.monotonic() > deadline:
@@ -562,7 +586,9 @@ class Checks:
                     ID_RE.search(p)]
             ensure(not ours, "cgroups of spaced outside %s: %r" % (base, ours))
             ensure(not os.path.exists(os.path.join(CG, "space")), "%s/space exists" % CG)
-        left = sorted(p for p in cgroup_tree() if ID_RE.search(p))
+        pool = getattr(self, "pool_ids", set())
+        left = sorted(p for p in cgroup_tree() if ID_RE.search(p) and
+                      ID_RE.search(p).group(0) not in pool)
         ensure(not left, "sandbox cgroups left: %r" % left)
         return "new cgroups outside the base (systemd's own): %r" % outside[:10]
 

@@ -140,6 +140,22 @@ class ExecTest(SpaceTestCase):
         procs = self.api_list("/v1/sandboxes/%s/processes" % sid, "processes")
         self.assertFalse([p for p in procs if "sleep" in " ".join(p.get("argv", []))], procs)
 
+    def test_background_processes_outlive_the_exec(self):
+        """What a command leaves running in the background survives its exec: the CLI hangs up
+        as soon as it reads the exit event, and that must not count as the client going away
+        mid-exec (which kills the tree). Before the fix this lost some of the sleepers."""
+        sid = self.create()
+        for i in range(12):
+            self.exec_ok(sid, "sh", "-c", "sleep 10%02d > /dev/null 2>&1 &" % i)
+
+        def sleepers():
+            procs = self.api_list("/v1/sandboxes/%s/processes" % sid, "processes")
+            return sorted(p["argv"][1] for p in procs if p.get("argv", [None])[0] == "sleep")
+        wait_for(lambda: len(sleepers()) == 12, timeout=10,
+                 what="12 backgrounded sleepers (found %r)" % sleepers())
+        time.sleep(0.5)
+        self.assertEqual(sleepers(), ["10%02d" % i for i in range(12)])
+
     def test_detach_ps_and_kill(self):
         sid = self.create()
         self.space_ok("exec", sid, "--detach", "--", "sleep", "1000")

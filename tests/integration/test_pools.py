@@ -2,7 +2,9 @@
 of the pool's template claims a started sandbox and personalizes it (env, secrets' placeholders,
 egress, CA, lifetime); the pool refills; a claimed sandbox is torn down on `rm`, never given back;
 other templates take the cold path; stopping spaced (cleanly or by SIGKILL) leaves nothing of
-the pool behind; a bad pool config is refused with a clear error."""
+the pool behind; a bad pool config is refused with a clear error. Without "pools" in its config
+spaced keeps a default pool, shown by `space doctor` and /metrics, whose sandboxes cannot be
+told from cold ones; `"pools": []` turns it off."""
 
 import json
 import os
@@ -12,7 +14,7 @@ import subprocess
 import time
 
 from harness import (SPACED, Daemon, SpaceTestCase, main, proc_cmdline, proc_pids, proc_ppid,
-                     safe_rmtree, wait_for)
+                     read_text, safe_rmtree, wait_for)
 
 POOL_SIZE = 2
 SECRET = "s3cr3t-pool-value"
@@ -166,6 +168,225 @@ class PoolTest(SpaceTestCase):
             self.assertIn(r.status, (404, 409), r)
             r, _ = self.api_exec(sid, ["true"])
             self.assertIn(r.status, (404, 409), r)
+
+
+def alive(pid):
+    """A process that exists and is not a zombie waiting for the host's init to reap it."""
+    stat = read_text("/proc/%d/stat" % pid)
+    return bool(stat) and stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def default_pool_size():
+    """What spaced sizes its default pool to on this host (config.cc, default_pool_size)."""
+    m = re.search(r"^MemTotal:\s+(\d+) kB", read_text("/proc/meminfo"), re.M)
+    return max(1, min(4, int(m.group(1)) * 1024 // (4 << 30)))
+
+
+class DefaultPoolTest(SpaceTestCase):
+    """A spaced whose config names no pools keeps one of the default template; a sandbox claimed
+    from it and one made cold (a second spaced with `"pools": []`) look the same from inside
+    and in the audit log."""
+
+    DEFAULT_POOL = True
+
+    @classmethod
+    def daemon_config(cls):
+        return {"secrets": {"API_TOKEN": {"value": SECRET, "hosts": ["api.example.test"],
+                                          "profiles": ["test"]}}}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        root = os.path.join(cls.tmp, "cold")
+        os.makedirs(root, mode=0o755)
+        cfg = dict(cls.daemon_config(), pools=[])
+        cls.cold = Daemon(root, name="cold", config=cfg)
+        try:
+            cls.cold.start()
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            if getattr(cls, "cold", None) is not None:
+                cls.cleanup_daemon(cls.cold)
+        finally:
+            super().tearDownClass()
+
+    def metrics(self, daemon=None):
+        r = self.api("GET", "/metrics", daemon=daemon)
+        self.assertEqual(r.status, 200)
+        return r.body.decode()
+
+    def test_default_pool_is_on_and_shown(self):
+        size = default_pool_size()
+        wait_for(lambda: metric(self.metrics(), "space_pool_ready", profile="test", image="host",
+                                runtime="linux") == size,
+                 timeout=30, what="the default pool to fill up to %d" % size)
+        self.assertEqual(metric(self.metrics(), "space_pool_size", profile="test", image="host",
+                                runtime="linux"), size)
+        doctor = json.loads(self.space_ok("doctor", "--json"))
+        self.assertEqual(len(doctor["pools"]), 1, doctor["pools"])
+        pool = doctor["pools"][0]
+        self.assertTrue(pool["default"], pool)
+        self.assertEqual((pool["runtime"], pool["image"], pool["profile"], pool["size"]),
+                         ("linux", "host", "test", size))
+        self.assertIn('"pools": []', doctor["pools_note"])
+        text = self.space_ok("doctor")
+        self.assertRegex(text, r"\npools:\n  - cpus: .*\n(    .*\n)*    default: yes\n")
+        # "pools": [] turns it off: the cold spaced has no pool.
+        self.assertIsNone(metric(self.metrics(self.cold), "space_pool_size"))
+        cold_doctor = json.loads(self.space_ok("doctor", "--json", daemon=self.cold))
+        self.assertEqual(cold_doctor["pools"], [])
+
+    def sandbox_view(self, sid, daemon):
+        """What a sandbox's own processes and its audit log show, with its id, its secret's
+        placeholder and its start time taken out."""
+        def run(*cmd):
+            rc, out, err = self.space("exec", sid, "--", *cmd, daemon=daemon)
+            self.assertEqual(rc, 0, (cmd, out, err))
+            return out
+        env = {}
+        for line in run("env").splitlines():
+            k, _, v = line.partition("=")
+            env[k] = "<id>" if v == sid else ("<placeholder>" if k == "API_TOKEN" else v)
+        mounts = sorted(" ".join(l.split()[4:5] + l.split(" - ")[1].split()[:1])
+                        for l in run("cat", "/proc/self/mountinfo").splitlines())
+        procs = json.loads(self.space_ok("ps", sid, "--json", daemon=daemon))
+        procs = procs["processes"] if isinstance(procs, dict) else procs
+        events = [json.loads(l) for l in
+                  self.space_ok("audit", sid, "--json", daemon=daemon).splitlines() if l.strip()]
+        self.space_ok("audit", sid, "--verify", daemon=daemon)
+        diff = json.loads(self.space_ok("diff", sid, "--json", daemon=daemon))
+        return {
+            "hostname": run("hostname").strip().replace(sid, "<id>"),
+            "id": run("id"),
+            "env": env,
+            "secret in env": SECRET in run("env"),
+            "/tmp": run("ls", "-A", "/tmp"),
+            "/root": run("ls", "-A", "/root"),
+            "/etc/space": run("ls", "-A", "/etc/space"),
+            "mounts": mounts,
+            "processes": sorted(" ".join(p.get("argv", [])) for p in procs),
+            "audit": [e["kind"] for e in events],
+            "diff": diff,
+        }
+
+    def test_pooled_sandbox_cannot_be_told_from_a_cold_one(self):
+        size = default_pool_size()
+        wait_for(lambda: metric(self.metrics(), "space_pool_ready", profile="test") == size,
+                 timeout=30, what="the default pool to fill")
+        hits = metric(self.metrics(), "space_pool_hits_total", profile="test")
+        opts = ("--env", "GREETING=hello", "--secret", "API_TOKEN")
+        pooled = self.create(*opts)
+        self.assertEqual(metric(self.metrics(), "space_pool_hits_total", profile="test"), hits + 1)
+        rc, out, err = self.space("create", *opts, daemon=self.cold)
+        self.assertEqual(rc, 0, err)
+        cold = out.strip()
+        self._learn_ids(cold)
+        try:
+            a, b = self.sandbox_view(pooled, self.daemon), self.sandbox_view(cold, self.cold)
+            self.assertEqual(a["hostname"], "<id>")
+            self.assertFalse(a["secret in env"])
+            self.assertEqual(a["env"]["GREETING"], "hello")
+            self.assertEqual(a, b)
+        finally:
+            self.space("rm", "--force", cold, daemon=self.cold)
+
+
+class BackgroundDestroyTest(SpaceTestCase):
+    """`space run` answers once its command's exit is known; `DELETE ?wait=false` cuts the
+    sandbox off at once and tears it down in the background; a spaced killed before a teardown
+    finished finishes it at its next start (docs/pools.md, "Destroying in the background")."""
+
+    def state_of(self, sid):
+        r = self.api("GET", "/v1/sandboxes/%s" % sid)
+        self.assertEqual(r.status, 200, r)
+        return r.json["state"]
+
+    def test_run_leaves_nothing_once_torn_down(self):
+        before = self.snapshot_host()
+        rc, out, err = self.space("run", "--", "hostname")
+        self.assertEqual(rc, 0, err)
+        sid = out.strip()
+        self._learn_ids(sid)
+        self.assertIn(self.state_of(sid), ("destroying", "destroyed"))
+        self.assertNotIn(sid, self.list_ids())
+        wait_for(lambda: self.state_of(sid) == "destroyed", timeout=15,
+                 what="the background teardown of %s" % sid)
+        self.assert_no_leaks(before)
+
+    def test_delete_without_wait_cuts_off_at_once(self):
+        before = self.snapshot_host()
+        sid = self.create()
+        self.space_ok("exec", sid, "--detach", "--", "sh", "-c", "sleep 1000 & sleep 1000 & wait")
+        pids = wait_for(lambda: (lambda p: p if len(p) >= 4 else None)(self.sandbox_host_pids(sid)),
+                        what="the sandbox's sleepers")
+        r = self.api("DELETE", "/v1/sandboxes/%s?force=true&wait=false" % sid)
+        self.assertEqual(r.status, 204, r)
+        # Unreachable at once: not listed, no exec, no files; the record says so.
+        self.assertNotIn(sid, self.list_ids())
+        r, _ = self.api_exec(sid, ["true"])
+        self.assertIn(r.status, (404, 409), r)
+        self.assertIn(self.api("GET", "/v1/sandboxes/%s/files?path=/etc/hostname" % sid).status,
+                      (404, 409))
+        self.assertIn(self.state_of(sid), ("destroying", "destroyed"))
+        wait_for(lambda: self.state_of(sid) == "destroyed", timeout=15,
+                 what="the background teardown")
+        wait_for(lambda: not [p for p in pids if alive(p)], what="the sandbox's processes to go")
+        info = self.inspect(sid)
+        self.assertEqual(info["reason"], "removed by the API")
+        kinds = [json.loads(l)["kind"] for l in self.space_ok("audit", sid, "--json").splitlines()
+                 if l.strip()]
+        self.assertEqual(kinds[-1], "sandbox.destroy", kinds)
+        self.space_ok("audit", sid, "--verify")
+        self.assert_no_leaks(before)
+
+    def test_sigkill_mid_teardown_is_finished_at_restart(self):
+        """Sandboxes full of processes are deleted without waiting and spaced is SIGKILLed at
+        once: some teardowns are still pending (their rows say "destroying"), and the next spaced
+        finishes them. Rounds grow until one catches a teardown in flight."""
+        import sqlite3
+        before = self.snapshot_host()
+        before["daemon_fds"] = before["daemon_namespaces"] = None
+        caught = 0
+        for rnd, count in enumerate((4, 8, 16)):
+            ids = []
+            for _ in range(count):
+                sid = self.create()
+                self.space_ok("exec", sid, "--detach", "--", "sh", "-c",
+                              "for i in $(seq 40); do sleep 1000 & done; wait")
+                ids.append(sid)
+            for sid in ids:
+                wait_for(lambda: len(self.sandbox_host_pids(sid)) >= 42,
+                         what="%s's 40 sleepers" % sid)
+            pids = [p for sid in ids for p in self.sandbox_host_pids(sid)]
+            for sid in ids:
+                r = self.api("DELETE", "/v1/sandboxes/%s?force=true&wait=false" % sid)
+                self.assertEqual(r.status, 204, r)
+            self.daemon.stop(signal.SIGKILL)
+            db = sqlite3.connect(os.path.join(self.daemon.state_dir, "space.db"))
+            try:
+                rows = dict(db.execute(
+                    "SELECT id, state FROM sandboxes WHERE id IN (%s)" % ",".join("?" * len(ids)),
+                    ids).fetchall())
+            finally:
+                db.close()
+            self.assertEqual(set(rows.values()) - {"destroying", "destroyed"}, set(), rows)
+            caught = sum(1 for v in rows.values() if v == "destroying")
+            self.daemon.start()
+            for sid in ids:
+                self.assertEqual(self.state_of(sid), "destroyed")
+                self.assertEqual(self.inspect(sid)["reason"], "removed by the API")
+                self.space_ok("audit", sid, "--verify")
+            wait_for(lambda: not [p for p in pids if alive(p)],
+                     what="the deleted sandboxes' processes to go")
+            self.assert_no_leaks(before)
+            if caught:
+                break
+        self.assertGreater(caught, 0, "no round caught a teardown in flight")
 
 
 class PoolLifecycleTest(SpaceTestCase):

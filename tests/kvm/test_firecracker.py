@@ -26,7 +26,6 @@ import platform
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -34,10 +33,10 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 
-from harness import BUILD_DIR, SPACE, SpaceTestCase, cgroup_dirs, main, read_text, wait_for  # noqa: E402
-from test_qemu import BUSYBOX, _Upstream, busybox_tar  # noqa: E402
+from harness import SpaceTestCase, cgroup_dirs, main, read_text, wait_for  # noqa: E402
+from test_qemu import APPLETS  # noqa: E402
+from vm_image import BUSYBOX, KERNEL, HelloUpstream, busybox_tar, make_vm_image  # noqa: E402
 
-KERNEL = os.path.join(BUILD_DIR, "guest", "vmlinux")
 FIRECRACKER = os.environ.get("SPACE_FIRECRACKER") or shutil.which("firecracker")
 JAILER = os.environ.get("SPACE_JAILER") or shutil.which("jailer")
 
@@ -66,7 +65,7 @@ class FirecrackerTest(SpaceTestCase):
     def daemon_config(cls):
         import http.server
         import threading
-        cls.upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+        cls.upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HelloUpstream)
         threading.Thread(target=cls.upstream.serve_forever, daemon=True).start()
         port = cls.upstream.server_address[1]
         return {"profiles": {"test": {"egress": {"allow": ["allowed.test"],
@@ -81,15 +80,9 @@ class FirecrackerTest(SpaceTestCase):
         super().setUpClass()
         cls.image = "bb-" + uuid.uuid4().hex[:8]
         cls.tarball = os.path.join(cls.tmp, "busybox.tar.gz")
-        busybox_tar(cls.tarball)
-        env = dict(os.environ, SPACE_SOCKET=cls.daemon.socket)
+        busybox_tar(cls.tarball, APPLETS)
         try:
-            for args in (("image", "import", cls.image, cls.tarball),
-                         ("image", "build-vm", cls.image)):
-                p = subprocess.run([SPACE, *args], capture_output=True, text=True, timeout=300,
-                                   env=env)
-                if p.returncode != 0:
-                    raise AssertionError("%s: %s %s" % (args, p.stdout, p.stderr))
+            make_vm_image(cls.daemon.socket, cls.image, cls.tarball)
         except BaseException:
             cls.tearDownClass()
             raise

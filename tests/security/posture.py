@@ -645,7 +645,7 @@ def main():
     import tempfile
     tmp = tempfile.mkdtemp(prefix="space-posture-")
     os.chmod(tmp, 0o755)
-    daemon = harness.Daemon(tmp)
+    daemon = harness.Daemon(tmp, default_pool=True)  # a pooled sandbox, as users get
     daemon.start()
 
     def cli(*args, timeout=60):

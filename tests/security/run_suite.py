@@ -704,7 +704,7 @@ class Suite:
         self.build = harness.BUILD_DIR
         self.tmp = tempfile.mkdtemp(prefix="space-sec-")
         os.chmod(self.tmp, 0o755)
-        self.daemon = harness.Daemon(self.tmp)
+        self.daemon = harness.Daemon(self.tmp, default_pool=True)  # as users run it
         self.results = []
         self.known_ids = set()
         self.watch = None

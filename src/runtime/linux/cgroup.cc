@@ -216,10 +216,13 @@ class CgroupV2 final : public Cgroup {
     Usage u;
     u.memory_bytes = TRY(read_u64(d / "memory.current"));
     u.memory_limit = TRY(read_u64(d / "memory.max"));
-    u.oom_kills = read_keyed(d / "memory.events", "oom_kill").value_or(0);
+    u.oom_kills = oom_kills();
     u.pids = TRY(read_u64(d / "pids.current"));
     u.cpu_usage_ns = TRY(read_keyed(d / "cpu.stat", "usage_usec")) * 1000;
     return u;
+  }
+  uint64_t oom_kills() const override {
+    return read_keyed(cg_.dir() / "memory.events", "oom_kill").value_or(0);
   }
 
   bool kill_all() override { return cg_.kill(); }
@@ -354,7 +357,7 @@ class CgroupV1 final : public Cgroup {
     Usage u;
     u.memory_bytes = TRY(read_u64(*mem / "memory.usage_in_bytes"));
     u.memory_limit = TRY(read_u64(*mem / "memory.limit_in_bytes"));
-    u.oom_kills = read_keyed(*mem / "memory.oom_control", "oom_kill").value_or(0);
+    u.oom_kills = oom_kills();
     u.pids = TRY(read_u64(*pids / "pids.current"));
     if (const fs::path* acct = dir_of("cpuacct")) {
       u.cpu_usage_ns = TRY(read_u64(*acct / "cpuacct.usage"));
@@ -362,6 +365,11 @@ class CgroupV1 final : public Cgroup {
       u.cpu_usage_ns = TRY(read_keyed(unified_.dir() / "cpu.stat", "usage_usec")) * 1000;
     }
     return u;
+  }
+
+  uint64_t oom_kills() const override {
+    const fs::path* mem = dir_of("memory");
+    return mem ? read_keyed(*mem / "memory.oom_control", "oom_kill").value_or(0) : 0;
   }
 
   bool kill_all() override { return unified_.valid() && unified_.kill(); }

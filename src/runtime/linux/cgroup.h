@@ -84,6 +84,7 @@ class Cgroup {
   virtual Result<void> thaw() = 0;
   virtual Result<bool> frozen() const = 0;
   virtual Result<Usage> usage() const = 0;
+  virtual uint64_t oom_kills() const = 0;  // Usage::oom_kills alone
 
   // Kills every task with cgroup.kill where the kernel has it; false if it could not.
   virtual bool kill_all() = 0;

@@ -144,6 +144,11 @@ Result<Usage> LinuxInstance::usage() const {
   return TRY_CTX(p_->cgroup->usage(), "reading usage of sandbox " + p_->id);
 }
 
+Result<uint64_t> LinuxInstance::oom_kills() const {
+  if (p_->destroyed) return fail(Code::kConflict, "sandbox " + p_->id + " is destroyed");
+  return p_->cgroup->oom_kills();
+}
+
 Result<void> LinuxInstance::destroy() {
   if (p_->destroyed) return {};
   const std::string ctx = "destroying sandbox " + p_->id;

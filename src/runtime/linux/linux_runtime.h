@@ -42,6 +42,7 @@ class LinuxInstance final : public Instance {
   Result<void> resume() override;
   bool paused() const override;
   Result<Usage> usage() const override;
+  Result<uint64_t> oom_kills() const override;
   Result<void> destroy() override;
   Result<UniqueFd> writable_layer() override;
   nlohmann::json persist() const override;

@@ -170,6 +170,7 @@ class FakeService : public daemon::SandboxService {
   std::string last_tar_dir;
   std::string tar_to_serve = "TARDATA";  // what read_tar sends
   size_t image_bytes = 0;
+  bool last_destroy_wait = true;  // the `wait` of the last destroy
 
   Result<daemon::SandboxInfo> create(const daemon::CreateRequest& req) override {
     std::lock_guard lock(mu_);
@@ -202,9 +203,10 @@ class FakeService : public daemon::SandboxService {
     if (it == sandboxes_.end()) return unknown(id);
     return it->second;
   }
-  Result<void> destroy(const std::string& id, bool force) override {
+  Result<void> destroy(const std::string& id, bool force, bool wait = true) override {
     std::lock_guard lock(mu_);
     if (sandboxes_.erase(id) == 0) return unknown(id);
+    last_destroy_wait = wait;
     return {};
   }
   Result<std::unique_ptr<ExecSession>> exec(const std::string& id,

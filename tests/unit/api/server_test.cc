@@ -151,10 +151,17 @@ TEST_F(ServerTest, SandboxLifecycle) {
                "invalid_argument", "bad pid");
   expect_error(request(socket_, "DELETE", "/v1/sandboxes/" + id + "/processes/1?signal=99"), 400,
                "invalid_argument", "signal");
+  expect_error(request(socket_, "DELETE", "/v1/sandboxes/" + id + "?wait=maybe"), 400,
+               "invalid_argument", "wait");
   auto del = request(socket_, "DELETE", "/v1/sandboxes/" + id + "?force=true");
   EXPECT_EQ(del.status, 204);
   EXPECT_TRUE(del.body.empty());
+  EXPECT_TRUE(svc_.last_destroy_wait);
   expect_error(request(socket_, "GET", "/v1/sandboxes/" + id), 404, "not_found", "space ls");
+  std::string other = request(socket_, "POST", "/v1/sandboxes", "{}").body_json()["id"];
+  EXPECT_EQ(request(socket_, "DELETE", "/v1/sandboxes/" + other + "?force=true&wait=false").status,
+            204);
+  EXPECT_FALSE(svc_.last_destroy_wait);
   expect_error(request(socket_, "GET", "/v1/sandboxes/bad%20id"), 400, "invalid_argument");
 }
 
