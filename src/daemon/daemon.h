@@ -287,6 +287,7 @@ class Daemon : public SandboxService {
     uint64_t hits = 0, misses = 0, refills = 0, refill_failures = 0;
     int64_t refill_ns = 0;   // sum over refills
     std::string last_error;  // of the last refill, if it failed
+    unsigned failing = 0;    // refills failed in a row
   };
   std::mutex pool_mu_;  // guards pools_ and pools_stopping_
   std::condition_variable pool_cv_;

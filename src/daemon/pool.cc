@@ -4,6 +4,7 @@
 // replacement. A claimed sandbox is never given back: `space rm` tears it down like any other.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <ostream>
 
 #include "daemon/daemon.h"
@@ -82,13 +83,25 @@ void Daemon::pool_loop() {
     lock.lock();
     pool.filling--;
     if (!made) {
+      // Retries back off from 5 s to a minute while they keep failing (a host where the
+      // default pool cannot work should not log every 5 s; an image imported later is still
+      // picked up within the minute); a new error is always logged.
       pool.refill_failures++;
-      pool.retry_at = now_s() + 5;
+      pool.failing++;
+      double wait = std::min(60.0, 5.0 * static_cast<double>(1u << std::min(pool.failing - 1, 4u)));
+      pool.retry_at = now_s() + wait;
+      bool same = pool.last_error == made.error().message();
       pool.last_error = made.error().message();
-      spdlog::warn("warm pool {}/{}: could not start a sandbox (retrying in 5 s): {}", t.profile,
-                   t.image, made.error().message());
+      if (same)
+        spdlog::debug("warm pool {}/{}: still failing (retrying in {:.0f} s)", t.profile, t.image,
+                      wait);
+      else
+        spdlog::warn("warm pool {}/{}: could not start a sandbox (retrying in {:.0f} s; `space "
+                     "doctor` shows the pool): {}",
+                     t.profile, t.image, wait, pool.last_error);
       continue;
     }
+    pool.failing = 0;
     pool.refills++;
     pool.refill_ns += ns;
     pool.last_error.clear();

@@ -438,6 +438,25 @@ class PoolLifecycleTest(SpaceTestCase):
                 out.append(pid)
         return out
 
+    def test_failing_refills_back_off_and_show_in_doctor(self):
+        d = Daemon(self.tmp, name="failing", config={"pools": [{"image": "later", "size": 1}]})
+        self.daemon = d
+        d.start()
+        try:
+            def pool():
+                return json.loads(self.space_ok("doctor", "--json", daemon=d))["pools"][0]
+            p = wait_for(lambda: (lambda p: p if p["refill_failures"] >= 2 else None)(pool()),
+                         timeout=30, what="two failed refills of a pool of a missing image")
+            self.assertEqual(p["ready"], 0)
+            self.assertFalse(p["default"])
+            self.assertIn("later", p["last_error"])
+            # The same error again is not logged again as a warning.
+            warnings = [l for l in d.log_text().splitlines()
+                        if "could not start a sandbox" in l and "later" in l]
+            self.assertEqual(len(warnings), 1, warnings)
+        finally:
+            d.stop(signal.SIGTERM)
+
     def test_bad_pool_configs_are_refused(self):
         cases = [
             ({"pools": [{"profile": "nope", "size": 1}]}, "names profile \"nope\""),
