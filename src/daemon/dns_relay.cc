@@ -46,18 +46,8 @@ bool worth_logging(uint64_t count) { return std::has_single_bit(count); }
 }  // namespace
 
 Result<UniqueFd> connect_udp_in_netns(int netns_fd, const std::string& ip, uint16_t port) {
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  if (::inet_pton(AF_INET, ip.c_str(), &sa.sin_addr) != 1)
-    return fail(Code::kInvalidArgument, "\"" + ip + "\" is not an IPv4 address");
-  const std::string where =
-      ip + ":" + std::to_string(port) + "/udp in netns fd " + std::to_string(netns_fd);
-  UniqueFd fd = TRY_CTX(socket_in_netns(netns_fd, SOCK_DGRAM), "connecting to " + where);
-  // UDP: sends nothing, only fixes the peer (and filters what is received to it).
-  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&sa), sizeof sa) < 0)
-    return fail_sys("connect", where);
-  return fd;
+  // UDP: connect() sends nothing, only fixes the peer (and filters what is received to it).
+  return std::move(TRY(start_connect_in_netns(netns_fd, SOCK_DGRAM, ip, port)).fd);
 }
 
 DnsRelay::DnsRelay(AgentConn& conn, std::string name, std::chrono::milliseconds timeout)

@@ -53,18 +53,28 @@ Result<UniqueFd> socket_in_netns(int netns_fd, int type) {
   return UniqueFd(sock);
 }
 
-Result<UniqueFd> connect_in_netns(int netns_fd, const std::string& ip, uint16_t port,
-                                  std::chrono::milliseconds timeout) {
+Result<NetnsConnect> start_connect_in_netns(int netns_fd, int type, const std::string& ip,
+                                            uint16_t port) {
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(port);
   if (::inet_pton(AF_INET, ip.c_str(), &sa.sin_addr) != 1)
     return fail(Code::kInvalidArgument, "\"" + ip + "\" is not an IPv4 address");
-  const std::string where =
-      ip + ":" + std::to_string(port) + " in netns fd " + std::to_string(netns_fd);
-  UniqueFd fd = TRY_CTX(socket_in_netns(netns_fd, SOCK_STREAM), "connecting to " + where);
-  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&sa), sizeof sa) < 0) {
-    if (errno != EINPROGRESS) return fail_sys("connect", where);
+  NetnsConnect c;
+  c.where = ip + ":" + std::to_string(port) + (type == SOCK_DGRAM ? "/udp" : "") +
+            " in netns fd " + std::to_string(netns_fd);
+  c.fd = TRY_CTX(socket_in_netns(netns_fd, type), "connecting to " + c.where);
+  if (::connect(c.fd.get(), reinterpret_cast<const sockaddr*>(&sa), sizeof sa) < 0) {
+    if (errno != EINPROGRESS) return fail_sys("connect", c.where);
+    c.in_progress = true;
+  }
+  return c;
+}
+
+Result<UniqueFd> connect_in_netns(int netns_fd, const std::string& ip, uint16_t port,
+                                  std::chrono::milliseconds timeout) {
+  auto [fd, where, in_progress] = TRY(start_connect_in_netns(netns_fd, SOCK_STREAM, ip, port));
+  if (in_progress) {
     pollfd p{fd.get(), POLLOUT, 0};
     auto deadline = Clock::now() + timeout;
     for (;;) {
@@ -88,7 +98,7 @@ Result<UniqueFd> connect_in_netns(int netns_fd, const std::string& ip, uint16_t 
   int fl = ::fcntl(fd.get(), F_GETFL);
   if (fl < 0 || ::fcntl(fd.get(), F_SETFL, fl & ~O_NONBLOCK) < 0)
     return fail_sys("fcntl", "clearing O_NONBLOCK");
-  return fd;
+  return std::move(fd);
 }
 
 struct EgressRelay::Conn {

@@ -33,6 +33,17 @@ namespace space::daemon {
 // over the namespace's owning user namespace (spaced has it).
 [[nodiscard]] Result<UniqueFd> socket_in_netns(int netns_fd, int type);
 
+// Makes a socket of `type` in `netns_fd` (socket_in_netns) and connect()s it to ip:port there
+// (an IPv4 address). Returns it with `where` (its description for errors) and whether the
+// connect is still in progress (a TCP socket: it is non-blocking); any other failure fails.
+struct NetnsConnect {
+  UniqueFd fd;
+  std::string where;
+  bool in_progress = false;
+};
+[[nodiscard]] Result<NetnsConnect> start_connect_in_netns(int netns_fd, int type,
+                                                         const std::string& ip, uint16_t port);
+
 // Makes a TCP socket inside the network namespace `netns_fd` (from a short-lived thread that
 // setns()es into it; the socket keeps that namespace) and connects it to ip:port there, waiting
 // at most `timeout`. Returns a blocking, close-on-exec socket. Needs CAP_SYS_ADMIN over the

@@ -377,6 +377,16 @@ class SpaceTestCase(unittest.TestCase):
                 cls._save_log()
                 safe_rmtree(cls.tmp)
                 raise
+        try:
+            cls.prepare_class()
+        except BaseException:
+            cls.tearDownClass()  # unittest does not call it when setUpClass fails
+            raise
+
+    @classmethod
+    def prepare_class(cls):
+        """What the class needs once its daemon runs (an image, a second daemon, a sandbox);
+        when it fails the class is torn down before the error goes on."""
 
     @classmethod
     def daemon_config(cls):

@@ -195,17 +195,11 @@ class DefaultPoolTest(SpaceTestCase):
                                           "profiles": ["test"]}}}
 
     @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
+    def prepare_class(cls):
         root = os.path.join(cls.tmp, "cold")
         os.makedirs(root, mode=0o755)
-        cfg = dict(cls.daemon_config(), pools=[])
-        cls.cold = Daemon(root, name="cold", config=cfg)
-        try:
-            cls.cold.start()
-        except BaseException:
-            cls.tearDownClass()
-            raise
+        cls.cold = Daemon(root, name="cold", config=dict(cls.daemon_config(), pools=[]))
+        cls.cold.start()
 
     @classmethod
     def tearDownClass(cls):

@@ -14,56 +14,31 @@ shared directory on its command line; inside, the guest has only `lo`.
 The image is busybox (Debian's busybox-static) imported from a tarball and made a VM disk by
 `space image build-vm`. Bounded: a few boots and restores of a few seconds each."""
 
-import http.server
 import json
 import os
 import platform
 import signal
 import subprocess
-import threading
 import time
-import uuid
 
-from harness import SpaceTestCase, cgroup_dirs, main, read_text, wait_for
-from vm_image import HelloUpstream, busybox_tar, make_vm_image, skip_without_vm
+from harness import cgroup_dirs, main, read_text, wait_for
+from vm_image import VmSuite, start_upstream, upstream_config
 
 APPLETS = ["sh", "wget", "cat", "echo", "uname", "ls", "sleep", "hostname", "ip", "nc", "id",
            "head", "grep", "wc", "dd", "df", "mount", "date", "od",
            "blockdev", "sync"]
 
 
-class QemuRuntimeTest(SpaceTestCase):
+class QemuRuntimeTest(VmSuite):
 
     @classmethod
     def daemon_config(cls):
-        cls.upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HelloUpstream)
-        threading.Thread(target=cls.upstream.serve_forever, daemon=True).start()
-        port = cls.upstream.server_address[1]
-        return {"profiles": {"test": {"egress": {"allow": ["allowed.test"],
-                                                 "allow_networks": ["127.0.0.0/8"]}}},
-                "gateway": {"resolve": {"allowed.test": "127.0.0.1:%d" % port,
-                                        "denied.test": "127.0.0.1:%d" % port}},
-                "vm": {"boot_timeout_s": 120}}
+        cls.upstream = start_upstream()
+        return upstream_config(cls.upstream.server_address[1])
 
     @classmethod
-    def setUpClass(cls):
-        skip_without_vm()
-        super().setUpClass()
-        cls.image = "bb-" + uuid.uuid4().hex[:8]
-        tarball = os.path.join(cls.tmp, "busybox.tar.gz")
-        busybox_tar(tarball, APPLETS)
-        try:
-            make_vm_image(cls.daemon.socket, cls.image, tarball)
-        except BaseException:
-            cls.tearDownClass()  # unittest does not call it when setUpClass fails
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.upstream.shutdown()
+    def prepare_class(cls):
+        cls.make_class_image("bb", APPLETS)
 
     def vm(self, *opts):
         sid = self.create("--runtime", "qemu", "--image", self.image, *opts)

@@ -11,10 +11,9 @@ build-vm`, as in test_qemu.py. One VM (TCG here: a boot takes seconds)."""
 
 import json
 import os
-import uuid
 
-from harness import BUILD_DIR, SpaceTestCase, main, proc_cmdline, proc_pids
-from vm_image import busybox_tar, make_vm_image, skip_without_vm
+from harness import BUILD_DIR, main, proc_cmdline, proc_pids
+from vm_image import VmSuite
 
 APPLETS = ["sh", "cat", "echo", "ls", "rm", "mkdir", "ln", "dd", "grep", "sync", "true", "od",
            "head", "sleep"]
@@ -48,26 +47,21 @@ def readers_running():
             if os.path.basename((proc_cmdline(pid) or [""])[0]) == "space-upper-reader"]
 
 
-class QemuDiffTest(SpaceTestCase):
+class QemuDiffTest(VmSuite):
 
     @classmethod
     def daemon_config(cls):
         return {"vm": {"boot_timeout_s": 120}}
 
     @classmethod
-    def setUpClass(cls):
-        skip_without_vm()
+    def check_host(cls):
+        super().check_host()
         if not os.access(READER, os.X_OK):
             raise AssertionError("%s is not built (ninja space-upper-reader)" % READER)
-        super().setUpClass()
-        cls.image = "bbdiff-" + uuid.uuid4().hex[:8]
-        tarball = os.path.join(cls.tmp, "busybox.tar.gz")
-        busybox_tar(tarball, APPLETS, dirs=("srv", "srv/data"), files=IMAGE_FILES)
-        try:
-            make_vm_image(cls.daemon.socket, cls.image, tarball)
-        except BaseException:
-            cls.tearDownClass()  # unittest does not call it when setUpClass fails
-            raise
+
+    @classmethod
+    def prepare_class(cls):
+        cls.make_class_image("bbdiff", APPLETS, dirs=("srv", "srv/data"), files=IMAGE_FILES)
 
     def diff(self, sid):
         return json.loads(self.space_ok("diff", sid, "--json", timeout=120))

@@ -15,17 +15,14 @@ Upstream is a local server reached through `gateway.resolve` overrides on 127.0.
 The image is busybox (Debian's busybox-static) imported from a tarball and made a VM disk by
 `space image build-vm`; the flood helper is compiled here with the host's C compiler."""
 
-import http.server
 import json
 import os
 import shutil
 import subprocess
-import threading
 import time
-import uuid
 
-from harness import MiB, SpaceTestCase, main
-from vm_image import HelloUpstream, busybox_tar, make_vm_image, skip_without_vm
+from harness import MiB, main
+from vm_image import VmSuite, start_upstream, upstream_config
 
 APPLETS = ["sh", "wget", "cat", "echo", "nslookup", "seq", "sleep", "grep", "wc", "timeout"]
 
@@ -97,62 +94,39 @@ int main(int argc, char **argv) {
 """
 
 
-class QemuDnsTest(SpaceTestCase):
+class QemuDnsTest(VmSuite):
 
     @classmethod
     def daemon_config(cls):
-        cls.upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HelloUpstream)
-        threading.Thread(target=cls.upstream.serve_forever, daemon=True).start()
-        port = cls.upstream.server_address[1]
-        cls.port = port
-        return {"profiles": {"test": {"egress": {
-                    "allow": ["allowed.test", "allowed.test:%d" % port],
-                    "allow_networks": ["127.0.0.0/8"]}}},
-                "gateway": {"resolve": {"allowed.test": "127.0.0.1:%d" % port,
-                                        "denied.test": "127.0.0.1:%d" % port}},
-                "vm": {"boot_timeout_s": 120}}
+        cls.upstream = start_upstream()
+        cls.port = cls.upstream.server_address[1]
+        return upstream_config(cls.port, allow=("allowed.test", "allowed.test:%d" % cls.port))
 
     @classmethod
-    def setUpClass(cls):
-        skip_without_vm()
-        super().setUpClass()
-        try:
-            extra = []
-            cc = shutil.which("cc") or shutil.which("gcc")
-            cls.flood = None
-            if cc:
-                src = os.path.join(cls.tmp, "dnsflood.c")
-                with open(src, "w") as f:
-                    f.write(FLOOD_C)
-                exe = os.path.join(cls.tmp, "dnsflood")
-                p = subprocess.run([cc, "-static", "-O2", "-o", exe, src], capture_output=True,
-                                   text=True, timeout=120)
-                if p.returncode == 0:
-                    extra.append((exe, "bin/dnsflood"))
-                    cls.flood = "/bin/dnsflood"
-                else:
-                    cls.flood_why = "cc -static failed: " + p.stderr[-500:]
+    def prepare_class(cls):
+        extra = []
+        cc = shutil.which("cc") or shutil.which("gcc")
+        cls.flood = None
+        if cc:
+            src = os.path.join(cls.tmp, "dnsflood.c")
+            with open(src, "w") as f:
+                f.write(FLOOD_C)
+            exe = os.path.join(cls.tmp, "dnsflood")
+            p = subprocess.run([cc, "-static", "-O2", "-o", exe, src], capture_output=True,
+                               text=True, timeout=120)
+            if p.returncode == 0:
+                extra.append((exe, "bin/dnsflood"))
+                cls.flood = "/bin/dnsflood"
             else:
-                cls.flood_why = "no C compiler for the flood helper"
-            cls.image = "bbdns-" + uuid.uuid4().hex[:8]
-            tarball = os.path.join(cls.tmp, "busybox.tar.gz")
-            # An image's own resolv.conf, pointing somewhere the guest cannot reach: the
-            # guest's init replaces it.
-            busybox_tar(tarball, APPLETS, files={"etc/resolv.conf": "nameserver 192.0.2.1\n"},
-                        host_files=extra)
-            make_vm_image(cls.daemon.socket, cls.image, tarball)
-            cls.sid = cls.create_for_class("--runtime", "qemu", "--image", cls.image,
-                                           "--memory", "256M", "--cpus", "1")
-        except BaseException:
-            cls.tearDownClass()  # unittest does not call it when setUpClass fails
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.upstream.shutdown()
+                cls.flood_why = "cc -static failed: " + p.stderr[-500:]
+        else:
+            cls.flood_why = "no C compiler for the flood helper"
+        # An image's own resolv.conf, pointing somewhere the guest cannot reach: the
+        # guest's init replaces it.
+        cls.make_class_image("bbdns", APPLETS, files={"etc/resolv.conf": "nameserver 192.0.2.1\n"},
+                             host_files=extra)
+        cls.sid = cls.create_for_class("--runtime", "qemu", "--image", cls.image,
+                                       "--memory", "256M", "--cpus", "1")
 
     def sh(self, script, timeout=120):
         return self.space("exec", self.sid, "--", "sh", "-c", script, timeout=timeout)

@@ -13,20 +13,18 @@ so the test runs /bin/ls by its path, which does exec; `cat` re-executes busybox
 /proc/self/exe with argv[0] "cat"."""
 
 import json
-import os
 import sys
 import time
-import uuid
 
-from harness import SpaceTestCase, main, wait_for
-from vm_image import busybox_tar, make_vm_image, skip_without_vm
+from harness import main, wait_for
+from vm_image import VmSuite
 
 APPLETS = ["sh", "ls", "cat", "true", "seq", "echo", "hostname"]
 STORM = 2000
 RATE, BURST = 20, 300
 
 
-class QemuExecAuditTest(SpaceTestCase):
+class QemuExecAuditTest(VmSuite):
 
     @classmethod
     def daemon_config(cls):
@@ -34,17 +32,8 @@ class QemuExecAuditTest(SpaceTestCase):
                 "audit_guest_execs_per_s": RATE, "audit_guest_execs_burst": BURST}
 
     @classmethod
-    def setUpClass(cls):
-        skip_without_vm()
-        super().setUpClass()
-        cls.image = "bbx-" + uuid.uuid4().hex[:8]
-        tarball = os.path.join(cls.tmp, "busybox.tar.gz")
-        busybox_tar(tarball, APPLETS, files={"etc/hostname": "bb-guest\n"})
-        try:
-            make_vm_image(cls.daemon.socket, cls.image, tarball)
-        except BaseException:
-            cls.tearDownClass()  # unittest does not call it when setUpClass fails
-            raise
+    def prepare_class(cls):
+        cls.make_class_image("bbx", APPLETS, files={"etc/hostname": "bb-guest\n"})
 
     def events(self, sid, kind=None):
         r = self.api("GET", "/v1/sandboxes/%s/audit" % sid)

@@ -1,6 +1,7 @@
-"""What the microVM suites (test_qemu*.py) share: a busybox image made from the host's
-busybox-static (a tarball `space image import`s, then `space image build-vm`), the checks that
-skip them where the guest kernel, busybox or QEMU is missing, and a local upstream for egress."""
+"""What the microVM suites (test_qemu*.py, tests/kvm/test_firecracker.py) share: a busybox image
+made from the host's busybox-static (a tarball `space image import`s, then `space image
+build-vm`), the checks that skip them where the guest kernel, busybox or QEMU is missing, a
+local upstream for egress, and VmSuite, their base class."""
 
 import http.server
 import io
@@ -8,9 +9,11 @@ import os
 import shutil
 import subprocess
 import tarfile
+import threading
 import unittest
+import uuid
 
-from harness import BUILD_DIR, SPACE
+from harness import BUILD_DIR, SPACE, SpaceTestCase
 
 BUSYBOX = "/bin/busybox"
 KERNEL = os.path.join(BUILD_DIR, "guest", "vmlinux")
@@ -73,3 +76,58 @@ class HelloUpstream(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *a):
         pass
+
+
+def start_upstream():
+    """A HelloUpstream on 127.0.0.1 (an ephemeral port), served from a daemon thread; the
+    caller shutdown()s it."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HelloUpstream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def upstream_config(port, allow=("allowed.test",)):
+    """A daemon config whose profile "test" may reach `allow` (names of the upstream on
+    127.0.0.1:port: allowed.test, and denied.test, which no profile allows), for microVMs that
+    boot in at most 120 s."""
+    return {"profiles": {"test": {"egress": {"allow": list(allow),
+                                             "allow_networks": ["127.0.0.0/8"]}}},
+            "gateway": {"resolve": {"allowed.test": "127.0.0.1:%d" % port,
+                                    "denied.test": "127.0.0.1:%d" % port}},
+            "vm": {"boot_timeout_s": 120}}
+
+
+class VmSuite(SpaceTestCase):
+    """A class of microVM tests: setUpClass skips where this host cannot run them
+    (check_host) before anything starts; prepare_class() makes the class's image
+    (make_class_image). tearDownClass also stops cls.upstream, for classes whose daemon_config()
+    started one (start_upstream)."""
+
+    upstream = None
+
+    @classmethod
+    def check_host(cls):
+        skip_without_vm()
+
+    @classmethod
+    def make_class_image(cls, prefix, applets, **tar_args):
+        """cls.image: a busybox image named PREFIX-<random> with `applets` (busybox_tar's other
+        arguments in tar_args), imported and built for VMs by the class's daemon."""
+        cls.image = "%s-%s" % (prefix, uuid.uuid4().hex[:8])
+        tarball = os.path.join(cls.tmp, "busybox.tar.gz")
+        busybox_tar(tarball, applets, **tar_args)
+        make_vm_image(cls.daemon.socket, cls.image, tarball)
+
+    @classmethod
+    def setUpClass(cls):
+        cls.check_host()
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            if cls.upstream is not None:
+                cls.upstream.shutdown()
+                cls.upstream = None

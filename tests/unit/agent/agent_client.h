@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -39,6 +40,40 @@ using nlohmann::json;
 using proto::Frame;
 using proto::FrameType;
 using namespace std::chrono_literals;
+
+// A loopback port of `type` (SOCK_STREAM, SOCK_DGRAM) that was free a moment ago.
+inline uint16_t free_loopback_port(int type) {
+  UniqueFd fd(::socket(AF_INET, type | SOCK_CLOEXEC, 0));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+  socklen_t len = sizeof sa;
+  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa), &len);
+  return ntohs(sa.sin_port);
+}
+
+// The next datagram on `fd` within `timeout`, or nullopt.
+inline std::optional<std::string> recv_datagram(int fd, std::chrono::milliseconds timeout) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return std::nullopt;
+  char buf[8192];
+  ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+  if (n < 0) return std::nullopt;
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+// A socket of `type` connected to 127.0.0.1:port (a guest process reaching an agent listener).
+inline UniqueFd connect_loopback(int type, uint16_t port) {
+  UniqueFd fd(::socket(AF_INET, type | SOCK_CLOEXEC, 0));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sa.sin_port = htons(port);
+  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0)
+      << std::strerror(errno);
+  return fd;
+}
 
 // The agent binary: $SPACE_AGENT_BIN, else the build's own (SPACE_AGENT_BIN_DEFAULT, set by
 // tests/CMakeLists.txt), else space-agent next to the test binary or one level up

@@ -14,27 +14,10 @@
 namespace space::agent::testing {
 namespace {
 
-uint16_t free_udp_port() {
-  UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-  socklen_t len = sizeof sa;
-  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa), &len);
-  return ntohs(sa.sin_port);
-}
+uint16_t free_udp_port() { return free_loopback_port(SOCK_DGRAM); }
 
 // A guest resolver's socket, connected to the agent's DNS listener.
-UniqueFd resolver(uint16_t port) {
-  UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  sa.sin_port = htons(port);
-  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-  return fd;
-}
+UniqueFd resolver(uint16_t port) { return connect_loopback(SOCK_DGRAM, port); }
 
 // A datagram that looks like a query: id, then `size - 2` bytes of filler.
 std::string query(uint16_t id, size_t size = 33) {
@@ -44,14 +27,8 @@ std::string query(uint16_t id, size_t size = 33) {
   return q;
 }
 
-// The next datagram on `fd` within `timeout`, or nullopt.
 std::optional<std::string> recv_answer(int fd, std::chrono::milliseconds timeout = 1000ms) {
-  pollfd p{fd, POLLIN, 0};
-  if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return std::nullopt;
-  char buf[8192];
-  ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-  if (n < 0) return std::nullopt;
-  return std::string(buf, static_cast<size_t>(n));
+  return recv_datagram(fd, timeout);
 }
 
 struct DnsAgent {

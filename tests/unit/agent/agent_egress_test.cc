@@ -14,27 +14,9 @@
 namespace space::agent::testing {
 namespace {
 
-uint16_t free_port() {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-  socklen_t len = sizeof sa;
-  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa), &len);
-  return ntohs(sa.sin_port);
-}
+uint16_t free_port() { return free_loopback_port(SOCK_STREAM); }
 
-UniqueFd guest_connect(uint16_t port) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  sa.sin_port = htons(port);
-  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0)
-      << std::strerror(errno);
-  return fd;
-}
+UniqueFd guest_connect(uint16_t port) { return connect_loopback(SOCK_STREAM, port); }
 
 // Reads what is there within `timeout`; *state: 0 EOF, errno on error, -1 still open.
 std::string guest_read(int fd, int* state, std::chrono::milliseconds timeout = 3000ms) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "daemon/agent_conn.h"
+#include "agent_peer.h"
 
 namespace space::daemon {
 namespace {
@@ -18,47 +19,7 @@ using proto::FrameType;
 using namespace std::chrono_literals;
 constexpr uint32_t kA = proto::kAgentStreamBit;
 
-struct Peer {
-  UniqueFd daemon_end, agent_end;
-  std::unique_ptr<AgentConn> conn;
-  Peer() {
-    int sv[2];
-    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    daemon_end.reset(sv[0]);
-    agent_end.reset(sv[1]);
-    send(FrameType::kHello, 0, R"({"version":1,"pid":1})");
-    auto c = AgentConn::open(daemon_end.get(), "t", false, 2s);
-    EXPECT_TRUE(c);
-    if (c) conn = std::move(*c);
-  }
-  void send(FrameType t, uint32_t stream, std::string_view payload) {
-    std::string buf;
-    ASSERT_TRUE(proto::encode(t, stream, payload, buf));
-    ASSERT_EQ(::write(agent_end.get(), buf.data(), buf.size()), (ssize_t)buf.size());
-  }
-  proto::Frame recv() {
-    char buf[4096];
-    for (;;) {
-      auto f = dec.next();
-      EXPECT_TRUE(f);
-      if (!f) return {};
-      if (*f) return **f;
-      ssize_t n = ::read(agent_end.get(), buf, sizeof buf);
-      EXPECT_GT(n, 0);
-      if (n <= 0) return {};
-      dec.feed(std::span<const char>(buf, (size_t)n));
-    }
-  }
-  bool lost_within(std::chrono::milliseconds t) {
-    auto deadline = Clock::now() + t;
-    while (Clock::now() < deadline) {
-      if (!conn->alive()) return true;
-      std::this_thread::sleep_for(2ms);
-    }
-    return false;
-  }
-  proto::Decoder dec;
-};
+using Peer = testing::ConnectedPeer;
 
 struct Collected {
   std::mutex mu;

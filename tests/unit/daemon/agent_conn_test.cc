@@ -2,6 +2,8 @@
 // whatever an (untrusted) agent sends.
 #include "daemon/agent_conn.h"
 
+#include "agent_peer.h"
+
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,37 +16,7 @@ namespace {
 using proto::FrameType;
 using namespace std::chrono_literals;
 
-struct Peer {
-  UniqueFd daemon_end, agent_end;
-  Peer() {
-    int sv[2];
-    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    daemon_end.reset(sv[0]);
-    agent_end.reset(sv[1]);
-  }
-  void send(FrameType t, uint32_t stream, std::string_view payload) {
-    std::string buf;
-    ASSERT_TRUE(proto::encode(t, stream, payload, buf));
-    ASSERT_EQ(::write(agent_end.get(), buf.data(), buf.size()), (ssize_t)buf.size());
-  }
-  void raw(std::string_view bytes) {
-    ASSERT_EQ(::write(agent_end.get(), bytes.data(), bytes.size()), (ssize_t)bytes.size());
-  }
-  // Reads one frame the daemon sent.
-  proto::Frame recv() {
-    proto::Decoder d;
-    char buf[4096];
-    for (;;) {
-      auto f = d.next();
-      EXPECT_TRUE(f);
-      if (*f) return **f;
-      ssize_t n = ::read(agent_end.get(), buf, sizeof buf);
-      EXPECT_GT(n, 0);
-      if (n <= 0) return {};
-      d.feed(std::span<const char>(buf, (size_t)n));
-    }
-  }
-};
+using Peer = testing::AgentPeer;
 
 TEST(AgentConnTest, NeedsHello) {
   Peer p;

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "../agent/agent_client.h"
+#include "agent_peer.h"
 
 namespace space::daemon {
 namespace {
@@ -76,12 +77,7 @@ uint16_t id_of(std::string_view d) {
 }
 
 std::optional<std::string> recv_within(int fd, std::chrono::milliseconds timeout = 2000ms) {
-  pollfd p{fd, POLLIN, 0};
-  if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return std::nullopt;
-  char buf[8192];
-  ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-  if (n < 0) return std::nullopt;
-  return std::string(buf, static_cast<size_t>(n));
+  return agent::testing::recv_datagram(fd, timeout);
 }
 
 // The stand-in stub: a UDP socket answering each query with the query itself, QR set, plus
@@ -136,48 +132,7 @@ class FakeStub {
 
 // --- AgentConn: `dns` frames from a hostile peer ------------------------------------------------
 
-struct Peer {
-  UniqueFd daemon_end, agent_end;
-  std::unique_ptr<AgentConn> conn;
-  proto::Decoder dec;
-  Peer() {
-    int sv[2];
-    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    daemon_end.reset(sv[0]);
-    agent_end.reset(sv[1]);
-    send(FrameType::kHello, 0, R"({"version":1,"pid":1})");
-    auto c = AgentConn::open(daemon_end.get(), "t", false, 2s);
-    EXPECT_TRUE(c);
-    if (c) conn = std::move(*c);
-  }
-  void send(FrameType t, uint32_t stream, std::string_view payload) {
-    std::string buf;
-    ASSERT_TRUE(proto::encode(t, stream, payload, buf));
-    ASSERT_EQ(::write(agent_end.get(), buf.data(), buf.size()), (ssize_t)buf.size());
-  }
-  // The next frame from the daemon within `timeout`.
-  std::optional<proto::Frame> recv(std::chrono::milliseconds timeout = 2000ms) {
-    char buf[8192];
-    for (;;) {
-      auto f = dec.next();
-      if (!f) return std::nullopt;
-      if (*f) return std::move(**f);
-      pollfd p{agent_end.get(), POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return std::nullopt;
-      ssize_t n = ::read(agent_end.get(), buf, sizeof buf);
-      if (n <= 0) return std::nullopt;
-      dec.feed(std::span<const char>(buf, (size_t)n));
-    }
-  }
-  bool lost_within(std::chrono::milliseconds t) {
-    auto deadline = Clock::now() + t;
-    while (Clock::now() < deadline) {
-      if (!conn->alive()) return true;
-      std::this_thread::sleep_for(2ms);
-    }
-    return false;
-  }
-};
+using Peer = testing::ConnectedPeer;
 
 TEST(AgentConnDns, QueriesReachTheHandlerWithTheirStream) {
   Peer p;
@@ -236,7 +191,7 @@ TEST(DnsRelay, RestoresTheGuestsIdAndAnswersOnTheQuerysStream) {
   p.send(FrameType::kDns, kA | 11, query(0xabcd, "two.test"));
   std::map<uint32_t, std::string> answers;
   for (int i = 0; i < 2; ++i) {
-    auto f = p.recv();
+    auto f = p.recv_within();
     ASSERT_TRUE(f);
     EXPECT_EQ(f->type, FrameType::kDns);
     answers[f->stream] = f->payload;
@@ -264,7 +219,7 @@ TEST(DnsRelay, BoundsWhatItHoldsAndAnswersEmptyAfterItsTimeout) {
   for (size_t i = 0; i < flood; ++i)
     p.send(FrameType::kDns, kA | static_cast<uint32_t>(i + 1), query(static_cast<uint16_t>(i)));
   std::set<uint32_t> empty;
-  while (auto f = p.recv(1500ms)) {
+  while (auto f = p.recv_within(1500ms)) {
     EXPECT_EQ(f->type, FrameType::kDns);
     EXPECT_EQ(f->payload, "") << "a silent stub means no answer";
     empty.insert(f->stream);
@@ -294,12 +249,12 @@ TEST(DnsRelay, ALateAnswerIsDropped) {
   ssize_t n =
       ::recvfrom(stub_sock.get(), buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&from), &flen);
   ASSERT_GT(n, 0);
-  auto f = p.recv();
+  auto f = p.recv_within();
   ASSERT_TRUE(f);
   EXPECT_EQ(f->payload, "");  // timed out
   ::sendto(stub_sock.get(), buf, static_cast<size_t>(n), 0, reinterpret_cast<sockaddr*>(&from),
            flen);
-  EXPECT_FALSE(p.recv(300ms)) << "an answer after the timeout must not be forwarded";
+  EXPECT_FALSE(p.recv_within(300ms)) << "an answer after the timeout must not be forwarded";
   EXPECT_EQ(relay.stats().answered, 0u);
 }
 
@@ -311,7 +266,7 @@ TEST(DnsRelay, AFailedOpenInstallsNothing) {
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message().find("no stub"), std::string::npos);
   p.send(FrameType::kDns, kA | 1, query(1));
-  EXPECT_FALSE(p.recv(300ms));
+  EXPECT_FALSE(p.recv_within(300ms));
   EXPECT_TRUE(p.conn->alive());
 }
 

@@ -17,6 +17,7 @@
 
 #include "daemon/agent_conn.h"
 #include "proto/exec_report.h"
+#include "agent_peer.h"
 
 namespace space::daemon {
 namespace {
@@ -154,20 +155,7 @@ TEST(GuestExecAudit, MalformedPayloadIsAnError) {
 
 // --- through AgentConn -------------------------------------------------------------------
 
-struct Peer {
-  UniqueFd daemon_end, agent_end;
-  Peer() {
-    int sv[2];
-    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    daemon_end.reset(sv[0]);
-    agent_end.reset(sv[1]);
-  }
-  void send(proto::FrameType t, uint32_t stream, std::string_view payload) {
-    std::string buf;
-    ASSERT_TRUE(proto::encode(t, stream, payload, buf));
-    ASSERT_EQ(::write(agent_end.get(), buf.data(), buf.size()), (ssize_t)buf.size());
-  }
-};
+using Peer = testing::AgentPeer;
 
 template <class F>
 bool eventually(F f, std::chrono::milliseconds timeout = 3000ms) {
