@@ -313,15 +313,17 @@ def cold_rows(n, sock, rows):
     return cold_steps(before, metrics(sock))
 
 
+def with_hits(sock, what, fn):
+    """fn()'s result, and `what` followed by how many of its creates were pool hits."""
+    h0, m0 = pool_counts(sock)
+    out = fn()
+    h1, m1 = pool_counts(sock)
+    return out, "%s; pool hits %d of %d" % (what, h1 - h0, (h1 - h0) + (m1 - m0))
+
+
 def pool_rows(args, n, clients, space, sock, env, rows, size):
     """The rows again against a spaced with a warm pool of `size` for the default template."""
     import clients as conc
-
-    def with_hits(what, fn):
-        h0, m0 = pool_counts(sock)
-        out = fn()
-        h1, m1 = pool_counts(sock)
-        return out, "%s; pool hits %d of %d" % (what, h1 - h0, (h1 - h0) + (m1 - m0))
 
     def step(what):
         print("bench: warm pool: %s" % what, file=sys.stderr)
@@ -329,20 +331,22 @@ def pool_rows(args, n, clients, space, sock, env, rows, size):
     wait_pool_full(sock, size, timeout=120)
     step("API create -> ready x%d" % n)
     (samples, server), how = with_hits(
+        sock,
         "Python http.client, pool full before each create; spaced's own time, mean: %.2f ms",
         lambda: create_ready(sock, n, size))
     rows.append(summarize("API create -> ready, from a warm pool", how % server, samples))
 
     wait_pool_full(sock, size)
     step("space run -- true x%d" % n)
-    samples, how = with_hits("C timer spawning the CLI", lambda: timed_spawns(
+    samples, how = with_hits(sock, "C timer spawning the CLI", lambda: timed_spawns(
         args.timer, n, [space, "run", "--", "true"], env))
     rows.append(summarize("`space run -- true`, warm pool", how, samples))
 
     wait_pool_full(sock, size)
     step("space run -- true x%d, %d clients" % (n, clients))
-    (samples, wall), how = with_hits("%d C timers at once" % clients, lambda: conc.cli_clients(
-        args.timer, n, clients, [space, "run", "--", "true"], env))
+    (samples, wall), how = with_hits(
+        sock, "%d C timers at once" % clients,
+        lambda: conc.cli_clients(args.timer, n, clients, [space, "run", "--", "true"], env))
     rows.append(summarize("`space run -- true`, %d clients, warm pool" % clients, how, samples,
                           len(samples) / wall))
 
@@ -356,7 +360,7 @@ def pool_rows(args, n, clients, space, sock, env, rows, size):
             wait_pool_full(sock, size)
             step("%s x%d, %d client(s)" % (what, n, c))
             who = "Python http.client" if c == 1 else "%d Python threads, a connection each" % c
-            (got, wall), how = with_hits(who, lambda: conc.api_clients(sock, n, c, cycle))
+            (got, wall), how = with_hits(sock, who, lambda: conc.api_clients(sock, n, c, cycle))
             tail = ", warm pool" + ("" if c == 1 else ", %d clients" % c)
             for name, key in names:
                 rows.append(summarize(name + tail, how, got[key], len(got["cycle"]) / wall))
@@ -371,37 +375,26 @@ def default_rows(args, n, clients, space, sock, env, rows):
     def step(what):
         print("bench: default config: %s" % what, file=sys.stderr)
 
-    deadline = time.monotonic() + 60
-    while True:
-        m = metrics(sock)
-        size, ready = metric(m, "space_pool_size"), metric(m, "space_pool_ready")
-        if size and ready == size:
-            break
-        if time.monotonic() > deadline:
-            sys.exit("bench: the default pool did not fill (size %s, ready %s)" % (size, ready))
-        time.sleep(0.01)
-    size = int(size)
+    size = int(metric(metrics(sock), "space_pool_size") or 0)
+    if not size:
+        sys.exit("bench: a spaced without a config file has no default pool")
+    wait_pool_full(sock, size, timeout=60)
     timed_spawns(args.timer, 5, [space, "run", "--", "true"], env)
 
-    def with_hits(what, fn):
-        h0, m0 = pool_counts(sock)
-        out = fn()
-        h1, m1 = pool_counts(sock)
-        return out, "%s; pool hits %d of %d" % (what, h1 - h0, (h1 - h0) + (m1 - m0))
-
     step("space run -- true x%d" % n)
-    samples, how = with_hits("C timer spawning the CLI", lambda: timed_spawns(
+    samples, how = with_hits(sock, "C timer spawning the CLI", lambda: timed_spawns(
         args.timer, n, [space, "run", "--", "true"], env))
     rows.append(summarize("`space run -- true`, default config (pool of %d)" % size, how, samples))
     step("space run -- true x%d, %d clients" % (n, clients))
-    (samples, wall), how = with_hits("%d C timers at once" % clients, lambda: conc.cli_clients(
-        args.timer, n, clients, [space, "run", "--", "true"], env))
+    (samples, wall), how = with_hits(
+        sock, "%d C timers at once" % clients,
+        lambda: conc.cli_clients(args.timer, n, clients, [space, "run", "--", "true"], env))
     rows.append(summarize("`space run -- true`, %d clients, default config" % clients, how,
                           samples, len(samples) / wall))
     for c in (1, clients):
         step("API create + delete (wait=false) x%d, %d client(s)" % (n, c))
         who = "Python http.client" if c == 1 else "%d Python threads, a connection each" % c
-        (got, wall), how = with_hits(who, lambda: conc.api_clients(
+        (got, wall), how = with_hits(sock, who, lambda: conc.api_clients(
             sock, n, c, conc.cycle_create_delete_nowait))
         rows.append(summarize("API create + delete?wait=false, %s, default config" % (
             "1 client" if c == 1 else "%d clients" % c), how, got["cycle"],

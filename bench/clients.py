@@ -57,7 +57,8 @@ def create(sock):
 
 
 def delete(sock, sid, wait=True):
-    status, body = request(sock, "DELETE", "/v1/sandboxes/%s%s" % (sid, "" if wait else "?wait=false"))
+    query = "" if wait else "?wait=false"
+    status, body = request(sock, "DELETE", "/v1/sandboxes/%s%s" % (sid, query))
     if status != 204:
         raise RuntimeError("delete %s: %d %s" % (sid, status, body[:300]))
 
