@@ -286,7 +286,11 @@ void ApiServer::serve() {
     if (fds[1].revents != 0) accept_one(listen_fd_.get(), Transport::kUnix);
     if (fds[2].revents != 0) accept_one(tcp_fd_.get(), Transport::kTcp);
   }
-  wait_connections();
+  // Idle threads leave at once, serving ones when their connection ends (stop_fd cuts it).
+  std::unique_lock lock(mu_);
+  stopping_ = true;
+  work_cv_.notify_all();
+  idle_cv_.wait(lock, [&] { return active_ == 0 && threads_ == 0; });
 }
 
 void ApiServer::accept_one(int listen_fd, Transport transport) {
@@ -305,21 +309,51 @@ void ApiServer::accept_one(int listen_fd, Transport transport) {
       return;
     }
     ++active_;
+    metrics_.connection_opened();
+    if (idle_ > handoff_.size()) {  // a waiting thread takes it
+      handoff_.push_back({std::move(conn), transport});
+      work_cv_.notify_one();
+      return;
+    }
+    ++threads_;
   }
-  metrics_.connection_opened();
   try {
     std::thread([this, transport, fd = std::move(conn)]() mutable {
-      serve_connection(std::move(fd), transport);
-      metrics_.connection_closed();
-      std::lock_guard lock(mu_);
-      --active_;
-      idle_cv_.notify_all();  // under the lock: the server may be destroyed right after
+      connection_thread(std::move(fd), transport);
     }).detach();
   } catch (const std::system_error& e) {
     spdlog::warn("api: cannot start a connection thread: {}", e.what());
     metrics_.connection_closed();
     std::lock_guard lock(mu_);
     --active_;
+    --threads_;
+    idle_cv_.notify_all();
+  }
+}
+
+void ApiServer::connection_thread(UniqueFd fd, Transport transport) {
+  for (;;) {
+    serve_connection(std::move(fd), transport);
+    metrics_.connection_closed();
+    std::unique_lock lock(mu_);
+    --active_;
+    bool got = false;
+    if (!stopping_ && idle_ < kMaxIdleThreads) {
+      ++idle_;
+      got = work_cv_.wait_for(lock, kIdleThreadLinger,
+                              [&] { return stopping_ || !handoff_.empty(); }) &&
+            !handoff_.empty();
+      --idle_;
+    }
+    if (got) {
+      fd = std::move(handoff_.back().fd);
+      transport = handoff_.back().transport;
+      handoff_.pop_back();
+      continue;
+    }
+    --threads_;
+    idle_cv_.notify_all();  // under the lock: the server may be destroyed right after
+    return;
   }
 }
 

@@ -1,5 +1,7 @@
 // The REST API server of spaced: HTTP/1.1 over a Unix domain socket (and optionally a loopback
-// TCP port), a thread per connection.
+// TCP port), a thread per connection. A thread whose connection ended waits a while for the
+// next one (at most kMaxIdleThreads wait), so a client that opens a connection per request
+// does not pay a thread's creation and teardown each time.
 //
 //   auto server = TRY(api::ApiServer::listen("/run/space/space.sock", service));
 //   std::thread t([&] { server->serve(); });   // or serve() on the main thread
@@ -30,6 +32,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "api/auth.h"
 #include "api/metrics.h"
@@ -101,6 +104,16 @@ class ApiServer {
   void accept_one(int listen_fd, Transport transport);
   void reject(UniqueFd fd);
   void wait_connections();
+  // A connection thread: serves `fd`, then, while fewer than kMaxIdleThreads wait, waits up to
+  // kIdleThreadLinger for another handed over by accept_one.
+  void connection_thread(UniqueFd fd, Transport transport);
+
+  static constexpr size_t kMaxIdleThreads = 8;
+  static constexpr std::chrono::seconds kIdleThreadLinger{10};
+  struct Handoff {
+    UniqueFd fd;
+    Transport transport;
+  };
 
   std::filesystem::path socket_path_;
   daemon::SandboxService& service_;
@@ -113,8 +126,13 @@ class ApiServer {
   ApiMetrics metrics_;
 
   std::mutex mu_;
-  std::condition_variable idle_cv_;
-  size_t active_ = 0;  // guarded by mu_
+  std::condition_variable idle_cv_;  // active_ or threads_ went down
+  std::condition_variable work_cv_;  // handoff_ got a connection, or stopping_
+  size_t active_ = 0;                // connections being served; guarded by mu_
+  size_t threads_ = 0;               // connection threads alive (serving or idle); guarded by mu_
+  size_t idle_ = 0;                  // of those, waiting for a connection; guarded by mu_
+  std::vector<Handoff> handoff_;     // accepted, for an idle thread to take; guarded by mu_
+  bool stopping_ = false;            // guarded by mu_
 };
 
 }  // namespace space::api

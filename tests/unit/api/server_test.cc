@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "fake_service.h"
@@ -589,6 +590,35 @@ TEST_F(ServerTest, ConnectionsBeyondTheLimitGet503) {
   EXPECT_EQ(body["error"]["code"], "unavailable");
   EXPECT_NE(body["error"]["message"].get<std::string>().find("too many connections"),
             std::string::npos);
+}
+
+// A connection per request (what CLIs and simple clients do) reuses the thread of the last
+// one instead of creating a thread each time; idle threads leave at once on stop.
+TEST_F(ServerTest, ConnectionThreadsAreReused) {
+  start();
+  auto tasks = [] {
+    std::set<std::string> tids;
+    for (const auto& e : fs::directory_iterator("/proc/self/task")) tids.insert(e.path().filename());
+    return tids;
+  };
+  { EXPECT_EQ(Conn(socket_).request("GET", "/v1/health").status, 200); }
+  std::this_thread::sleep_for(200ms);  // its thread is idle now
+  const auto before = tasks();
+  std::set<std::string> created;
+  for (int i = 0; i < 20; ++i) {
+    {
+      Conn c(socket_);
+      EXPECT_EQ(c.request("GET", "/v1/health").status, 200);
+      for (const auto& t : tasks())  // the thread serving c is alive while c is open
+        if (!before.contains(t)) created.insert(t);
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(created.empty()) << created.size() << " threads created for 20 connections";
+
+  auto t0 = std::chrono::steady_clock::now();
+  stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s) << "idle threads must not delay stop";
 }
 
 TEST_F(ServerTest, Files) {
