@@ -84,8 +84,9 @@ void Agent::on_request(uint32_t stream, std::string_view payload) {
         return std::optional<json>();  // answered when the transfer ends
       }
       if (op == "walk") {
-        walks_[stream].walker =
-            std::make_unique<Walker>(TRY(Walker::open(*resolver_, TRY(path()))));
+        auto depth = TRY(opt_int(req, "depth", 1, static_cast<int64_t>(kMaxWalkDepth)));
+        walks_[stream].walker = std::make_unique<Walker>(TRY(Walker::open(
+            *resolver_, TRY(path()), static_cast<size_t>(depth.value_or(kMaxWalkDepth)))));
         return std::optional<json>();
       }
       if (op == "write") {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "agent/response.h"
@@ -167,9 +168,10 @@ Result<UniqueFd> open_for_write(const PathResolver& r, std::string_view path, mo
   return f;
 }
 
-Result<Walker> Walker::open(const PathResolver& r, std::string_view path) {
+Result<Walker> Walker::open(const PathResolver& r, std::string_view path, size_t depth) {
   UniqueFd fd = TRY(r.open(path, O_RDONLY | O_DIRECTORY));
   Walker w;
+  w.depth_ = std::clamp<size_t>(depth, 1, kMaxWalkDepth);
   w.push(fd.release(), "");
   if (w.stack_.empty()) return fail_sys("opendir", quoted(path));
   return w;
@@ -218,8 +220,8 @@ bool Walker::next(std::string& out, size_t budget) {
     out += '\n';
     ++count_;
     if (S_ISDIR(st.st_mode)) {
-      if (stack_.size() >= kMaxWalkDepth) {
-        truncated_ = true;
+      if (stack_.size() >= depth_) {
+        if (depth_ == kMaxWalkDepth) truncated_ = true;  // a requested depth is no truncation
         continue;
       }
       int fd = ::openat(dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);

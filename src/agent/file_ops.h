@@ -47,7 +47,9 @@ Result<UniqueFd> open_for_write(const PathResolver& r, std::string_view path, mo
 // symlinks. Entries are newline-terminated JSON objects, paths relative to the walk's root.
 class Walker {
  public:
-  static Result<Walker> open(const PathResolver& r, std::string_view path);
+  // depth: how many directory levels to list (1: the directory's own entries only).
+  static Result<Walker> open(const PathResolver& r, std::string_view path,
+                             size_t depth = kMaxWalkDepth);
   Walker(Walker&&) = default;
   Walker& operator=(Walker&&) = delete;
   ~Walker();
@@ -68,6 +70,7 @@ class Walker {
   void push(int fd, std::string prefix);
 
   std::vector<Level> stack_;
+  size_t depth_ = kMaxWalkDepth;
   uint64_t count_ = 0;
   bool truncated_ = false;
 };

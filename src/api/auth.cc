@@ -399,6 +399,12 @@ Result<daemon::FileStat> ScopedService::stat(const std::string& id, const std::s
   return inner_.stat(id, path);
 }
 
+Result<std::vector<daemon::DirEntry>> ScopedService::list_dir(const std::string& id,
+                                                               const std::string& path) {
+  TRY_VOID(visible(id, Missing::kSandbox));
+  return inner_.list_dir(id, path);
+}
+
 Result<void> ScopedService::read_file(const std::string& id, const std::string& path,
                                       const daemon::ChunkSink& sink) {
   TRY_VOID(visible(id, Missing::kSandbox));
@@ -412,9 +418,10 @@ Result<void> ScopedService::read_tar(const std::string& id, const std::string& p
 }
 
 Result<void> ScopedService::write_file(const std::string& id, const std::string& path,
-                                       uint32_t mode, const daemon::ChunkSource& source) {
+                                       uint32_t mode, const daemon::ChunkSource& source,
+                                       bool parents) {
   TRY_VOID(visible(id, Missing::kSandbox));
-  return inner_.write_file(id, path, mode, source);
+  return inner_.write_file(id, path, mode, source, parents);
 }
 
 Result<void> ScopedService::write_tar(const std::string& id, const std::string& path,

@@ -135,12 +135,14 @@ class ScopedService : public daemon::SandboxService {
   Result<nlohmann::json> processes(const std::string& id) override;
   Result<void> kill(const std::string& id, int pid, int sig) override;
   Result<daemon::FileStat> stat(const std::string& id, const std::string& path) override;
+  Result<std::vector<daemon::DirEntry>> list_dir(const std::string& id,
+                                                 const std::string& path) override;
   Result<void> read_file(const std::string& id, const std::string& path,
                          const daemon::ChunkSink& sink) override;
   Result<void> read_tar(const std::string& id, const std::string& path,
                         const daemon::ChunkSink& sink) override;
   Result<void> write_file(const std::string& id, const std::string& path, uint32_t mode,
-                          const daemon::ChunkSource& source) override;
+                          const daemon::ChunkSource& source, bool parents = false) override;
   Result<void> write_tar(const std::string& id, const std::string& path,
                          const daemon::ChunkSource& source) override;
   Result<void> remove(const std::string& id, const std::string& path, bool recursive) override;

@@ -52,6 +52,19 @@ Result<void> get_file(Exchange& ex, ApiContext& ctx) {
   std::string id = TRY(sandbox_id(ex));
   std::string path = TRY(path_param(ex));
   bool stat_only = TRY(parse_bool_param(ex.target(), "stat", false));
+  bool list = TRY(parse_bool_param(ex.target(), "list", false));
+  if (list && stat_only) return fail(Code::kInvalidArgument, "use either stat=true or list=true");
+  if (list) {
+    auto entries = TRY(ctx.service.list_dir(id, path));
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& e : entries) {
+      nlohmann::json j = {{"name", e.name},         {"type", e.stat.type}, {"mode", e.stat.mode},
+                          {"size", e.stat.size},     {"mtime", e.mtime}};
+      if (e.stat.type == "symlink") j["target"] = e.stat.target;
+      out.push_back(std::move(j));
+    }
+    return ex.respond_json(http::status::ok, {{"path", path}, {"entries", std::move(out)}});
+  }
   daemon::FileStat st = TRY(ctx.service.stat(id, path));
   if (stat_only) {
     nlohmann::json j = {{"path", path}, {"type", st.type}, {"mode", st.mode}, {"size", st.size}};
@@ -120,7 +133,8 @@ Result<void> put_file(Exchange& ex, ApiContext& ctx) {
   Result<void> written;
   if (type.empty() || type == "application/octet-stream") {
     uint32_t mode = TRY(parse_mode_param(ex.target(), "mode", 0644));
-    written = ctx.service.write_file(id, path, mode, guarded_body(ex, auth, refused));
+    bool parents = TRY(parse_bool_param(ex.target(), "parents", false));
+    written = ctx.service.write_file(id, path, mode, guarded_body(ex, auth, refused), parents);
   } else if (type == "application/x-tar") {
     written = ctx.service.write_tar(id, path, guarded_body(ex, auth, refused));
   } else {

@@ -20,6 +20,7 @@
 
 #include "common/clock.h"
 #include "common/janitor.h"
+#include "common/units.h"
 #include "daemon/caller.h"
 #include "runtime/kvm.h"
 
@@ -53,6 +54,25 @@ std::string rfc3339(double t) {
 }
 
 namespace {
+
+// Limits no sandbox on this host could ever use are a caller's mistake, not a quota.
+Result<void> check_fits_host(const runtime::Limits& l) {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (pages > 0 && page > 0) {
+    const uint64_t total = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+    if (l.memory_bytes > total)
+      return fail(Code::kInvalidArgument,
+                  "memory " + format_size(l.memory_bytes) + " is more than this host has (" +
+                      format_size(total) + "); ask for at most that, e.g. \"memory\": \"" +
+                      format_size(total / 2 / (1 << 20) * (1 << 20)) + "\"");
+  }
+  if (cpus > 0 && l.cpus > static_cast<double>(cpus))
+    return fail(Code::kInvalidArgument,
+                fmt::format("cpus {} is more than this host's {} online CPUs; ask for at most {}",
+                            l.cpus, cpus, cpus));
+  return {};
+}
 
 // Whether `path` is a directory in an image's rootfs, reached without any symlink.
 bool image_has_dir(const fs::path& rootfs, const std::string& path) {
@@ -470,6 +490,7 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
   if (!req.limits_given[1]) req.limits.cpus = cfg_.default_limits.cpus;
   if (!req.limits_given[2]) req.limits.pids = cfg_.default_limits.pids;
   if (!req.limits_given[3]) req.limits.disk_bytes = cfg_.default_limits.disk_bytes;
+  TRY_VOID(check_fits_host(req.limits));
   auto rt_it = runtimes_.find(req.runtime);
   if (rt_it == runtimes_.end())
     return fail(

@@ -51,12 +51,13 @@ class Daemon : public SandboxService {
   Result<nlohmann::json> processes(const std::string& id) override;
   Result<void> kill(const std::string& id, int pid, int sig) override;
   Result<FileStat> stat(const std::string& id, const std::string& path) override;
+  Result<std::vector<DirEntry>> list_dir(const std::string& id, const std::string& path) override;
   Result<void> read_file(const std::string& id, const std::string& path,
                          const ChunkSink& sink) override;
   Result<void> read_tar(const std::string& id, const std::string& path,
                         const ChunkSink& sink) override;
   Result<void> write_file(const std::string& id, const std::string& path, uint32_t mode,
-                          const ChunkSource& source) override;
+                          const ChunkSource& source, bool parents = false) override;
   Result<void> write_tar(const std::string& id, const std::string& path,
                          const ChunkSource& source) override;
   Result<void> remove(const std::string& id, const std::string& path, bool recursive) override;

@@ -78,10 +78,14 @@ struct Entry {
   std::string target;
 };
 
-Result<std::vector<Entry>> walk(AgentConn& conn, const std::string& path) {
+// depth 0: the whole tree; 1: the directory's own entries. At most `max_entries`.
+Result<std::vector<Entry>> walk(AgentConn& conn, const std::string& path, int depth = 0,
+                                size_t max_entries = kMaxWalkEntries) {
   auto s = conn.open_stream();
   StreamCloser closer{&conn, s->id()};
-  TRY_VOID(conn.send_json(FrameType::kRequest, s->id(), {{"op", "walk"}, {"path", path}}));
+  json req = {{"op", "walk"}, {"path", path}};
+  if (depth > 0) req["depth"] = depth;
+  TRY_VOID(conn.send_json(FrameType::kRequest, s->id(), req));
   std::vector<Entry> out;
   std::string pending;
   for (;;) {
@@ -104,8 +108,8 @@ Result<std::vector<Entry>> walk(AgentConn& conn, const std::string& path) {
         e.mtime = agent_field(j, "mtime", int64_t{0});
         if (j.contains("target") && j["target"].is_string()) e.target = j["target"];
         out.push_back(std::move(e));
-        if (out.size() > kMaxWalkEntries)
-          return fail(Code::kResourceExhausted, "more than " + std::to_string(kMaxWalkEntries) +
+        if (out.size() > max_entries)
+          return fail(Code::kResourceExhausted, "more than " + std::to_string(max_entries) +
                                                     " entries under " + path);
       }
       if (pending.size() > 1 << 20) return fail(Code::kProtocol, "walk entry too long");
@@ -218,6 +222,32 @@ Result<FileStat> Daemon::stat(const std::string& id, const std::string& path) {
   return fs;
 }
 
+Result<std::vector<DirEntry>> Daemon::list_dir(const std::string& id, const std::string& path) {
+  TRY_VOID(check_path(path));
+  auto sb = TRY(running(id));
+  FileAudit au{this, id, "file.list", path};
+  auto entries = TRY(walk(*sb->conn, path, 1, kMaxListEntries));
+  std::vector<DirEntry> out;
+  out.reserve(entries.size());
+  for (auto& e : entries) {
+    if (e.path.empty() || e.path.find('/') != std::string::npos)
+      return fail(Code::kProtocol, "the agent listed \"" + e.path + "\" outside " + path);
+    DirEntry d;
+    d.name = std::move(e.path);
+    d.stat.type = e.type;
+    if (d.stat.type != "file" && d.stat.type != "dir" && d.stat.type != "symlink")
+      d.stat.type = "other";
+    d.stat.mode = e.mode;
+    d.stat.size = e.size;
+    d.stat.target = e.target.substr(0, 4096);
+    d.mtime = e.mtime;
+    out.push_back(std::move(d));
+  }
+  au.extra["entries"] = out.size();
+  au.ok = true;
+  return out;
+}
+
 Result<void> Daemon::read_file(const std::string& id, const std::string& path,
                                const ChunkSink& sink) {
   TRY_VOID(check_path(path));
@@ -319,12 +349,12 @@ Result<void> Daemon::put_file(AgentConn& conn, const std::string& path, uint32_t
 }
 
 Result<void> Daemon::write_file(const std::string& id, const std::string& path, uint32_t mode,
-                                const ChunkSource& source) {
+                                const ChunkSource& source, bool parents) {
   TRY_VOID(check_path(path));
   auto sb = TRY(running(id));
   FileAudit au{this, id, "file.write", path};
   au.extra["mode"] = mode;
-  TRY_VOID(write_from(*sb->conn, path, mode, false, au.counting(source)));
+  TRY_VOID(write_from(*sb->conn, path, mode, parents, au.counting(source)));
   au.ok = true;
   return {};
 }

@@ -101,6 +101,15 @@ struct FileStat {
   std::string target;                 // symlink target
 };
 
+// One entry of a directory listing.
+struct DirEntry {
+  std::string name;                   // the entry's name in the directory
+  FileStat stat;
+  int64_t mtime = 0;                  // seconds since the epoch
+};
+// The most entries GET files?list=true answers (more is a resource_exhausted error).
+inline constexpr size_t kMaxListEntries = 100'000;
+
 // POST /v1/sandboxes/{id}/snapshots. Names are unique within a profile: 1-64 characters of
 // [A-Za-z0-9._-], starting with a letter or digit, and never "snap_..." (that is an id).
 struct SnapshotRequest {
@@ -136,14 +145,19 @@ class SandboxService {
   virtual Result<void> kill(const std::string& id, int pid, int sig) = 0;
 
   virtual Result<FileStat> stat(const std::string& id, const std::string& path) = 0;
+  // The entries of directory `path` (not recursive), in directory order; at most
+  // kMaxListEntries.
+  virtual Result<std::vector<DirEntry>> list_dir(const std::string& id,
+                                                 const std::string& path) = 0;
   // A regular file's bytes, or (dir) a tar archive of the directory tree.
   virtual Result<void> read_file(const std::string& id, const std::string& path,
                                  const ChunkSink& sink) = 0;
   virtual Result<void> read_tar(const std::string& id, const std::string& path,
                                 const ChunkSink& sink) = 0;
   // Writes a regular file (created or truncated) with `mode`.
+  // parents: create missing parent directories (mode 0755) first.
   virtual Result<void> write_file(const std::string& id, const std::string& path, uint32_t mode,
-                                  const ChunkSource& source) = 0;
+                                  const ChunkSource& source, bool parents = false) = 0;
   // Extracts a tar archive into directory `path` (created if missing). Entries are resolved
   // inside the sandbox; absolute names and ".." are refused.
   virtual Result<void> write_tar(const std::string& id, const std::string& path,

@@ -3,6 +3,7 @@
 the daemon stays up throughout."""
 
 import json
+import os
 import socket
 import time
 
@@ -60,6 +61,28 @@ class ApiErrorsTest(SpaceTestCase):
                 self.assert_api_error(r, 400, 404)
                 if r.status == 201:  # should not happen; do not leak it
                     self.api("DELETE", "/v1/sandboxes/%s" % r.json["id"])
+
+    def test_limits_beyond_the_host_are_refused(self):
+        host_mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        host_cpus = os.sysconf("SC_NPROCESSORS_ONLN")
+        before = self.list_ids()
+        for body, needle in (({"memory": "1E"}, "more than this host has"),
+                             ({"memory": host_mem + (1 << 20)}, "more than this host has"),
+                             ({"cpus": host_cpus + 1}, "more than this host's %d online CPUs"
+                              % host_cpus)):
+            with self.subTest(body=body):
+                r = self.api("POST", "/v1/sandboxes", body)
+                err = self.assert_api_error(r, 400, 400, code="invalid_argument")
+                self.assertIn(needle, err["message"])
+                if r.status == 201:
+                    self.api("DELETE", "/v1/sandboxes/%s" % r.json["id"])
+        rc, _, err = self.space("create", "--cpus", str(host_cpus + 1))
+        self.assertEqual(rc, 125)
+        self.assertIn("online CPUs", err)
+        self.assertEqual(self.list_ids(), before)
+        # What the host does have is fine.
+        sid = self.create("--cpus", str(host_cpus), "--memory", "64M")
+        self.assertEqual(self.inspect(sid)["limits"]["cpus"], host_cpus)
 
     def test_bad_exec_requests(self):
         sid = self.create()

@@ -241,6 +241,18 @@ class FakeService : public daemon::SandboxService {
     if (it == files.end()) return fail(Code::kNotFound, path + ": no such file");
     return daemon::FileStat{"file", modes[path], it->second.size(), ""};
   }
+  Result<std::vector<daemon::DirEntry>> list_dir(const std::string& id,
+                                                 const std::string& path) override {
+    auto st = TRY(stat(id, path));
+    if (st.type != "dir") return fail(Code::kInvalidArgument, path + " is not a directory");
+    std::vector<daemon::DirEntry> out;
+    std::string prefix = path == "/" ? "/" : path + "/";
+    for (auto& [p, data] : files) {
+      if (!p.starts_with(prefix) || p.find('/', prefix.size()) != std::string::npos) continue;
+      out.push_back({p.substr(prefix.size()), {"file", modes[p], data.size(), ""}, 1700000000});
+    }
+    return out;
+  }
   Result<void> read_file(const std::string& id, const std::string& path,
                          const daemon::ChunkSink& sink) override {
     std::string data;
@@ -263,7 +275,7 @@ class FakeService : public daemon::SandboxService {
     return {};
   }
   Result<void> write_file(const std::string& id, const std::string& path, uint32_t mode,
-                          const daemon::ChunkSource& source) override {
+                          const daemon::ChunkSource& source, bool = false) override {
     TRY(inspect(id));
     std::string all = TRY(drain(source));
     std::lock_guard lock(mu_);

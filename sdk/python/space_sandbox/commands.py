@@ -1,0 +1,240 @@
+"""Commands in a sandbox: ``sandbox.commands.run(...)``."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Union
+
+from .client import Client, Response
+from .errors import CommandExitError, NotFoundError, ConflictError, SpaceError, error_for
+
+OutputHandler = Callable[[str], None]
+Cmd = Union[str, Sequence[str]]
+
+
+@dataclass
+class CommandResult:
+    """How a command ended. ``exit_code`` is None when a signal ended it (``signal`` says
+    which)."""
+
+    exit_code: Optional[int]
+    stdout: str = ""
+    stderr: str = ""
+    stdout_bytes: bytes = b""
+    stderr_bytes: bytes = b""
+    signal: Optional[int] = None
+    timed_out: bool = False
+    oom_killed: bool = False
+    duration_s: float = 0.0
+    error: Optional[str] = None
+    pid: Optional[int] = None
+    snapshot: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+def _argv(cmd: Cmd) -> List[str]:
+    if isinstance(cmd, str):
+        return ["sh", "-c", cmd]
+    argv = list(cmd)
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise TypeError("cmd must be a shell string or a non-empty list of strings")
+    return argv
+
+
+class CommandHandle:
+    """A command running in the background (``run(..., background=True)``): its output is
+    collected (and passed to the handlers) while it runs; ``wait()`` returns its result."""
+
+    def __init__(self, sandbox_id: str, client: Client, resp: Response,
+                 on_stdout: Optional[OutputHandler], on_stderr: Optional[OutputHandler]) -> None:
+        self.sandbox_id = sandbox_id
+        self._client = client
+        self._resp = resp
+        self._on_stdout = on_stdout
+        self._on_stderr = on_stderr
+        self._out: List[bytes] = []
+        self._err: List[bytes] = []
+        self._started = threading.Event()
+        self._done = threading.Event()
+        self._result: Optional[CommandResult] = None
+        self._failure: Optional[BaseException] = None
+        self.pid: Optional[int] = None
+        self.snapshot: Optional[str] = None
+        self._thread = threading.Thread(target=self._pump, name="space-exec", daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        ended: Optional[dict] = None
+        try:
+            for line in self._resp.iter_lines():
+                if not line.strip():
+                    continue
+                ev = json.loads(line)
+                kind = ev.get("type")
+                if kind == "started":
+                    self.pid = ev.get("pid")
+                    self.snapshot = ev.get("snapshot")
+                    self._started.set()
+                elif kind in ("stdout", "stderr"):
+                    data = base64.b64decode(ev.get("data", ""))
+                    (self._out if kind == "stdout" else self._err).append(data)
+                    handler = self._on_stdout if kind == "stdout" else self._on_stderr
+                    if handler is not None:
+                        handler(data.decode("utf-8", "replace"))
+                elif kind == "exit":
+                    ended = ev
+                elif kind == "error":
+                    err = ev.get("error") or {}
+                    raise error_for(str(err.get("code", "internal")),
+                                    str(err.get("message", "the exec failed")))
+            if ended is None:
+                raise error_for("unavailable", "the exec stream of sandbox %s ended without an "
+                                "exit event (the sandbox was destroyed, or spaced stopped)"
+                                % self.sandbox_id)
+            out, err = b"".join(self._out), b"".join(self._err)
+            e = ended.get("error")
+            self._result = CommandResult(
+                exit_code=ended.get("exit_code"), stdout=out.decode("utf-8", "replace"),
+                stderr=err.decode("utf-8", "replace"), stdout_bytes=out, stderr_bytes=err,
+                signal=ended.get("signal"), timed_out=bool(ended.get("timed_out")),
+                oom_killed=bool(ended.get("oom_killed")),
+                duration_s=float(ended.get("duration_s") or 0.0),
+                error=e if isinstance(e, str) else None, pid=self.pid, snapshot=self.snapshot)
+        except BaseException as e:  # handed to wait()
+            self._failure = e
+        finally:
+            self._resp.close()
+            self._started.set()
+            self._done.set()
+
+    def wait_started(self, timeout: Optional[float] = None) -> Optional[int]:
+        """Waits until the process runs; its pid (inside the sandbox)."""
+        self._started.wait(timeout)
+        if self.pid is None and self._failure is not None:
+            raise self._failure
+        return self.pid
+
+    def wait(self, timeout: Optional[float] = None, *, check: bool = False) -> CommandResult:
+        """Waits for the command to end. Raises ``SpaceTimeoutError`` if it is still running after
+        ``timeout`` seconds (it keeps running), ``CommandExitError`` with ``check`` if it failed."""
+        if not self._done.wait(timeout):
+            raise error_for("timeout", "the command (pid %s) is still running after %ss"
+                            % (self.pid, timeout))
+        if self._failure is not None:
+            raise self._failure
+        assert self._result is not None
+        if check and self._result.exit_code != 0:
+            raise CommandExitError(self._result)
+        return self._result
+
+    @property
+    def running(self) -> bool:
+        return not self._done.is_set()
+
+    @property
+    def stdout(self) -> str:
+        """The output so far."""
+        return b"".join(self._out).decode("utf-8", "replace")
+
+    @property
+    def stderr(self) -> str:
+        return b"".join(self._err).decode("utf-8", "replace")
+
+    def kill(self, signal: int = 9, *, grace: float = 2.0) -> None:
+        """Sends ``signal`` to the command's process and every process it started (found through
+        their parent pids); if the command has not ended ``grace`` seconds later, cuts its
+        stream, which makes spaced kill its whole process tree."""
+        pid = self.wait_started(grace)
+        if pid is not None and not self._done.is_set():
+            try:
+                procs = self._client.call("GET", "/v1/sandboxes/%s/processes" % self.sandbox_id)
+                children: Dict[int, List[int]] = {}
+                for p in procs["processes"]:
+                    children.setdefault(p.get("ppid", 0), []).append(p["pid"])
+                tree, todo = [], [pid]
+                while todo:
+                    p = todo.pop()
+                    tree.append(p)
+                    todo.extend(children.get(p, []))
+            except (NotFoundError, ConflictError):
+                tree = [pid]
+            for p in tree:  # parents first: they cannot start new children once stopped
+                try:
+                    self._client.call("DELETE", "/v1/sandboxes/%s/processes/%d"
+                                      % (self.sandbox_id, p), query={"signal": signal})
+                except (NotFoundError, ConflictError):
+                    pass  # already gone
+        if not self._done.wait(grace):
+            self._resp.abort()
+            self._done.wait(grace)
+
+
+class Commands:
+    """``sandbox.commands``: run commands in one sandbox."""
+
+    def __init__(self, sandbox_id: str, client: Client) -> None:
+        self._id = sandbox_id
+        self._client = client
+
+    def run(self, cmd: Cmd, *, env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
+            timeout: Optional[float] = None, stdin: Union[None, bytes, str] = None,
+            on_stdout: Optional[OutputHandler] = None, on_stderr: Optional[OutputHandler] = None,
+            background: bool = False, check: bool = False,
+            snapshot: bool = False) -> Union[CommandResult, CommandHandle]:
+        """Runs ``cmd`` (a shell string, run by ``sh -c``, or an argv list).
+
+        ``timeout``: seconds after which the command's process tree is killed (the result says
+        ``timed_out``). ``on_stdout``/``on_stderr`` get the output as it comes. With
+        ``background=True`` returns a :class:`CommandHandle` at once; otherwise waits and returns
+        a :class:`CommandResult` (with ``check=True`` raising ``CommandExitError`` on failure).
+        ``snapshot=True`` snapshots the sandbox before the command starts (result.snapshot).
+        """
+        req: Dict[str, object] = {"cmd": _argv(cmd)}
+        if env:
+            req["env"] = dict(env)
+        if cwd is not None:
+            req["cwd"] = cwd
+        if timeout is not None:
+            req["timeout"] = timeout
+        if snapshot:
+            req["snapshot"] = True
+        path = "/v1/sandboxes/%s/exec" % self._id
+        # The HTTP timeout covers the whole stream when the command has one; otherwise none.
+        http_timeout = None if timeout is None else timeout + 60
+        if stdin is not None:
+            req["stdin"] = True
+            data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
+            head = json.dumps(req).encode() + b"\n"
+
+            def body():
+                yield head
+                for i in range(0, len(data), 1 << 16):
+                    yield data[i:i + (1 << 16)]
+
+            resp = self._client.request("POST", path, body=body(),
+                                        content_type="application/octet-stream",
+                                        timeout=http_timeout, stream=True)
+        else:
+            resp = self._client.request("POST", path, json_body=req, timeout=http_timeout,
+                                        stream=True)
+        handle = CommandHandle(self._id, self._client, resp, on_stdout, on_stderr)
+        if background:
+            handle.wait_started()
+            return handle
+        return handle.wait(check=check)
+
+    def kill(self, pid: int, signal: int = 15) -> None:
+        """Sends ``signal`` to process ``pid`` of the sandbox."""
+        self._client.call("DELETE", "/v1/sandboxes/%s/processes/%d" % (self._id, pid),
+                          query={"signal": signal})
+
+    def list(self) -> List[dict]:
+        """The processes running in the sandbox (pid, ppid, uid, state, argv, stream)."""
+        return list(self._client.call("GET", "/v1/sandboxes/%s/processes" % self._id)["processes"])

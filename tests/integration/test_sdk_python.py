@@ -1,0 +1,313 @@
+"""The Python SDK (sdk/python, space_sandbox) against a real spaced: every call of its public
+surface, its errors, and the README's quick start pasted as is.
+
+Run by ctest as integration.test_sdk_python; the SDK is imported from the source tree.
+"""
+
+import io
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+from harness import REPO, SpaceTestCase, wait_for
+
+sys.path.insert(0, os.path.join(REPO, "sdk", "python"))
+import space_sandbox  # noqa: E402
+from space_sandbox import (AuthenticationError, Client, CommandExitError, ConflictError,  # noqa: E402
+                           InvalidArgumentError, NotFoundError, PermissionDeniedError, Sandbox,
+                           SpaceError, UnavailableError)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class PythonSdkTest(SpaceTestCase):
+    @classmethod
+    def daemon_config(cls):
+        cls.port = free_port()
+        return {"api_listen": "127.0.0.1:%d" % cls.port}
+
+    @classmethod
+    def prepare_class(cls):
+        cls.client = Client(socket_path=cls.daemon.socket)
+        cls.sb = Sandbox.create(client=cls.client, timeout="10m")
+        cls.known_ids.add(cls.sb.id)
+
+    def tearDown(self):
+        self.assertTrue(self.daemon.alive(), "spaced died:\n%s" % self.daemon.log_tail())
+
+    # -- commands -----------------------------------------------------------------------------
+
+    def test_run_returns_output_and_exit_code(self):
+        r = self.sb.commands.run("echo out; echo err >&2; exit 3")
+        self.assertEqual((r.exit_code, r.stdout, r.stderr), (3, "out\n", "err\n"))
+        self.assertFalse(r.ok)
+        self.assertIsNone(r.signal)
+        self.assertGreater(r.pid, 0)
+        r = self.sb.commands.run(["printf", "%s|", "a b", "$HOME"], env={"X": "1"}, cwd="/tmp")
+        self.assertEqual(r.stdout, "a b|$HOME|")
+        self.assertEqual(self.sb.commands.run("echo $X; pwd", env={"X": "1"}, cwd="/tmp").stdout,
+                         "1\n/tmp\n")
+        self.assertEqual(self.sb.commands.run(["cat"], stdin=b"\x00\xffbytes").stdout_bytes,
+                         b"\x00\xffbytes")
+        with self.assertRaises(CommandExitError) as cm:
+            self.sb.commands.run("echo nope >&2; exit 7", check=True)
+        self.assertEqual(cm.exception.result.exit_code, 7)
+        self.assertIn("nope", str(cm.exception))
+        # A program that cannot start: 127 and why.
+        r = self.sb.commands.run(["/no/such/program"])
+        self.assertEqual(r.exit_code, 127)
+        self.assertTrue(r.error)
+
+    def test_timeout_kills_the_command(self):
+        t0 = time.monotonic()
+        r = self.sb.commands.run("sleep 30", timeout=0.5)
+        self.assertTrue(r.timed_out)
+        self.assertLess(time.monotonic() - t0, 15)
+
+    def test_output_handlers_see_output_as_it_comes(self):
+        seen = []
+        first_at = []
+
+        def on_out(text):
+            if not first_at:
+                first_at.append(time.monotonic())
+            seen.append(text)
+
+        t0 = time.monotonic()
+        r = self.sb.commands.run("echo early; sleep 1.5; echo late", on_stdout=on_out)
+        end = time.monotonic()
+        self.assertEqual("".join(seen), "early\nlate\n")
+        self.assertEqual(r.stdout, "early\nlate\n")
+        self.assertLess(first_at[0] - t0, end - t0 - 1.0, "the first line came only at the end")
+
+    def test_background_command_wait_and_kill(self):
+        h = self.sb.commands.run("echo started; sleep 60; echo never", background=True)
+        self.assertGreater(h.pid, 0)
+        self.assertTrue(h.running)
+        wait_for(lambda: "started" in h.stdout, what="first output of a background command")
+        pids = [p["pid"] for p in self.sb.commands.list()]
+        self.assertIn(h.pid, pids)
+        with self.assertRaises(space_sandbox.SpaceTimeoutError):
+            h.wait(timeout=0.2)
+        h.kill()
+        r = h.wait(timeout=10)
+        self.assertEqual(r.signal, 9)
+        self.assertIsNone(r.exit_code)
+        self.assertNotIn("never", r.stdout)
+        wait_for(lambda: not any("sleep" in " ".join(p.get("argv", []))
+                                 for p in self.sb.commands.list()),
+                 what="the killed command's sleep to be gone")
+        # One that ends by itself.
+        h = self.sb.commands.run("echo hi; exit 4", background=True)
+        r = h.wait(timeout=30)
+        self.assertEqual((r.exit_code, r.stdout), (4, "hi\n"))
+        with self.assertRaises(CommandExitError):
+            h.wait(check=True)
+
+    # -- files --------------------------------------------------------------------------------
+
+    def test_files_write_read_list_remove(self):
+        f = self.sb.files
+        f.write("/tmp/sdk/a.txt", "héllo\n")
+        f.write("/tmp/sdk/b.bin", b"\x00\x01\x02", mode=0o600)
+        big = os.urandom(3 * 1024 * 1024 + 17)
+        f.write("/tmp/sdk/big", io.BytesIO(big))
+        f.write("/tmp/sdk/chunks", (bytes([i]) * 1000 for i in range(50)))
+        self.assertEqual(f.read("/tmp/sdk/a.txt"), "héllo\n")
+        self.assertEqual(f.read("/tmp/sdk/b.bin", format="bytes"), b"\x00\x01\x02")
+        self.assertEqual(b"".join(f.read("/tmp/sdk/big", format="stream")), big)
+        self.assertEqual(f.read_bytes("/tmp/sdk/chunks"),
+                         b"".join(bytes([i]) * 1000 for i in range(50)))
+        self.sb.commands.run("mkdir -p /tmp/sdk/sub/deeper && touch /tmp/sdk/sub/inner && "
+                             "ln -s a.txt /tmp/sdk/link", check=True)
+
+        entries = {e.name: e for e in f.list("/tmp/sdk")}
+        self.assertEqual(sorted(entries), ["a.txt", "b.bin", "big", "chunks", "link", "sub"])
+        self.assertEqual(entries["a.txt"].path, "/tmp/sdk/a.txt")
+        self.assertEqual((entries["a.txt"].type, entries["a.txt"].size), ("file", 7))
+        self.assertEqual(entries["b.bin"].mode, 0o600)
+        self.assertEqual(entries["big"].size, len(big))
+        self.assertEqual(entries["sub"].type, "dir")
+        self.assertEqual((entries["link"].type, entries["link"].target), ("symlink", "a.txt"))
+        self.assertGreater(entries["a.txt"].mtime, 1.6e9)
+        self.assertEqual([(e.name, e.type) for e in f.list("/tmp/sdk/sub")],
+                         [("deeper", "dir"), ("inner", "file")])  # one level only
+
+        st = f.stat("/tmp/sdk/b.bin")
+        self.assertEqual((st.type, st.size, st.mode), ("file", 3, 0o600))
+        self.assertTrue(f.exists("/tmp/sdk/a.txt"))
+        self.assertFalse(f.exists("/tmp/sdk/missing"))
+        with self.assertRaises(NotFoundError):
+            f.read("/tmp/sdk/missing")
+        with self.assertRaises(NotFoundError):
+            f.list("/tmp/sdk/missing")
+        with self.assertRaises(InvalidArgumentError):
+            f.list("/tmp/sdk/a.txt")
+        with self.assertRaises(IsADirectoryError):
+            f.read("/tmp/sdk")
+
+        f.remove("/tmp/sdk/a.txt")
+        self.assertFalse(f.exists("/tmp/sdk/a.txt"))
+        with self.assertRaises(SpaceError):
+            f.remove("/tmp/sdk")  # not empty, not recursive
+        f.remove("/tmp/sdk", recursive=True)
+        self.assertFalse(f.exists("/tmp/sdk"))
+
+    def test_directories_up_and_down(self):
+        f = self.sb.files
+        f.make_dir("/tmp/made/deep")
+        self.assertEqual(f.stat("/tmp/made/deep").type, "dir")
+        f.make_dir("/tmp/made/deep")  # again: no error
+        with tempfile.TemporaryDirectory() as local:
+            src = os.path.join(local, "src")
+            os.makedirs(os.path.join(src, "pkg"))
+            with open(os.path.join(src, "pkg", "mod.py"), "w") as fh:
+                fh.write("X = 42\n")
+            with open(os.path.join(src, "main.py"), "w") as fh:
+                fh.write("from pkg.mod import X\nprint(X)\n")
+            f.upload_dir(src, "/tmp/proj")
+            self.assertEqual(self.sb.commands.run("cd /tmp/proj && python3 main.py").stdout, "42\n")
+            self.sb.commands.run("echo made > /tmp/proj/out.txt", check=True)
+            dst = os.path.join(local, "dst")
+            f.download_dir("/tmp/proj", dst)
+            with open(os.path.join(dst, "out.txt")) as fh:
+                self.assertEqual(fh.read(), "made\n")
+            with open(os.path.join(dst, "pkg", "mod.py")) as fh:
+                self.assertEqual(fh.read(), "X = 42\n")
+
+    # -- life cycle, snapshots, audit ---------------------------------------------------------
+
+    def test_lifecycle_snapshots_and_audit(self):
+        with Sandbox.create(client=self.client, env={"GREETING": "hi"}, memory="256M") as sb:
+            self.known_ids.add(sb.id)
+            self.assertEqual(sb.info.state, "running")
+            self.assertEqual(sb.info.limits["memory"], 256 << 20)
+            self.assertEqual(sb.commands.run("echo $GREETING").stdout, "hi\n")
+            self.assertIn(sb.id, [s.id for s in Sandbox.list(client=self.client)])
+            again = Sandbox.connect(sb.id, client=self.client)
+            self.assertEqual(again.commands.run("hostname").exit_code, 0)
+
+            self.assertEqual(sb.pause().state, "paused")
+            with self.assertRaises(ConflictError):
+                sb.commands.run("true")
+            self.assertEqual(sb.resume().state, "running")
+
+            sb.files.write("/root/state.txt", "v1")
+            snap = sb.snapshot(name="sdk-v1-%s" % sb.id)
+            self.assertEqual(snap.kind, "manual")
+            self.assertIn(snap.id, [s.id for s in sb.snapshots()])
+            sb.files.write("/root/state.txt", "v2")
+            self.assertIn("/root/state.txt", sb.diff()["added"])
+            rb = sb.rollback(snap)
+            self.assertEqual(rb["snapshot"], snap.id)
+            self.assertEqual(sb.files.read("/root/state.txt"), "v1")
+
+            restored = Sandbox.restore(snap, client=self.client)
+            self.known_ids.add(restored.id)
+            try:
+                self.assertNotEqual(restored.id, sb.id)
+                self.assertEqual(restored.files.read("/root/state.txt"), "v1")
+            finally:
+                restored.destroy()
+            self.assertFalse(restored.is_running())
+
+            kinds = [e["kind"] for e in sb.audit()]
+            for k in ("sandbox.create", "exec.start", "exec.end", "file.write", "sandbox.pause"):
+                self.assertIn(k, kinds)
+            self.assertTrue(sb.verify_audit()["ok"])
+            sid = sb.id
+        # Destroyed on leaving the block; calls now fail clearly.
+        wait_for(lambda: not Sandbox.connect(sid, client=self.client).is_running()
+                 if sid in [s.id for s in Sandbox.list(client=self.client)] else True,
+                 what="the sandbox to be destroyed")
+        gone = Sandbox(sb.info, self.client)
+        with self.assertRaises((NotFoundError, ConflictError)):
+            gone.commands.run("true")
+        gone.destroy()  # idempotent
+        wait_for(lambda: any(e["kind"] == "sandbox.destroy" for e in gone.audit()),
+                 what="sandbox.destroy in the audit log (the with block destroys in the background)")
+
+    # -- errors and connections ---------------------------------------------------------------
+
+    def test_errors_are_typed_and_say_what_to_do(self):
+        with self.assertRaises(NotFoundError) as cm:
+            Sandbox.connect("sb_nonexistent", client=self.client)
+        self.assertEqual(cm.exception.status, 404)
+        self.assertEqual(cm.exception.code, "not_found")
+        with self.assertRaises(InvalidArgumentError) as cm:
+            Sandbox.create(client=self.client, memory="1X")
+        self.assertIn("memory", str(cm.exception))
+        nowhere = Client(socket_path=os.path.join(self.tmp, "nothing.sock"))
+        with self.assertRaises(UnavailableError) as cm:
+            Sandbox.list(client=nowhere)
+        self.assertIn("spaced is not running", str(cm.exception))
+
+    def test_tcp_listener_with_tokens(self):
+        r = self.api("POST", "/v1/tokens", {"name": "sdk", "profiles": ["test"],
+                                            "ops": ["read", "create", "exec", "files", "lifecycle"],
+                                            "ttl": "1h"})
+        self.assertEqual(r.status, 201, r.body)
+        token = r.json["token"]
+        remote = Client(api_url="http://127.0.0.1:%d" % self.port, token=token)
+        with Sandbox.create(client=remote) as sb:
+            self.known_ids.add(sb.id)
+            self.assertEqual(sb.commands.run("echo over tcp").stdout, "over tcp\n")
+            sb.files.write("/root/t", b"x")
+            self.assertEqual(sb.files.read_bytes("/root/t"), b"x")
+        with self.assertRaises(AuthenticationError):
+            Sandbox.list(client=Client(api_url="http://127.0.0.1:%d" % self.port))
+        with self.assertRaises(AuthenticationError):
+            Sandbox.list(client=Client(api_url="http://127.0.0.1:%d" % self.port,
+                                       token="spt_000000000000_" + "0" * 64))
+        readonly = self.api("POST", "/v1/tokens", {"name": "ro", "profiles": ["test"],
+                                                   "ops": ["read"], "ttl": "1h"}).json["token"]
+        with self.assertRaises(PermissionDeniedError):
+            Sandbox.create(client=Client(api_url="http://127.0.0.1:%d" % self.port, token=readonly))
+        # From the environment, as the CLI reads it.
+        env = dict(os.environ, SPACE_API="http://127.0.0.1:%d" % self.port, SPACE_TOKEN=token)
+        out = subprocess.run([sys.executable, "-c",
+                              "import space_sandbox as s; print(len(s.Sandbox.list()) >= 1)"],
+                             env=dict(env, PYTHONPATH=os.path.join(REPO, "sdk", "python")),
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.stdout.strip(), "True", out.stderr)
+
+    def test_readme_quick_start_runs_as_pasted(self):
+        with open(os.path.join(REPO, "sdk", "python", "README.md")) as fh:
+            text = fh.read()
+        blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+        self.assertTrue(blocks, "no python block in sdk/python/README.md")
+        env = dict(os.environ, SPACE_SOCKET=self.daemon.socket,
+                   PYTHONPATH=os.path.join(REPO, "sdk", "python"))
+        env.pop("SPACE_API", None)
+        p = subprocess.run([sys.executable, "-c", blocks[0]], env=env, capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("42", p.stdout)
+
+    def test_repo_readme_python_block_runs_as_pasted(self):
+        with open(os.path.join(REPO, "README.md")) as fh:
+            text = fh.read()
+        section = text[text.index("### From Python"):]
+        block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+        env = dict(os.environ, SPACE_SOCKET=self.daemon.socket)
+        env.pop("SPACE_API", None)
+        p = subprocess.run([sys.executable, "-c", block], env=env, cwd=REPO, capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.splitlines(), ["42", "['hello.py']"])
+
+
+if __name__ == "__main__":
+    unittest.main()
