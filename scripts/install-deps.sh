@@ -89,6 +89,12 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+# npm (the TypeScript SDK's build and tests): Debian packages it apart from nodejs, while
+# NodeSource's nodejs carries its own; ask for the package only when no npm command exists.
+if [[ $run_only -eq 0 ]] && ! command -v npm >/dev/null 2>&1; then
+  missing+=(npm)
+fi
+
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
 fi

@@ -2,8 +2,8 @@
 // `remove`) and the file transfers some of them start. `read` data is flow-controlled by the
 // stream window; `walk` and `read` produce data only while the channel's output queue is short,
 // so a slow daemon bounds the agent's memory.
-#include <linux/random.h>
 #include <fcntl.h>
+#include <linux/random.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <time.h>
@@ -154,8 +154,9 @@ Result<void> Agent::do_resync(const json& req) {
   if (!rnd) return fail_sys("open", "/dev/urandom");
   if (::ioctl(rnd.get(), RNDADDENTROPY, pool) != 0) return fail_sys("ioctl", "RNDADDENTROPY");
   if (::ioctl(rnd.get(), RNDRESEEDCRNG) != 0) return fail_sys("ioctl", "RNDRESEEDCRNG");
-  struct timespec ts{static_cast<time_t>(time_ns / 1000000000),
-                     static_cast<long>(time_ns % 1000000000)};
+  struct timespec ts {
+    static_cast<time_t>(time_ns / 1000000000), static_cast<long>(time_ns % 1000000000)
+  };
   if (::clock_settime(CLOCK_REALTIME, &ts) != 0) return fail_sys("clock_settime");
   if (::sethostname(hostname.data(), hostname.size()) != 0) return fail_sys("sethostname");
   return {};

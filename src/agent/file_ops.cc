@@ -58,14 +58,14 @@ Result<void> remove_tree(int dir_fd, const std::string& name, std::string_view s
 }  // namespace
 
 nlohmann::json stat_json(const struct stat& st, int dir, const char* name) {
-  nlohmann::json j = {{"type", type_name(st.st_mode)},
-                      {"mode", st.st_mode & 07777},
-                      {"size", static_cast<uint64_t>(st.st_size)},
-                      {"uid", st.st_uid},
-                      {"gid", st.st_gid},
-                      {"mtime", static_cast<int64_t>(st.st_mtim.tv_sec)},
-                      {"mtime_ns", static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
-                                       st.st_mtim.tv_nsec}};
+  nlohmann::json j = {
+      {"type", type_name(st.st_mode)},
+      {"mode", st.st_mode & 07777},
+      {"size", static_cast<uint64_t>(st.st_size)},
+      {"uid", st.st_uid},
+      {"gid", st.st_gid},
+      {"mtime", static_cast<int64_t>(st.st_mtim.tv_sec)},
+      {"mtime_ns", static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec}};
   if (S_ISLNK(st.st_mode)) {
     char buf[kMaxPathBytes + 1];
     ssize_t n = ::readlinkat(dir, name, buf, sizeof(buf));

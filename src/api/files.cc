@@ -58,8 +58,11 @@ Result<void> get_file(Exchange& ex, ApiContext& ctx) {
     auto entries = TRY(ctx.service.list_dir(id, path));
     nlohmann::json out = nlohmann::json::array();
     for (const auto& e : entries) {
-      nlohmann::json j = {{"name", e.name},         {"type", e.stat.type}, {"mode", e.stat.mode},
-                          {"size", e.stat.size},     {"mtime", e.mtime}};
+      nlohmann::json j = {{"name", e.name},
+                          {"type", e.stat.type},
+                          {"mode", e.stat.mode},
+                          {"size", e.stat.size},
+                          {"mtime", e.mtime}};
       if (e.stat.type == "symlink") j["target"] = e.stat.target;
       out.push_back(std::move(j));
     }

@@ -340,9 +340,9 @@ void ApiServer::connection_thread(UniqueFd fd, Transport transport) {
     bool got = false;
     if (!stopping_ && idle_ < kMaxIdleThreads) {
       ++idle_;
-      got = work_cv_.wait_for(lock, kIdleThreadLinger,
-                              [&] { return stopping_ || !handoff_.empty(); }) &&
-            !handoff_.empty();
+      got = work_cv_.wait_for(lock, kIdleThreadLinger, [&] {
+        return stopping_ || !handoff_.empty();
+      }) && !handoff_.empty();
       --idle_;
     }
     if (got) {

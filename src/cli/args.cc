@@ -229,6 +229,16 @@ Commands define_commands(Args& a, const std::string& only) {
     diff->add_flag("--json", a.json, "print JSON");
   }
 
+  if (want("mcp")) {
+    auto* mcp = app.add_subcommand(
+        "mcp", "serve sandboxes as MCP tools on stdin/stdout (docs/mcp.md)");
+    add_sandbox_flags(mcp, a.sandbox);
+    mcp->add_flag("--keep", a.keep, "keep the session's sandboxes when it ends");
+    mcp->footer(
+        "The sandbox flags are the defaults of the sandboxes the session creates (lifetime: "
+        "--timeout, default 1h). They are destroyed when the client closes stdin, unless --keep.");
+  }
+
   if (want("doctor")) {
     auto* doctor = app.add_subcommand("doctor", "what this host supports");
     doctor->add_flag("--json", a.json, "print the raw JSON report");

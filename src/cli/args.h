@@ -23,7 +23,7 @@ struct SandboxFlags {
 struct Args {
   // "run", "create", "exec", "ps", "kill", "cp", "ls", "inspect", "rm", "pause", "resume",
   // "diff", "doctor", "image import", "image ls", "image rm", "snapshot", "snapshot rm",
-  // "snapshots", "rollback", "restore", "audit", "token create", "token ls", "token rm".
+  // "snapshots", "rollback", "restore", "audit", "token create", "token ls", "token rm", "mcp".
   std::string command;
   SandboxFlags sandbox;            // run, create; restore --profile is sandbox.profile
   std::string id;                  // sandbox id (most commands; optional for `snapshots`)
@@ -38,6 +38,7 @@ struct Args {
   std::vector<std::string> cmd;    // run/exec: the command after `--`
   bool json = false, force = false, detach = false, snapshot = false, verify = false;
   bool follow = false;  // audit --follow
+  bool keep = false;    // mcp --keep
   // token create: --profile and --op (repeatable), --ttl; --name is `name`, token rm's ID `id`
   std::vector<std::string> profiles, ops;
   std::string ttl;

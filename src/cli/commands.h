@@ -75,6 +75,9 @@ Result<int> cmd_audit(const Args& a, const Client& c);
 // (escape_text in output.h).
 std::string format_audit_event(const nlohmann::json& event);
 
+// MCP server on stdio (mcp.cc)
+Result<int> cmd_mcp(const Args& a, const Client& c);
+
 // API tokens (commands_token.cc)
 Result<int> cmd_token_create(const Args& a, const Client& c);
 Result<int> cmd_token_ls(const Args& a, const Client& c);

@@ -33,6 +33,7 @@ Result<int> run_command(const Args& a, const Client& c) {
   if (cmd == "resume") return cmd_resume(a, c);
   if (cmd == "diff") return cmd_diff(a, c);
   if (cmd == "doctor") return cmd_doctor(a, c);
+  if (cmd == "mcp") return cmd_mcp(a, c);
   if (cmd == "image import") return cmd_image_import(a, c);
   if (cmd == "image ls") return cmd_image_ls(a, c);
   if (cmd == "image rm") return cmd_image_rm(a, c);

@@ -441,9 +441,8 @@ void Daemon::start_relay(Sandbox& sb) {
   sb.egress_relay->start();
   // And the guest's DNS queries, to the stub only (docs/agent-protocol.md, "DNS").
   sb.dns_relay = std::make_unique<DnsRelay>(*sb.conn, sb.rec.id);
-  if (auto r = sb.dns_relay->start([ns] {
-        return connect_udp_in_netns(ns, egress::kDnsStubAddress, egress::kDnsStubPort);
-      });
+  if (auto r = sb.dns_relay->start(
+          [ns] { return connect_udp_in_netns(ns, egress::kDnsStubAddress, egress::kDnsStubPort); });
       !r)
     spdlog::warn("sandbox {}: names will not resolve in the guest: {}", sb.rec.id,
                  r.error().message());
@@ -575,12 +574,13 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
   if (sb->inst->netns_fd() >= 0) {
     if (!prepared->ca_installed) {
       // Its /etc is not a plain directory of the writable layer: the agent writes the files.
-      if (auto r = install_ca_via_agent(*sb, *prepared->ca); !r) return failed(std::move(r.error()));
+      if (auto r = install_ca_via_agent(*sb, *prepared->ca); !r)
+        return failed(std::move(r.error()));
       times.mark("trust store via agent");
     }
     // `space diff` shows what changed since creation; these files are part of creation.
-    rec.spec["installed"] =
-        prepared->installed.is_object() ? prepared->installed : installed_stats(*sb, kInstalledFiles);
+    rec.spec["installed"] = prepared->installed.is_object() ? prepared->installed
+                                                            : installed_stats(*sb, kInstalledFiles);
     auto r = prepared->listeners.empty()
                  ? gateway_->attach(std::move(egress_plan), sb->inst->netns_fd())
                  : gateway_->attach(std::move(egress_plan), std::move(prepared->listeners));

@@ -64,7 +64,8 @@ Result<uint64_t> read_into(AgentConn& conn, const std::string& path,
     auto j = json::parse(f.payload, nullptr, false);
     if (!j.is_object()) return fail(Code::kProtocol, "the agent sent a malformed response");
     if (!agent_field(j, "ok", false))
-      return fail(AgentConn::agent_error(agent_field(j, "error", json::object()), "reading " + path));
+      return fail(
+          AgentConn::agent_error(agent_field(j, "error", json::object()), "reading " + path));
     return total;
   }
 }
@@ -109,8 +110,8 @@ Result<std::vector<Entry>> walk(AgentConn& conn, const std::string& path, int de
         if (j.contains("target") && j["target"].is_string()) e.target = j["target"];
         out.push_back(std::move(e));
         if (out.size() > max_entries)
-          return fail(Code::kResourceExhausted, "more than " + std::to_string(max_entries) +
-                                                    " entries under " + path);
+          return fail(Code::kResourceExhausted,
+                      "more than " + std::to_string(max_entries) + " entries under " + path);
       }
       if (pending.size() > 1 << 20) return fail(Code::kProtocol, "walk entry too long");
       continue;
@@ -119,7 +120,8 @@ Result<std::vector<Entry>> walk(AgentConn& conn, const std::string& path, int de
     auto j = json::parse(f.payload, nullptr, false);
     if (!j.is_object()) return fail(Code::kProtocol, "the agent sent a malformed response");
     if (!agent_field(j, "ok", false))
-      return fail(AgentConn::agent_error(agent_field(j, "error", json::object()), "listing " + path));
+      return fail(
+          AgentConn::agent_error(agent_field(j, "error", json::object()), "listing " + path));
     return out;
   }
 }
@@ -129,9 +131,9 @@ Result<void> write_from(AgentConn& conn, const std::string& path, uint32_t mode,
                         const ChunkSource& source) {
   auto s = conn.open_stream();
   StreamCloser closer{&conn, s->id()};
-  TRY_VOID(conn.send_json(FrameType::kRequest, s->id(),
-                          {{"op", "write"}, {"path", path}, {"mode", mode & 07777},
-                           {"parents", parents}}));
+  TRY_VOID(conn.send_json(
+      FrameType::kRequest, s->id(),
+      {{"op", "write"}, {"path", path}, {"mode", mode & 07777}, {"parents", parents}}));
   auto early = [&]() -> std::optional<Error> {
     while (auto f = s->try_pop()) {
       if (f->type != FrameType::kResponse) continue;
@@ -161,7 +163,8 @@ Result<void> write_from(AgentConn& conn, const std::string& path, uint32_t mode,
     auto j = json::parse(f.payload, nullptr, false);
     if (!j.is_object()) return fail(Code::kProtocol, "the agent sent a malformed response");
     if (!agent_field(j, "ok", false))
-      return fail(AgentConn::agent_error(agent_field(j, "error", json::object()), "writing " + path));
+      return fail(
+          AgentConn::agent_error(agent_field(j, "error", json::object()), "writing " + path));
     return {};
   }
 }
@@ -389,15 +392,16 @@ Result<void> Daemon::write_tar(const std::string& id, const std::string& path,
       }
       case AE_IFLNK: {
         (void)conn.request({{"op", "remove"}, {"path", dst}, {"recursive", false}});
-        TRY_VOID(conn.request({{"op", "symlink"}, {"path", dst},
-                               {"target", archive_entry_symlink(e) ? archive_entry_symlink(e)
-                                                                   : ""}}));
+        TRY_VOID(
+            conn.request({{"op", "symlink"},
+                          {"path", dst},
+                          {"target", archive_entry_symlink(e) ? archive_entry_symlink(e) : ""}}));
         break;
       }
       case AE_IFREG: {
         if (archive_entry_hardlink(e))
-          return fail(Code::kUnimplemented, "tar entry \"" + rel +
-                                                "\" is a hard link; hard links are not copied yet");
+          return fail(Code::kUnimplemented,
+                      "tar entry \"" + rel + "\" is a hard link; hard links are not copied yet");
         bool eof = false;
         TRY_VOID(write_from(conn, dst, mode, true, [&](std::string& out) -> Result<void> {
           out.clear();

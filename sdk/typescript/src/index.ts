@@ -1,0 +1,20 @@
+// TypeScript SDK for SPACE (Node 20+, no runtime dependencies).
+//
+//   import { Sandbox } from "space-sandbox";
+//   const sb = await Sandbox.create({ timeoutMs: 600_000 });
+//   try {
+//     await sb.files.write("/root/hello.py", "print(6 * 7)\n");
+//     console.log((await sb.commands.run("python3 /root/hello.py")).stdout);  // 42
+//   } finally {
+//     await sb.destroy();
+//   }
+
+export { Client, DEFAULT_SOCKET } from "./client.js";
+export type { ClientOptions, Body } from "./client.js";
+export { Commands, CommandHandle } from "./commands.js";
+export type { Cmd, CommandResult, RunOptions } from "./commands.js";
+export { Files } from "./files.js";
+export type { EntryInfo } from "./files.js";
+export { Sandbox } from "./sandbox.js";
+export type { CreateOptions, SandboxInfo, SnapshotInfo } from "./sandbox.js";
+export * from "./errors.js";
