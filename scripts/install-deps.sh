@@ -57,6 +57,7 @@ TEST_PACKAGES=(
   # clients the egress tests run inside sandboxes, and the test CA
   python3-requests python3-pip git nodejs openssl
   python3-yaml python3-jsonschema  # the OpenAPI conformance test (test_openapi_conformance.py)
+  python3-matplotlib      # the code interpreter's figures (test_sdk_python.py), inside sandboxes
   iproute2                # ip: network namespace checks
   qemu-system-x86 qemu-utils  # the qemu runtime (-M microvm; TCG where KVM cannot run the guest)
   cpio kmod               # scripts/guest-kernel.sh: the guest's initramfs, depmod for modules.dep

@@ -23,6 +23,7 @@ Result<void> list_sandboxes(Exchange& ex, ApiContext& ctx);
 Result<void> get_sandbox(Exchange& ex, ApiContext& ctx);
 Result<void> delete_sandbox(Exchange& ex, ApiContext& ctx);
 Result<void> pause_sandbox(Exchange& ex, ApiContext& ctx);
+Result<void> set_sandbox_timeout(Exchange& ex, ApiContext& ctx);
 Result<void> resume_sandbox(Exchange& ex, ApiContext& ctx);
 Result<void> diff_sandbox(Exchange& ex, ApiContext& ctx);
 Result<void> get_audit(Exchange& ex, ApiContext& ctx);

@@ -411,6 +411,10 @@ Result<json> parse_json(std::string_view body) {
   }
 }
 
+Result<double> parse_duration_value(const json& v, std::string_view key) {
+  return duration_field(v, key);
+}
+
 Result<daemon::CreateRequest> parse_create_request(const json& body) {
   if (!body.is_object()) {
     return invalid(
@@ -418,7 +422,8 @@ Result<daemon::CreateRequest> parse_create_request(const json& body) {
   }
   TRY_VOID(refuse_unknown_keys(body,
                                {"runtime", "image", "profile", "memory", "cpus", "pids", "disk",
-                                "timeout", "env", "secrets", "allow", "workdir", "snapshot_every"},
+                                "timeout", "idle_timeout", "env", "secrets", "allow", "workdir",
+                                "snapshot_every"},
                                "the sandbox request"));
   daemon::CreateRequest req;
   if (auto it = body.find("runtime"); it != body.end()) {
@@ -477,6 +482,9 @@ Result<daemon::CreateRequest> parse_create_request(const json& body) {
     }
     req.limits.pids = static_cast<uint32_t>(pids);
     req.limits_given[2] = true;
+  }
+  if (auto it = body.find("idle_timeout"); it != body.end()) {
+    req.idle_timeout_s = TRY(duration_field(*it, "idle_timeout"));
   }
   if (auto it = body.find("timeout"); it != body.end()) {
     req.timeout_s = TRY(duration_field(*it, "timeout"));

@@ -76,6 +76,8 @@ std::string json_field_at(std::string_view text, size_t offset);
 
 // Body of POST /v1/sandboxes (all keys optional; unknown keys are refused, to catch typos).
 Result<daemon::CreateRequest> parse_create_request(const nlohmann::json& body);
+// A duration in a JSON body: seconds (a positive number) or a string such as "30m".
+Result<double> parse_duration_value(const nlohmann::json& v, std::string_view key);
 // JSON part of POST /v1/sandboxes/{id}/exec.
 Result<daemon::ExecRequest> parse_exec_request(const nlohmann::json& body);
 

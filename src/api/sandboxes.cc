@@ -38,6 +38,18 @@ Result<void> delete_sandbox(Exchange& ex, ApiContext& ctx) {
   return ex.respond_no_content();
 }
 
+Result<void> set_sandbox_timeout(Exchange& ex, ApiContext& ctx) {
+  std::string id = TRY(sandbox_id(ex));
+  nlohmann::json body = TRY(ex.read_json(nlohmann::json::object()));
+  if (!body.is_object() || !body.contains("timeout") || body.size() != 1)
+    return fail(Code::kInvalidArgument,
+                "the body must be {\"timeout\": DURATION}, e.g. {\"timeout\": \"30m\"}: the "
+                "sandbox then expires that long from now");
+  double t = TRY(parse_duration_value(body["timeout"], "timeout"));
+  daemon::SandboxInfo info = TRY(ctx.service.set_timeout(id, t));
+  return ex.respond_json(http::status::ok, info);
+}
+
 Result<void> pause_sandbox(Exchange& ex, ApiContext& ctx) {
   std::string id = TRY(sandbox_id(ex));
   TRY_VOID(ctx.service.pause(id));

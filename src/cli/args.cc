@@ -209,7 +209,15 @@ Commands define_commands(Args& a, const std::string& only) {
   if (want("rm")) {
     auto* rm = app.add_subcommand("rm", "destroy a sandbox");
     rm->add_option("id", a.id, "sandbox id")->required();
-    rm->add_flag("--force,-f", a.force, "also while commands run");
+    rm->add_flag("--force,-f", a.force, "also while commands run attached to a client (space exec)");
+  }
+
+  if (want("timeout")) {
+    auto* timeout = app.add_subcommand(
+        "timeout", "set a sandbox's lifetime: it is destroyed DURATION from now");
+    timeout->add_option("id", a.id, "sandbox id")->required();
+    timeout->add_option("duration", a.timeout, "e.g. 30m, 2h")->required();
+    timeout->add_flag("--json", a.json, "print the sandbox as JSON");
   }
 
   if (want("pause")) {

@@ -26,6 +26,9 @@
 namespace space::cli {
 namespace {
 
+constexpr int kRunIdleTimeoutS = 30;  // space run's sandbox, once its client is gone
+
+
 using nlohmann::json;
 
 constexpr size_t kMaxEventLine = 64u << 20;
@@ -202,6 +205,9 @@ Result<int> cmd_exec(const Args& a, const Client& c) {
 
 Result<int> cmd_run(const Args& a, const Client& c) {
   json create = TRY(create_body(a.sandbox));
+  // While the command runs its exec stream keeps the sandbox; if this CLI dies in a way that
+  // skips the DELETE below (SIGKILL), spaced removes the sandbox once it has been idle this long.
+  create["idle_timeout"] = kRunIdleTimeoutS;
   json exec = {{"cmd", a.cmd}};
   if (create.contains("timeout")) exec["timeout"] = create["timeout"];  // the lifetime bounds it
   // One connection carries the create and then the exec (HTTP keep-alive); the destroy gets

@@ -14,7 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-
 // Human rendering of the doctor report: nested objects as indented sections, booleans as
 // yes/no, arrays of scalars on one line; keys and values escaped.
 void render_report(const json& j, int indent, std::string& out) {
@@ -102,6 +101,17 @@ Result<int> cmd_rm(const Args& a, const Client& c) {
 
 Result<int> cmd_pause(const Args& a, const Client& c) {
   TRY(c.call("POST", sandbox_target(a.id, "/pause")));
+  return 0;
+}
+
+Result<int> cmd_timeout(const Args& a, const Client& c) {
+  json sb = TRY(c.call("POST", sandbox_target(a.id, "/timeout"), json{{"timeout", a.timeout}}));
+  if (a.json) {
+    write_all(STDOUT_FILENO, sb.dump() + "\n");
+  } else {
+    write_all(STDOUT_FILENO, "sandbox " + escape_text(a.id) + " now expires at " +
+                                 escape_text(sb.value("expires_at", "?")) + "\n");
+  }
   return 0;
 }
 

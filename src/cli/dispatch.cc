@@ -30,6 +30,7 @@ Result<int> run_command(const Args& a, const Client& c) {
   if (cmd == "inspect") return cmd_inspect(a, c);
   if (cmd == "rm") return cmd_rm(a, c);
   if (cmd == "pause") return cmd_pause(a, c);
+  if (cmd == "timeout") return cmd_timeout(a, c);
   if (cmd == "resume") return cmd_resume(a, c);
   if (cmd == "diff") return cmd_diff(a, c);
   if (cmd == "doctor") return cmd_doctor(a, c);

@@ -478,7 +478,7 @@ Result<json> call_tool(Session& s, const std::string& name, const json& a) {
   }
   if (name == "destroy_sandbox") {
     std::string id = TRY(str_arg(a, "sandbox_id"));
-    TRY(s.client.call("DELETE", sandbox_target(id)));
+    TRY(s.client.call("DELETE", sandbox_target(id, "?force=true")));
     std::erase(s.owned, id);
     return tool_result("destroyed " + id);
   }
@@ -554,7 +554,8 @@ void end_session(Session& s) {
   }
   // A fresh client: the interrupt fd may be readable already (a signal ended the session).
   Client quiet(s.client.socket_path(), -1, s.client.token());
-  for (const auto& id : s.owned) (void)quiet.call("DELETE", sandbox_target(id, "?wait=false"));
+  for (const auto& id : s.owned)
+    (void)quiet.call("DELETE", sandbox_target(id, "?force=true&wait=false"));
 }
 
 }  // namespace

@@ -79,6 +79,10 @@ Result<void> Config::load(const std::filesystem::path& file) {
           default_limits.cpus = dv.get<double>();
         else if (dk == "pids" && dv.is_number_unsigned())
           default_limits.pids = dv.get<uint32_t>();
+        else if (dk == "timeout" && dv.is_string())
+          default_timeout_s = TRY_CTX(parse_duration(dv.get<std::string>()), "defaults.timeout");
+        else if (dk == "max_timeout" && dv.is_string())
+          max_timeout_s = TRY_CTX(parse_duration(dv.get<std::string>()), "defaults.max_timeout");
         else
           return fail(Code::kInvalidArgument,
                       file.string() + ": unknown or mistyped key defaults." + dk);

@@ -78,6 +78,10 @@ struct Config {
   std::filesystem::path agent;            // space-agent binary; default: next to spaced
   std::string cgroup_name = "space";      // cgroups live at <controller root>/<name>/<id>
   runtime::Limits default_limits;
+  // Lifetimes (defaults.timeout, defaults.max_timeout): a create without "timeout" gets
+  // default_timeout_s; no sandbox may live longer than max_timeout_s. 0 = none.
+  double default_timeout_s = 0;
+  double max_timeout_s = 0;
   size_t max_sandboxes = 512;
   double destroyed_retention_s = 7 * 86400.0;  // how long destroyed sandboxes stay listed
   double audit_retention_s = 90 * 86400.0;     // how long a destroyed sandbox's audit log stays

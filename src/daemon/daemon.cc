@@ -490,6 +490,17 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
   if (!req.limits_given[2]) req.limits.pids = cfg_.default_limits.pids;
   if (!req.limits_given[3]) req.limits.disk_bytes = cfg_.default_limits.disk_bytes;
   TRY_VOID(check_fits_host(req.limits));
+  if (!req.timeout_s && cfg_.default_timeout_s > 0) req.timeout_s = cfg_.default_timeout_s;
+  if (cfg_.max_timeout_s > 0) {
+    if (!req.timeout_s) {
+      req.timeout_s = cfg_.max_timeout_s;
+    } else if (*req.timeout_s > cfg_.max_timeout_s) {
+      return fail(Code::kInvalidArgument,
+                  "timeout " + format_duration(*req.timeout_s) + " is more than this daemon's " +
+                      "maximum lifetime (" + format_duration(cfg_.max_timeout_s) +
+                      ", defaults.max_timeout in its config)");
+    }
+  }
   auto rt_it = runtimes_.find(req.runtime);
   if (rt_it == runtimes_.end())
     return fail(
@@ -548,7 +559,8 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
   } else {
     // The CA lives as long as the sandbox may: its lifetime, or a year.
     auto life = std::chrono::seconds(365 * 86400);
-    if (req.timeout_s) life = std::chrono::seconds(static_cast<int64_t>(*req.timeout_s) + 86400);
+    if (req.timeout_s)
+      life = std::max(life, std::chrono::seconds(static_cast<int64_t>(*req.timeout_s) + 86400));
     prepared = TRY(prepare_sandbox(t, rt_it->second.get(), populate, life, "creating", times));
   }
   std::shared_ptr<Sandbox> sb = prepared->sb;
@@ -557,6 +569,11 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
   // Personalize it.
   rec.created_at = now_s();
   if (req.timeout_s) rec.expires_at = rec.created_at + *req.timeout_s;
+  if (req.idle_timeout_s) {
+    sb->idle_timeout_s = *req.idle_timeout_s;
+    rec.spec["idle_timeout"] = *req.idle_timeout_s;
+  }
+  sb->touch();
   for (auto& [k, v] : personal.spec.items()) rec.spec[k] = v;
   egress_plan.id = rec.id;
   egress_plan.ca = prepared->ca;
@@ -638,7 +655,10 @@ Result<std::shared_ptr<Daemon::Sandbox>> Daemon::live(const std::string& id) {
   {
     std::lock_guard lock(mu_);
     auto it = sandboxes_.find(id);
-    if (it != sandboxes_.end() && !it->second->destroyed) return it->second;
+    if (it != sandboxes_.end() && !it->second->destroyed) {
+      it->second->touch();
+      return it->second;
+    }
     if (it != sandboxes_.end() && it->second->replacing)
       return fail(Code::kUnavailable,
                   "sandbox " + id + " is being rolled back to a snapshot; try again in a moment");
@@ -658,6 +678,30 @@ Result<std::shared_ptr<Daemon::Sandbox>> Daemon::running(const std::string& id) 
   if (!sb->conn->alive())
     return fail(Code::kUnavailable, "sandbox " + id + " lost its agent and is being removed");
   return sb;
+}
+
+Result<SandboxInfo> Daemon::set_timeout(const std::string& id, double timeout_s) {
+  constexpr double kMaxExtension = 365 * 86400.0;  // its gateway CA lives at least a year
+  if (!(timeout_s > 0))
+    return fail(Code::kInvalidArgument, "\"timeout\" must be positive, e.g. \"30m\"");
+  const double limit = cfg_.max_timeout_s > 0 ? std::min(cfg_.max_timeout_s, kMaxExtension)
+                                              : kMaxExtension;
+  if (timeout_s > limit)
+    return fail(Code::kInvalidArgument,
+                "timeout " + format_duration(timeout_s) + " is more than a sandbox may live (" +
+                    format_duration(limit) +
+                    (cfg_.max_timeout_s > 0 ? ", defaults.max_timeout in the config)" : ")"));
+  auto sb = TRY(live(id));
+  std::lock_guard lock(sb->mu);
+  if (sb->destroyed) return fail(Code::kConflict, "sandbox " + id + " is being destroyed");
+  {
+    std::lock_guard l(mu_);  // the reaper reads expires_at under mu_
+    sb->rec.expires_at = now_s() + timeout_s;
+  }
+  TRY_VOID(store_->put_sandbox(sb->rec));
+  audit(id, "sandbox.timeout",
+        {{"timeout_s", timeout_s}, {"expires_at", rfc3339(*sb->rec.expires_at)}});
+  return info(sb->rec, sb.get());
 }
 
 Result<std::vector<SandboxInfo>> Daemon::list() {
@@ -682,6 +726,7 @@ Result<SandboxInfo> Daemon::inspect(const std::string& id) {
     if (it != sandboxes_.end()) sb = it->second;
   }
   if (sb) {
+    if (!sb->destroyed) sb->touch();
     std::lock_guard lock(sb->mu);
     return info(sb->rec, sb.get());
   }
@@ -738,6 +783,7 @@ Result<void> Daemon::destroy_sandbox(const std::shared_ptr<Sandbox>& sb,
                                      const std::string& reason) {
   std::lock_guard lock(sb->mu);
   if (sb->destroyed.exchange(true)) return {};
+  sb->set_doom(reason);
   stop_egress(sb->rec.id);
   close_agent(*sb);
   Result<void> r = sb->inst ? sb->inst->destroy() : Result<void>{};
@@ -768,6 +814,11 @@ Result<void> Daemon::destroy(const std::string& id, bool force, bool wait) {
   // new one.
   for (int attempt = 0;; ++attempt) {
     auto sb = TRY(live(id));
+    if (int n = sb->open_execs.load(); !force && n > 0)
+      return fail(Code::kConflict,
+                  "sandbox " + id + " has " + std::to_string(n) + " command" + (n > 1 ? "s" : "") +
+                      " running with a client attached; `space rm --force " + id +
+                      "` (DELETE ?force=true) kills them");
     // Background teardowns are bounded: past kMaxTeardowns waiting, a destroy waits for its
     // own, so that a burst of deletes cannot pile up dead sandboxes faster than they go.
     if (wait || teardowns_pending_.load() >= kMaxTeardowns)
@@ -783,6 +834,7 @@ Result<void> Daemon::destroy_in_background(const std::shared_ptr<Sandbox>& sb,
   {
     std::lock_guard lock(sb->mu);
     if (sb->destroyed.exchange(true)) return {};
+    sb->set_doom(reason);
     // Unreachable from here on: no egress, no API operation (live() no longer finds it), and a
     // record that a restarted spaced tears down rather than reattaches.
     stop_egress(sb->rec.id);
@@ -866,12 +918,16 @@ void Daemon::reaper() {
       if (sb->destroyed) continue;
       if (sb->rec.expires_at && *sb->rec.expires_at <= now)
         doomed.emplace_back(sb, "lifetime timeout expired");
+      else if (sb->idle_timeout_s > 0 && sb->open_execs.load() == 0 &&
+               now - sb->last_active.load() > sb->idle_timeout_s)
+        doomed.emplace_back(sb, "idle timeout expired: no client used it for " +
+                                    format_duration(sb->idle_timeout_s));
       else if (sb->conn && !sb->conn->alive())
         doomed.emplace_back(sb, "the sandbox's agent exited");
     }
     lock.unlock();
     for (auto& [sb, why] : doomed) {
-      if (why.starts_with("lifetime")) metrics_.timeouts++;
+      if (why.starts_with("lifetime") || why.starts_with("idle")) metrics_.timeouts++;
       (void)destroy_sandbox(sb, why);
     }
     lock.lock();
@@ -885,6 +941,8 @@ Result<void> Daemon::reconcile() {
     auto rt_it = runtimes_.find(rec.runtime);
     auto sb = std::make_shared<Sandbox>();
     sb->rec = rec;
+    sb->idle_timeout_s = rec.spec.value("idle_timeout", 0.0);
+    sb->touch();  // its clients get the idle timeout afresh after a restart
     auto mark_gone = [&](const std::string& why) {
       record_destroyed(rec, why);
       std::error_code ec;

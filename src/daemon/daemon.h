@@ -51,6 +51,7 @@ class Daemon : public SandboxService {
   Result<nlohmann::json> processes(const std::string& id) override;
   Result<void> kill(const std::string& id, int pid, int sig) override;
   Result<FileStat> stat(const std::string& id, const std::string& path) override;
+  Result<SandboxInfo> set_timeout(const std::string& id, double timeout_s) override;
   Result<std::vector<DirEntry>> list_dir(const std::string& id, const std::string& path) override;
   Result<void> read_file(const std::string& id, const std::string& path,
                          const ChunkSink& sink) override;
@@ -111,6 +112,24 @@ class Daemon : public SandboxService {
     // id answers "being rolled back"), `replaced` once the new object is registered.
     std::atomic<bool> replacing{false}, replaced{false};
     double next_snapshot_at = 0;  // rolling snapshots; 0 = none scheduled
+    // Idle timeout (CreateRequest::idle_timeout_s; 0 = none): the last API call on it, and
+    // how many exec streams are open (an open stream is activity).
+    double idle_timeout_s = 0;
+    std::atomic<double> last_active{0};
+    std::atomic<int> open_execs{0};
+    void touch() { last_active = now_s(); }
+    // Why it is being destroyed, set before its agent is cut off, so that an exec it cuts
+    // short can say why (an exec stream reads it without taking `mu`, which the destroy holds).
+    void set_doom(const std::string& why) {
+      std::lock_guard l(doom_mu);
+      doom = why;
+    }
+    std::string doom_reason() {
+      std::lock_guard l(doom_mu);
+      return doom;
+    }
+    std::mutex doom_mu;
+    std::string doom;
   };
 
  private:

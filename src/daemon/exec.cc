@@ -2,7 +2,6 @@
 // control, enforcing the exec's timeout, and reporting how it ended (exit code, signal, OOM,
 // timeout). Also ps and kill.
 #include <signal.h>
-
 #include <spdlog/spdlog.h>
 
 #include "daemon/daemon.h"
@@ -26,6 +25,7 @@ class ExecSessionImpl : public ExecSession {
         stream_(std::move(stream)),
         start_(Clock::now()),
         oom_base_(oom_base) {
+    sb_->open_execs++;
     if (timeout_s)
       deadline_ = start_ + std::chrono::duration_cast<Clock::duration>(
                                std::chrono::duration<double>(*timeout_s));
@@ -41,6 +41,8 @@ class ExecSessionImpl : public ExecSession {
       if (!disowned_) audit_end(nullptr, "the client went away; the process tree was killed");
     }
     sb_->conn->close_stream(stream_->id());
+    sb_->touch();
+    sb_->open_execs--;
   }
 
   Result<Event> next() override {
@@ -57,6 +59,13 @@ class ExecSessionImpl : public ExecSession {
         }
         done_ = true;
         audit_end(nullptr, f.error().message());
+        if (sb_->destroyed) {
+          // Cut short by the sandbox's end: say which (its lifetime, a DELETE, ...).
+          std::string why = sb_->doom_reason();
+          return fail(Code::kConflict, "sandbox " + sb_->rec.id +
+                                           " was destroyed while the command ran: " +
+                                           (why.empty() ? "removed" : why));
+        }
         return fail(std::move(f.error()).wrap("exec in sandbox " + sb_->rec.id));
       }
       switch (f->type) {
@@ -187,7 +196,8 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
   if (req.snapshot) {
     std::lock_guard lock(sb->mu);
     if (sb->destroyed)
-      return fail(Code::kConflict, "sandbox " + id + " changed meanwhile (destroyed or rolled back); try again");
+      return fail(Code::kConflict,
+                  "sandbox " + id + " changed meanwhile (destroyed or rolled back); try again");
     auto snap = TRY_CTX(take_snapshot(*sb, "exec", ""), "taking the snapshot before the exec");
     snapshot_id = snap->id;
   }
@@ -202,7 +212,8 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
   auto add = [&](const std::string& kv) {
     auto eq = kv.find('=');
     std::string key = kv.substr(0, eq);
-    std::erase_if(env, [&](const std::string& e) { return e.compare(0, key.size() + 1, key + "=") == 0; });
+    std::erase_if(
+        env, [&](const std::string& e) { return e.compare(0, key.size() + 1, key + "=") == 0; });
     env.push_back(kv);
   };
   for (auto& kv : sb->rec.spec.value("env", std::vector<std::string>{})) add(kv);
@@ -214,21 +225,30 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
   uint64_t oom_base = 0;
   if (auto k = sb->inst->oom_kills(); k) oom_base = *k;
   auto stream = sb->conn->open_stream();
-  json spec = {{"argv", req.argv}, {"env", env},         {"cwd", cwd}, {"uid", 0},
-               {"gid", 0},         {"stdin", req.stdin}, {"detach", req.detach},
-               {"stdin_credit", true}};
+  json spec = {
+      {"argv", req.argv}, {"env", env},         {"cwd", cwd},           {"uid", 0},
+      {"gid", 0},         {"stdin", req.stdin}, {"detach", req.detach}, {"stdin_credit", true}};
   metrics_.execs++;
   json env_names = json::array();
   for (auto& kv : env) env_names.push_back(kv.substr(0, kv.find('=')));
   audit(id, "exec.start",
-        {{"stream", stream->id()}, {"argv", req.argv}, {"cwd", cwd}, {"env_names", env_names},
-         {"uid", 0}, {"gid", 0}, {"detach", req.detach}, {"stdin", req.stdin},
+        {{"stream", stream->id()},
+         {"argv", req.argv},
+         {"cwd", cwd},
+         {"env_names", env_names},
+         {"uid", 0},
+         {"gid", 0},
+         {"detach", req.detach},
+         {"stdin", req.stdin},
          {"timeout_s", req.timeout_s ? json(*req.timeout_s) : json(nullptr)}});
   if (auto r = sb->conn->send_json(FrameType::kExec, stream->id(), spec); !r) {
     sb->conn->close_stream(stream->id());
     metrics_.exec_failures++;
-    audit(id, "exec.end", {{"stream", stream->id()}, {"exit_code", nullptr},
-                           {"signal", nullptr}, {"lost", r.error().message()}});
+    audit(id, "exec.end",
+          {{"stream", stream->id()},
+           {"exit_code", nullptr},
+           {"signal", nullptr},
+           {"lost", r.error().message()}});
     return fail(std::move(r.error()).wrap("starting exec in sandbox " + id));
   }
   auto session = std::make_unique<ExecSessionImpl>(this, sb, stream, req.timeout_s, oom_base);
@@ -284,8 +304,8 @@ Result<json> Daemon::processes(const std::string& id) {
     if (p.contains("argv") && p["argv"].is_array())
       for (auto& a : p["argv"])
         if (a.is_string()) q["argv"].push_back(a.get<std::string>().substr(0, 4096));
-    q["stream"] = p.contains("stream") && p["stream"].is_number_integer() ? p["stream"]
-                                                                           : json(nullptr);
+    q["stream"] =
+        p.contains("stream") && p["stream"].is_number_integer() ? p["stream"] : json(nullptr);
     out.push_back(std::move(q));
     if (out.size() >= 100000) break;
   }
@@ -294,8 +314,9 @@ Result<json> Daemon::processes(const std::string& id) {
 
 Result<void> Daemon::kill(const std::string& id, int pid, int sig) {
   if (pid <= 1)
-    return fail(Code::kInvalidArgument, "pid must be > 1 (pid 1 is the sandbox's agent; use "
-                                        "`space rm` to stop the whole sandbox)");
+    return fail(Code::kInvalidArgument,
+                "pid must be > 1 (pid 1 is the sandbox's agent; use "
+                "`space rm` to stop the whole sandbox)");
   if (sig < 1 || sig > 64) return fail(Code::kInvalidArgument, "signal must be 1..64");
   auto sb = TRY(running(id));
   TRY_VOID_CTX(sb->conn->request({{"op", "kill"}, {"pid", pid}, {"signal", sig}}),

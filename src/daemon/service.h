@@ -29,6 +29,9 @@ struct CreateRequest {
   // config's "defaults".
   std::array<bool, 4> limits_given{};
   std::optional<double> timeout_s;    // lifetime; destroyed when it expires
+  // Destroyed once no API call touched it and no exec stream was open for this long: a
+  // sandbox whose client died (`space run` killed with SIGKILL) does not outlive it for long.
+  std::optional<double> idle_timeout_s;
   std::vector<std::string> env;       // "K=V", default environment of every exec
   std::vector<std::string> secrets;   // credential names granted (egress issue)
   std::vector<std::string> allow;     // HOST[:PORT] narrowing the profile's egress allowlist
@@ -131,12 +134,15 @@ class SandboxService {
   virtual Result<SandboxInfo> create(const CreateRequest& req) = 0;
   virtual Result<std::vector<SandboxInfo>> list() = 0;
   virtual Result<SandboxInfo> inspect(const std::string& id) = 0;
-  // force: also when processes are running (otherwise the same: destroy is always allowed;
-  // `force` exists for future states such as "snapshot in progress"). wait = false: return once
+  // force: also while an exec stream is open (a command with its client attached); without
+  // it that is a kConflict. Processes running detached or in the background never block it.
+  // wait = false: return once
   // the sandbox is unreachable (no API operation finds it, its egress is cut, its record says
   // "destroying"); its processes are killed and its resources removed in the background
   // (docs/pools.md, "Destroying in the background").
   virtual Result<void> destroy(const std::string& id, bool force, bool wait = true) = 0;
+  // A new lifetime: the sandbox now expires `timeout_s` from now (within the daemon's maximum).
+  virtual Result<SandboxInfo> set_timeout(const std::string& id, double timeout_s) = 0;
 
   virtual Result<std::unique_ptr<ExecSession>> exec(const std::string& id,
                                                     const ExecRequest& req) = 0;

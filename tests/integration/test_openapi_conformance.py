@@ -165,6 +165,9 @@ class OpenApiConformanceTest(SpaceTestCase):
         self.hit("GET", SID, base, expect=200)
         self.hit("GET", SID, S + "/sb_nothere", expect=404)
         self.hit("GET", SID, S + "/-bad", expect=400)
+        self.hit("POST", SID + "/timeout", base + "/timeout", {"timeout": "1h"}, expect=200)
+        self.hit("POST", SID + "/timeout", base + "/timeout", {"timeout": -1}, expect=400)
+        self.hit("POST", S, S, {"idle_timeout": "10m"}, expect=201)
 
         # Exec: streamed, detached, bad, unknown.
         E = SID + "/exec"

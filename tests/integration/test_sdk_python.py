@@ -116,6 +116,49 @@ class PythonSdkTest(SpaceTestCase):
         with self.assertRaises(CommandExitError):
             h.wait(check=True)
 
+    # -- code interpreter ---------------------------------------------------------------------
+
+    def test_code_interpreter_keeps_state_and_reports_results(self):
+        sb = self.sb
+        ex = sb.run_code("x = 41\nprint('side effect')\nx + 1")
+        self.assertIsNone(ex.error)
+        self.assertEqual(ex.text, "42")
+        self.assertEqual(ex.stdout, ["side effect", "\n"])
+        self.assertEqual(sb.run_code("x").text, "41")  # the variable survived
+        self.assertIsNone(sb.run_code("y = x * 2").text)  # a statement: no value
+
+        ex = sb.run_code("def f():\n    return 1 / 0\nf()")
+        self.assertEqual(ex.error.name, "ZeroDivisionError")
+        self.assertIn("<cell>", ex.error.traceback)
+        self.assertNotIn("interpreter.py", ex.error.traceback)
+        self.assertEqual(sb.run_code("y").text, "82")  # an error does not end the context
+
+        # Rich display: an object's HTML, and a matplotlib figure as PNG.
+        ex = sb.run_code("class T:\n    def _repr_html_(self):\n        return '<b>hi</b>'\nT()")
+        self.assertEqual(ex.results[0].html, "<b>hi</b>")
+        self.assertIn("text/html", ex.results[0].formats)
+        ex = sb.run_code("import matplotlib.pyplot as plt\n"
+                         "plt.figure(figsize=(2, 1), dpi=50)\nplt.plot([1, 2, 3])\n"
+                         "print('plotted')")
+        self.assertIsNone(ex.error, ex.error and ex.error.traceback)
+        pngs = [r.png for r in ex.results if r.png]
+        self.assertEqual(len(pngs), 1, ex)
+        self.assertEqual(pngs[0][:8], b"\x89PNG\r\n\x1a\n")
+        width, height = int.from_bytes(pngs[0][16:20], "big"), int.from_bytes(pngs[0][20:24], "big")
+        self.assertTrue(50 <= width <= 120 and 20 <= height <= 70, (width, height))
+
+        # Streaming, separate contexts, and a timeout that interrupts the run but not the context.
+        seen = []
+        sb.run_code("for i in range(3): print(i)", on_stdout=seen.append)
+        self.assertEqual("".join(seen), "0\n1\n2\n")
+        other = sb.create_code_context()
+        self.assertEqual(sb.run_code("x", context=other).error.name, "NameError")
+        t0 = time.monotonic()
+        ex = sb.run_code("import time\nwhile True:\n    time.sleep(0.05)", timeout=1)
+        self.assertEqual(ex.error.name, "KeyboardInterrupt")
+        self.assertLess(time.monotonic() - t0, 15)
+        self.assertEqual(sb.run_code("x").text, "41")
+
     # -- files --------------------------------------------------------------------------------
 
     def test_files_write_read_list_remove(self):
@@ -199,6 +242,8 @@ class PythonSdkTest(SpaceTestCase):
             again = Sandbox.connect(sb.id, client=self.client)
             self.assertEqual(again.commands.run("hostname").exit_code, 0)
 
+            self.assertIsNone(sb.info.expires_at)
+            self.assertIsNotNone(sb.set_timeout("1h").expires_at)
             self.assertEqual(sb.pause().state, "paused")
             with self.assertRaises(ConflictError):
                 sb.commands.run("true")
@@ -307,6 +352,23 @@ class PythonSdkTest(SpaceTestCase):
                            text=True, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stdout.splitlines(), ["42", "['hello.py']"])
+
+    def test_example_agent_loop(self):
+        script = os.path.join(REPO, "examples", "agent_loop.py")
+        with open(script) as fh:
+            self.assertLessEqual(len(fh.read().splitlines()), 40)
+        with tempfile.TemporaryDirectory() as out:
+            png = os.path.join(out, "plot.png")
+            env = dict(os.environ, SPACE_SOCKET=self.daemon.socket,
+                       PYTHONPATH=os.path.join(REPO, "sdk", "python"))
+            env.pop("SPACE_API", None)
+            p = subprocess.run([sys.executable, script, png], env=env, capture_output=True,
+                               text=True, timeout=180)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn(">>> len(data)\n1000\n", p.stdout)
+            self.assertIn("plot saved to " + png, p.stdout)
+            with open(png, "rb") as fh:
+                self.assertEqual(fh.read(8), b"\x89PNG\r\n\x1a\n")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 """
 
 from .client import Client
+from .code import CodeContext, Execution, ExecutionError, Result
 from .commands import CommandHandle, CommandResult, Commands
 from .errors import (AlreadyExistsError, AuthenticationError, CommandExitError, ConflictError,
                      InternalError, InvalidArgumentError, NotFoundError, PayloadTooLargeError,
@@ -24,4 +25,5 @@ __all__ = [
     "AlreadyExistsError", "ConflictError", "AuthenticationError", "PermissionDeniedError",
     "PayloadTooLargeError", "ResourceExhaustedError", "UnimplementedError", "ProtocolError",
     "UnavailableError", "SpaceTimeoutError", "InternalError", "CommandExitError",
+    "CodeContext", "Execution", "ExecutionError", "Result",
 ]

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Union
 
 from .client import Client
+from .code import CodeContext, CodeInterpreter, Execution, Result
 from .commands import Commands
 from .errors import ConflictError, NotFoundError
 from .files import Files
@@ -71,6 +72,7 @@ class Sandbox:
         self.id = info.id
         self.commands = Commands(self.id, client)
         self.files = Files(self.id, client)
+        self._code = CodeInterpreter(self, client)
 
     # ---- life cycle ------------------------------------------------------------------------
 
@@ -82,17 +84,19 @@ class Sandbox:
                env: Optional[Dict[str, str]] = None, secrets: Optional[Iterable[str]] = None,
                allow: Optional[Iterable[str]] = None, workdir: Optional[str] = None,
                snapshot_every: Union[None, float, str] = None,
+               idle_timeout: Union[None, float, str] = None,
                client: Optional[Client] = None) -> "Sandbox":
         """A new sandbox. Unset fields take the daemon's defaults (image "host", profile "test",
         runtime "linux"). ``timeout`` is its lifetime (seconds or "10m"): it is destroyed when
-        it expires. ``secrets`` are credential names the egress gateway may inject for it (the
+        it expires (``set_timeout`` gives a new one). ``idle_timeout``: destroyed once no call
+        used it for that long (a sandbox whose program died does not linger). ``secrets`` are credential names the egress gateway may inject for it (the
         sandbox sees placeholders only); ``allow`` narrows the profile's egress allowlist."""
         client = client or Client()
         body: Dict[str, Any] = {}
         for k, v in (("image", image), ("profile", profile), ("runtime", runtime),
                      ("memory", memory), ("cpus", cpus), ("pids", pids), ("disk", disk),
                      ("timeout", timeout), ("workdir", workdir),
-                     ("snapshot_every", snapshot_every)):
+                     ("snapshot_every", snapshot_every), ("idle_timeout", idle_timeout)):
             if v is not None:
                 body[k] = v
         if env:
@@ -142,7 +146,7 @@ class Sandbox:
         sandbox is unreachable and finishes the teardown in the background."""
         try:
             self._client.request("DELETE", "/v1/sandboxes/%s" % self.id,
-                                 query=None if wait else {"wait": False})
+                                 query={"force": True, "wait": wait})
         except (NotFoundError, ConflictError):
             pass  # gone already (a destroyed sandbox's record answers 409)
 
@@ -154,6 +158,12 @@ class Sandbox:
     def __exit__(self, *exc: Any) -> None:
         self.destroy(wait=False)
 
+    def set_timeout(self, timeout: Union[float, str]) -> SandboxInfo:
+        """A new lifetime: the sandbox is destroyed ``timeout`` (seconds or "30m") from now."""
+        self.info = SandboxInfo.from_api(self._client.call(
+            "POST", "/v1/sandboxes/%s/timeout" % self.id, json_body={"timeout": timeout}))
+        return self.info
+
     def pause(self) -> SandboxInfo:
         """Freezes every process of the sandbox."""
         self.info = SandboxInfo.from_api(self._client.call("POST", "/v1/sandboxes/%s/pause" % self.id))
@@ -162,6 +172,23 @@ class Sandbox:
     def resume(self) -> SandboxInfo:
         self.info = SandboxInfo.from_api(self._client.call("POST", "/v1/sandboxes/%s/resume" % self.id))
         return self.info
+
+    # ---- code interpreter --------------------------------------------------------------------
+
+    def run_code(self, code: str, *, context: Optional[CodeContext] = None,
+                 timeout: Optional[float] = None, on_stdout: Optional[Any] = None,
+                 on_stderr: Optional[Any] = None, on_result: Optional[Any] = None) -> Execution:
+        """Runs Python ``code`` in a stateful context (the sandbox's default one unless
+        ``context``): variables survive between runs. Returns an :class:`Execution`: stdout,
+        stderr, results (the last expression's value, matplotlib figures as PNG, objects' HTML)
+        and the error with its traceback. ``timeout`` interrupts the run (KeyboardInterrupt);
+        the context lives on."""
+        return self._code.run(code, context=context, timeout=timeout, on_stdout=on_stdout,
+                              on_stderr=on_stderr, on_result=on_result)
+
+    def create_code_context(self, language: str = "python") -> CodeContext:
+        """A new, separate Python context (its own variables)."""
+        return self._code.create_context(language)
 
     # ---- snapshots -------------------------------------------------------------------------
 

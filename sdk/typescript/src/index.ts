@@ -13,6 +13,8 @@ export { Client, DEFAULT_SOCKET } from "./client.js";
 export type { ClientOptions, Body } from "./client.js";
 export { Commands, CommandHandle } from "./commands.js";
 export type { Cmd, CommandResult, RunOptions } from "./commands.js";
+export { Execution, Result } from "./code.js";
+export type { CodeContext, ExecutionError, RunCodeOptions } from "./code.js";
 export { Files } from "./files.js";
 export type { EntryInfo } from "./files.js";
 export { Sandbox } from "./sandbox.js";

@@ -1,6 +1,7 @@
 // Sandboxes: create, connect, pause, snapshot, roll back, destroy.
 
 import { Client } from "./client.js";
+import { CodeContext, CodeInterpreter, Execution, RunCodeOptions } from "./code.js";
 import { Commands } from "./commands.js";
 import { ConflictError, NotFoundError } from "./errors.js";
 import { Files } from "./files.js";
@@ -42,8 +43,10 @@ export interface CreateOptions {
   cpus?: number | string;
   pids?: number;
   disk?: number | string;
-  /** Lifetime in ms: the sandbox is destroyed when it expires. */
+  /** Lifetime in ms: the sandbox is destroyed when it expires (setTimeout gives a new one). */
   timeoutMs?: number;
+  /** Destroyed once no call used it for this long (ms). */
+  idleTimeoutMs?: number;
   env?: Record<string, string>;
   /** Credential names the egress gateway may inject for it (it sees placeholders only). */
   secrets?: string[];
@@ -72,11 +75,25 @@ export class Sandbox {
   readonly id: string;
   readonly commands: Commands;
   readonly files: Files;
+  private readonly code: CodeInterpreter;
 
   private constructor(public info: SandboxInfo, private readonly client: Client) {
     this.id = info.id;
     this.commands = new Commands(this.id, client);
     this.files = new Files(this.id, client);
+    this.code = new CodeInterpreter(this, client);
+  }
+
+  /** Runs Python `code` in a stateful context (the default one unless `context`): variables
+   * survive between runs. Stdout, stderr, results (the last expression, figures as PNG, HTML)
+   * and the error with its traceback. */
+  runCode(code: string, opts: RunCodeOptions = {}): Promise<Execution> {
+    return this.code.run(code, opts);
+  }
+
+  /** A new, separate Python context (its own variables). */
+  createCodeContext(language: "python" = "python"): Promise<CodeContext> {
+    return this.code.createContext(language);
   }
 
   /** A new sandbox; unset options take the daemon's defaults (image "host", profile "test"). */
@@ -88,6 +105,7 @@ export class Sandbox {
       if (opts[k] !== undefined) body[k] = opts[k];
     }
     if (opts.timeoutMs !== undefined) body.timeout = opts.timeoutMs / 1000;
+    if (opts.idleTimeoutMs !== undefined) body.idle_timeout = opts.idleTimeoutMs / 1000;
     const j = await client.call("POST", "/v1/sandboxes", { json: body, timeoutMs: Math.max(client.timeoutMs, 300_000) });
     return new Sandbox(sandboxInfo(j), client);
   }
@@ -130,7 +148,7 @@ export class Sandbox {
   async destroy(opts: { wait?: boolean } = {}): Promise<void> {
     try {
       await (await this.client.request("DELETE", `/v1/sandboxes/${this.id}`,
-        { query: opts.wait === false ? { wait: false } : undefined })).bytes();
+        { query: { force: true, wait: opts.wait !== false } })).bytes();
     } catch (e) {
       if (!(e instanceof NotFoundError || e instanceof ConflictError)) throw e;
     }
@@ -143,6 +161,12 @@ export class Sandbox {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.destroy({ wait: false });
+  }
+
+  /** A new lifetime: the sandbox is destroyed `timeoutMs` from now. */
+  async setTimeout(timeoutMs: number): Promise<SandboxInfo> {
+    return (this.info = sandboxInfo(await this.client.call("POST", `/v1/sandboxes/${this.id}/timeout`,
+      { json: { timeout: timeoutMs / 1000 } })));
   }
 
   async pause(): Promise<SandboxInfo> {

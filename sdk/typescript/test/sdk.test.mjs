@@ -84,6 +84,31 @@ test("background commands: wait and kill", async () => {
   await assert.rejects(h2.wait({ check: true }), CommandExitError);
 });
 
+test("code interpreter: state, results, errors, figures, timeouts", async () => {
+  let ex = await sb.runCode("x = 41\nprint('side effect')\nx + 1");
+  assert.equal(ex.error, null);
+  assert.equal(ex.text, "42");
+  assert.equal(ex.stdout.join(""), "side effect\n");
+  assert.equal((await sb.runCode("x")).text, "41");
+  ex = await sb.runCode("def f():\n    return 1 / 0\nf()");
+  assert.equal(ex.error.name, "ZeroDivisionError");
+  assert.match(ex.error.traceback, /<cell>/);
+  ex = await sb.runCode("class T:\n    def _repr_html_(self):\n        return '<i>t</i>'\nT()");
+  assert.equal(ex.results[0].html, "<i>t</i>");
+  ex = await sb.runCode("import matplotlib.pyplot as plt\nplt.plot([3, 1, 2])");
+  assert.equal(ex.error, null, ex.error?.traceback);
+  const png = ex.results.find((r) => r.png)?.png;
+  assert.ok(png && png.subarray(0, 4).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47])), "a PNG figure");
+  const seen = [];
+  await sb.runCode("for i in range(3): print(i)", { onStdout: (s) => seen.push(s) });
+  assert.equal(seen.join(""), "0\n1\n2\n");
+  const other = await sb.createCodeContext();
+  assert.equal((await sb.runCode("x", { context: other })).error.name, "NameError");
+  ex = await sb.runCode("import time\nwhile True:\n    time.sleep(0.05)", { timeoutMs: 1000 });
+  assert.equal(ex.error.name, "KeyboardInterrupt");
+  assert.equal((await sb.runCode("x")).text, "41");
+});
+
 test("files: write, read, list, stat, remove", async () => {
   const f = sb.files;
   await f.write("/tmp/ts/a.txt", "héllo\n");
@@ -134,6 +159,8 @@ test("life cycle, snapshots and audit", async () => {
     assert.ok((await Sandbox.list({ client })).some((x) => x.id === id));
     const again = await Sandbox.connect(id, { client });
     assert.equal((await again.commands.run("hostname")).exitCode, 0);
+    assert.equal(box.info.expiresAt, null);
+    assert.ok((await box.setTimeout(3_600_000)).expiresAt);
     assert.equal((await box.pause()).state, "paused");
     await assert.rejects(box.commands.run("true"), ConflictError);
     assert.equal((await box.resume()).state, "running");

@@ -241,6 +241,11 @@ class FakeService : public daemon::SandboxService {
     if (it == files.end()) return fail(Code::kNotFound, path + ": no such file");
     return daemon::FileStat{"file", modes[path], it->second.size(), ""};
   }
+  Result<daemon::SandboxInfo> set_timeout(const std::string& id, double timeout_s) override {
+    auto info = TRY(inspect(id));
+    info["expires_at"] = std::to_string(timeout_s);
+    return info;
+  }
   Result<std::vector<daemon::DirEntry>> list_dir(const std::string& id,
                                                  const std::string& path) override {
     auto st = TRY(stat(id, path));
