@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,6 +47,24 @@ void Agent::start_exec(uint32_t stream, std::string_view payload) {
               EEXIST));
   auto spec = parse_exec_spec(payload);
   if (!spec) return send_start_error(channel_.get(), stream, 125, spec.error());
+  if (!spec->user.empty()) {
+    // The sandbox's own /etc/passwd, as it is now: a regular file, read whole (at most 1 MiB).
+    std::string passwd;
+    if (auto fd = resolver_->open("/etc/passwd", O_RDONLY | O_NONBLOCK | O_CLOEXEC); fd) {
+      struct stat st;
+      if (::fstat(fd->get(), &st) == 0 && S_ISREG(st.st_mode)) {
+        char buf[65536];
+        ssize_t n;
+        while (passwd.size() < (1u << 20) && (n = ::read(fd->get(), buf, sizeof buf)) > 0)
+          passwd.append(buf, static_cast<size_t>(n));
+      }
+    }
+    if (auto r = apply_user(*spec, passwd); !r)
+      return send_start_error(channel_.get(), stream, 125, r.error());
+    // A home that does not exist (the host image's "user") is no place to start: "/".
+    if (!spec->cwd_given && !resolver_->open(spec->cwd, O_PATH | O_DIRECTORY | O_CLOEXEC))
+      spec->cwd = "/";
+  }
   auto h = spawn_shim(*spec);
   if (!h) return send_start_error(channel_.get(), stream, 125, h.error());
 

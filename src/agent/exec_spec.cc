@@ -1,6 +1,8 @@
 // Validation of exec specs and the messages for processes that could not be started.
 #include "agent/exec_spec.h"
 
+#include <optional>
+
 #include "agent/path_resolver.h"
 #include "agent/response.h"
 
@@ -40,15 +42,91 @@ Result<ExecSpec> parse_exec_spec(std::string_view payload) {
   for (const std::string& e : s.env)
     if (e.find('=') == std::string::npos || e.front() == '=')
       return fail(Code::kInvalidArgument, "env entry \"" + e + "\" is not K=V");
-  if (auto cwd = TRY(opt_string(o, "cwd"))) s.cwd = std::move(*cwd);
+  if (auto cwd = TRY(opt_string(o, "cwd"))) {
+    s.cwd = std::move(*cwd);
+    s.cwd_given = true;
+  }
   TRY_VOID_CTX(check_sandbox_path(s.cwd), "cwd");
   s.uid = static_cast<uint32_t>(TRY(opt_int(o, "uid", 0, 0xfffffffe)).value_or(0));
   s.gid = static_cast<uint32_t>(TRY(opt_int(o, "gid", 0, 0xfffffffe)).value_or(0));
+  if (auto user = TRY(opt_string(o, "user"))) {
+    if (user->empty() || user->size() > 64 || user->find('\0') != std::string::npos)
+      return fail(Code::kInvalidArgument, "\"user\" must be 1-64 characters");
+    s.user = std::move(*user);
+  }
   s.stdin_pipe = TRY(opt_bool(o, "stdin", false));
   s.detach = TRY(opt_bool(o, "detach", false));
   s.stdin_credit = TRY(opt_bool(o, "stdin_credit", false));
   if (s.detach) s.stdin_pipe = false;
   return s;
+}
+
+namespace {
+
+std::optional<uint32_t> parse_id(std::string_view s) {
+  if (s.empty() || s.size() > 10) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (v > 0xfffffffe) return std::nullopt;
+  return static_cast<uint32_t>(v);
+}
+
+bool has_env(const ExecSpec& spec, std::string_view key) {
+  for (const std::string& e : spec.env)
+    if (e.size() > key.size() && e.compare(0, key.size(), key) == 0 && e[key.size()] == '=')
+      return true;
+  return false;
+}
+
+}  // namespace
+
+Result<void> apply_user(ExecSpec& spec, std::string_view passwd) {
+  if (spec.user.empty()) return {};
+  const std::string& u = spec.user;
+  // "UID" or "UID:GID": no passwd entry needed.
+  size_t colon = u.find(':');
+  auto uid = parse_id(std::string_view(u).substr(0, colon));
+  if (uid) {
+    std::optional<uint32_t> gid = colon == std::string::npos ? uid : parse_id(u.substr(colon + 1));
+    if (!gid) return fail(Code::kInvalidArgument, "\"user\" " + u + ": the group is not a number");
+    spec.uid = *uid;
+    spec.gid = *gid;
+    if (!has_env(spec, "HOME")) spec.env.push_back("HOME=/");
+    if (!spec.cwd_given) spec.cwd = "/";
+    return {};
+  }
+  // A name: its line "name:x:uid:gid:gecos:home:shell".
+  while (!passwd.empty()) {
+    size_t nl = passwd.find('\n');
+    std::string_view line = passwd.substr(0, nl);
+    passwd = nl == std::string_view::npos ? std::string_view() : passwd.substr(nl + 1);
+    std::vector<std::string_view> f;
+    for (size_t start = 0;;) {
+      size_t c = line.find(':', start);
+      f.push_back(
+          line.substr(start, c == std::string_view::npos ? std::string_view::npos : c - start));
+      if (c == std::string_view::npos) break;
+      start = c + 1;
+    }
+    if (f.size() < 7 || f[0] != u) continue;
+    auto pu = parse_id(f[2]), pg = parse_id(f[3]);
+    if (!pu || !pg)
+      return fail(Code::kInvalidArgument, "the /etc/passwd entry of " + u + " is malformed");
+    spec.uid = *pu;
+    spec.gid = *pg;
+    std::string home = f[5].empty() || f[5][0] != '/' ? "/" : std::string(f[5]);
+    if (!has_env(spec, "HOME")) spec.env.push_back("HOME=" + home);
+    if (!has_env(spec, "USER")) spec.env.push_back("USER=" + u);
+    if (!has_env(spec, "LOGNAME")) spec.env.push_back("LOGNAME=" + u);
+    if (!spec.cwd_given) spec.cwd = home;
+    return {};
+  }
+  return fail(Code::kNotFound, "no user \"" + u +
+                                   "\" in the sandbox's /etc/passwd; give a uid "
+                                   "(\"1000\" or \"1000:1000\") or add the user");
 }
 
 std::vector<std::string> exec_candidates(const ExecSpec& spec) {

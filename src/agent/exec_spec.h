@@ -24,6 +24,10 @@ struct ExecSpec {
   std::string cwd = "/";
   uint32_t uid = 0;  // 0 = keep the agent's (sandbox root)
   uint32_t gid = 0;
+  // "user": a name in the sandbox's /etc/passwd, "UID" or "UID:GID"; resolved by apply_user()
+  // into uid/gid (and HOME, USER, LOGNAME and the default cwd). Empty: uid/gid as given.
+  std::string user;
+  bool cwd_given = false;
   bool stdin_pipe = false;  // false: stdin is /dev/null
   bool detach = false;      // true: /dev/null for all three streams
   // Extension (docs/agent-protocol.md): the agent acknowledges stdin bytes with `credit`
@@ -32,6 +36,11 @@ struct ExecSpec {
 };
 
 Result<ExecSpec> parse_exec_spec(std::string_view payload);
+
+// Resolves spec.user against `passwd` (the sandbox's /etc/passwd text): sets uid and gid; for a
+// name found there, also HOME, USER and LOGNAME unless env sets them, and the cwd (its home)
+// unless the spec gave one. Numeric users need no entry (HOME "/", cwd "/" by default).
+Result<void> apply_user(ExecSpec& spec, std::string_view passwd);
 
 // Paths to try with execve for argv[0]: argv[0] itself if it has a '/', otherwise each PATH
 // directory (from spec.env, kDefaultPath if unset; an empty entry means the cwd).

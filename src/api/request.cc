@@ -527,7 +527,8 @@ Result<daemon::ExecRequest> parse_exec_request(const json& body) {
     return invalid("the exec request must be a JSON object, e.g. {\"cmd\": [\"ls\", \"-l\"]}");
   }
   TRY_VOID(refuse_unknown_keys(
-      body, {"cmd", "env", "cwd", "timeout", "detach", "stdin", "snapshot"}, "the exec request"));
+      body, {"cmd", "env", "cwd", "timeout", "detach", "stdin", "snapshot", "user"},
+      "the exec request"));
   daemon::ExecRequest req;
   auto cmd = body.find("cmd");
   if (cmd == body.end()) {
@@ -544,6 +545,18 @@ Result<daemon::ExecRequest> parse_exec_request(const json& body) {
   }
   if (auto it = body.find("timeout"); it != body.end()) {
     req.timeout_s = TRY(duration_field(*it, "timeout"));
+  }
+  if (auto it = body.find("user"); it != body.end()) {
+    if (it->is_number_unsigned() && it->get<uint64_t>() <= 0xfffffffe) {
+      req.user = std::to_string(it->get<uint64_t>());
+    } else if (it->is_string() && !it->get<std::string>().empty() &&
+               it->get<std::string>().size() <= 64 &&
+               it->get<std::string>().find_first_of(std::string("\0\n/ ", 4)) == std::string::npos) {
+      req.user = it->get<std::string>();
+    } else {
+      return invalid("\"user\" must be a user name of the sandbox, a uid or \"uid:gid\", e.g. "
+                     "\"nobody\" or \"1000\"");
+    }
   }
   for (auto [key, field] : {std::pair{"detach", &req.detach}, std::pair{"stdin", &req.stdin},
                             std::pair{"snapshot", &req.snapshot}}) {

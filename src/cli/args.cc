@@ -171,6 +171,7 @@ Commands define_commands(Args& a, const std::string& only) {
     exec->add_option("--timeout", a.timeout, "kill the command after this long, e.g. 30s");
     exec->add_option("--env", a.env, "K=V (repeatable)")->allow_extra_args(false);
     exec->add_option("--cwd", a.cwd, "working directory inside the sandbox");
+    exec->add_option("--user,-u", a.user, "run as this user: a name, UID or UID:GID");
     exec->add_flag("--detach", a.detach, "start in the background and print its pid");
     exec->add_flag("--snapshot", a.snapshot, "snapshot the sandbox before running CMD");
     exec->footer("Usage: space exec ID [OPTIONS] -- CMD [ARGS...]");
@@ -209,7 +210,8 @@ Commands define_commands(Args& a, const std::string& only) {
   if (want("rm")) {
     auto* rm = app.add_subcommand("rm", "destroy a sandbox");
     rm->add_option("id", a.id, "sandbox id")->required();
-    rm->add_flag("--force,-f", a.force, "also while commands run attached to a client (space exec)");
+    rm->add_flag("--force,-f", a.force,
+                 "also while commands run attached to a client (space exec)");
   }
 
   if (want("timeout")) {
@@ -238,8 +240,8 @@ Commands define_commands(Args& a, const std::string& only) {
   }
 
   if (want("mcp")) {
-    auto* mcp = app.add_subcommand(
-        "mcp", "serve sandboxes as MCP tools on stdin/stdout (docs/mcp.md)");
+    auto* mcp =
+        app.add_subcommand("mcp", "serve sandboxes as MCP tools on stdin/stdout (docs/mcp.md)");
     add_sandbox_flags(mcp, a.sandbox);
     mcp->add_flag("--keep", a.keep, "keep the session's sandboxes when it ends");
     mcp->footer(
@@ -457,6 +459,7 @@ Result<nlohmann::json> exec_body(const Args& a) {
   }
   if (a.detach) body["detach"] = true;
   if (a.snapshot) body["snapshot"] = true;
+  if (!a.user.empty()) body["user"] = a.user;
   return body;
 }
 

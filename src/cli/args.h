@@ -34,6 +34,7 @@ struct Args {
   std::vector<std::string> snaps;  // snapshot rm SNAP...
   std::string since;               // diff --since SNAP
   std::string timeout, cwd;        // exec
+  std::string user;                // exec --user
   std::vector<std::string> env;    // exec --env
   std::vector<std::string> cmd;    // run/exec: the command after `--`
   bool json = false, force = false, detach = false, snapshot = false, verify = false;

@@ -292,6 +292,25 @@ Result<std::string> Connection::read_body(size_t limit) {
   }
 }
 
+Result<void> Connection::for_each_line(const std::function<Result<bool>(std::string_view)>& line) {
+  std::string pending;
+  char buf[64 * 1024];
+  for (;;) {
+    size_t n = TRY(read_some(buf, sizeof buf));
+    if (n == 0) return {};
+    pending.append(buf, n);
+    size_t start = 0, nl;
+    while ((nl = pending.find('\n', start)) != std::string::npos) {
+      std::string_view l(pending.data() + start, nl - start);
+      start = nl + 1;
+      if (!l.empty() && !TRY(line(l))) return {};
+    }
+    pending.erase(0, start);
+    if (pending.size() > (64u << 20))
+      return fail(Code::kProtocol, "the daemon sent a line longer than 64 MiB");
+  }
+}
+
 bool Connection::reusable() const {
   return parser_ && parser_->is_done() && parser_->get().keep_alive();
 }

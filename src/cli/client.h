@@ -9,6 +9,7 @@
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -63,6 +64,9 @@ class Connection {
   // Next body bytes; 0 at the end of the body. A body cut short is an error.
   Result<size_t> read_some(char* out, size_t n);
   Result<std::string> read_body(size_t limit = 64u << 20);
+  // Reads an NDJSON body line by line (at most 64 MiB a line), calling `line` with each
+  // non-empty one until it returns false or the body ends.
+  Result<void> for_each_line(const std::function<Result<bool>(std::string_view)>& line);
 
   // One JSON round trip (see Client::call). Afterwards the connection can carry the next
   // request if reusable().

@@ -42,6 +42,8 @@ Result<int> stream_exec(Connection conn, const std::string& id, nlohmann::json b
 // when it is /dev/null itself (the daemon gives the command /dev/null without a chunked body
 // and a thread to pump it).
 bool should_forward_stdin();
+// The bytes of a "stdout" or "stderr" exec event (base64 in its "data").
+Result<std::string> exec_event_data(const nlohmann::json& event);
 // The shell-style exit code of an exit event, printing its notes (error, timeout, OOM).
 int exit_code_of(const nlohmann::json& exit_event);
 

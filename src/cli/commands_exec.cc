@@ -28,7 +28,6 @@ namespace {
 
 constexpr int kRunIdleTimeoutS = 30;  // space run's sandbox, once its client is gone
 
-
 using nlohmann::json;
 
 constexpr size_t kMaxEventLine = 64u << 20;
@@ -88,14 +87,11 @@ Result<std::optional<int>> handle_event(std::string_view line) {
   }
   std::string type = ev.value("type", "");
   if (type == "stdout" || type == "stderr") {
-    auto data = ev.contains("data") && ev["data"].is_string()
-                    ? api::base64_decode(ev["data"].get<std::string>())
-                    : std::nullopt;
-    if (!data) return fail(Code::kProtocol, "the daemon sent an exec event with bad data");
+    auto data = TRY(exec_event_data(ev));
     if (type == "stdout") {
-      if (!write_all(STDOUT_FILENO, *data)) return std::optional<int>(128 + SIGPIPE);
+      if (!write_all(STDOUT_FILENO, data)) return std::optional<int>(128 + SIGPIPE);
     } else {
-      (void)write_all(STDERR_FILENO, *data);
+      (void)write_all(STDERR_FILENO, data);
     }
   } else if (type == "exit") {
     return std::optional<int>(exit_code_of(ev));
@@ -110,6 +106,14 @@ Result<std::optional<int>> handle_event(std::string_view line) {
 }
 
 }  // namespace
+
+Result<std::string> exec_event_data(const json& ev) {
+  auto data = ev.contains("data") && ev["data"].is_string()
+                  ? api::base64_decode(ev["data"].get<std::string>())
+                  : std::nullopt;
+  if (!data) return fail(Code::kProtocol, "the daemon sent an exec event with bad data");
+  return std::move(*data);
+}
 
 int exit_code_of(const json& ev) {
   if (ev.contains("error") && ev["error"].is_string() && !ev["error"].get<std::string>().empty()) {

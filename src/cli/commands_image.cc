@@ -132,42 +132,38 @@ Result<int> cmd_image_build_vm(const Args& a, const Client& c) {
     return fail(api_error(status, body));
   }
   auto start = Clock::now();
-  std::string pending;
-  char buf[4096];
-  for (;;) {
-    size_t n = TRY(conn.read_some(buf, sizeof buf));
-    if (n == 0) break;
-    pending.append(buf, n);
-    size_t nl;
-    while ((nl = pending.find('\n')) != std::string::npos) {
-      json ev = json::parse(pending.substr(0, nl), nullptr, false);
-      pending.erase(0, nl + 1);
-      if (!ev.is_object()) continue;
-      std::string type = ev.value("type", "");
-      if (type == "progress" && ev.contains("message") && ev["message"].is_string()) {
-        write_all(STDERR_FILENO, "space: " + escape_text(ev["message"].get<std::string>()) + "\n");
-      } else if (type == "error") {
-        return fail(api_error(500, json{{"error", ev.value("error", json::object())}}.dump()));
-      } else if (type == "done") {
-        json disk = ev.value("disk", json::object());
-        if (a.json) {
-          print_json(disk);
-          return 0;
-        }
-        double secs = std::chrono::duration<double>(Clock::now() - start).count();
-        uint64_t size = disk.contains("size_bytes") && disk["size_bytes"].is_number_unsigned()
-                            ? disk["size_bytes"].get<uint64_t>()
-                            : 0;
-        bool cached = disk.value("cached", false);
-        write_all(STDERR_FILENO,
-                  "space: VM disk of image " + a.name + " " + (cached ? "is current" : "built") +
-                      " (" + format_size(size) + (cached ? "" : " in " + format_duration(secs)) +
-                      "): " + escape_text(disk.value("path", std::string("?"))) + "\n");
-        return 0;
+  std::optional<int> result;
+  TRY_VOID(conn.for_each_line([&](std::string_view line) -> Result<bool> {
+    json ev = json::parse(line, nullptr, false);
+    if (!ev.is_object()) return true;
+    std::string type = ev.value("type", "");
+    if (type == "progress" && ev.contains("message") && ev["message"].is_string()) {
+      write_all(STDERR_FILENO, "space: " + escape_text(ev["message"].get<std::string>()) + "\n");
+    } else if (type == "error") {
+      return fail(api_error(500, json{{"error", ev.value("error", json::object())}}.dump()));
+    } else if (type == "done") {
+      json disk = ev.value("disk", json::object());
+      result = 0;
+      if (a.json) {
+        print_json(disk);
+        return false;
       }
+      double secs = std::chrono::duration<double>(Clock::now() - start).count();
+      uint64_t size = disk.contains("size_bytes") && disk["size_bytes"].is_number_unsigned()
+                          ? disk["size_bytes"].get<uint64_t>()
+                          : 0;
+      bool cached = disk.value("cached", false);
+      write_all(STDERR_FILENO,
+                "space: VM disk of image " + a.name + " " + (cached ? "is current" : "built") +
+                    " (" + format_size(size) + (cached ? "" : " in " + format_duration(secs)) +
+                    "): " + escape_text(disk.value("path", std::string("?"))) + "\n");
+      return false;
     }
-  }
-  return fail(Code::kProtocol, "the daemon ended the build-vm stream without a result; see spaced's log");
+    return true;
+  }));
+  if (result) return *result;
+  return fail(Code::kProtocol,
+              "the daemon ended the build-vm stream without a result; see spaced's log");
 }
 
 }  // namespace space::cli

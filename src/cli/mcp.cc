@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "api/base64.h"
+#include "api/base64.h"  // read_file and write_file: binary content
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "cli/signals.h"
@@ -156,31 +156,20 @@ Result<ExecOutcome> run_exec(const Session& s, const std::string& id, const json
   int status = TRY(conn.read_head());
   if (status >= 400) return fail(api_error(status, TRY(conn.read_body(1 << 20))));
   ExecOutcome o;
-  std::string pending;
-  char buf[64 * 1024];
-  for (;;) {
-    size_t n = TRY(conn.read_some(buf, sizeof buf));
-    if (n == 0) break;
-    pending.append(buf, n);
-    size_t nl;
-    while ((nl = pending.find('\n')) != std::string::npos) {
-      json ev = json::parse(pending.substr(0, nl), nullptr, false);
-      pending.erase(0, nl + 1);
-      if (!ev.is_object()) return fail(Code::kProtocol, "the daemon sent a malformed exec event");
-      std::string type = ev.value("type", "");
-      if (type == "stdout" || type == "stderr") {
-        auto data = ev.contains("data") && ev["data"].is_string()
-                        ? api::base64_decode(ev["data"].get<std::string>())
-                        : std::nullopt;
-        if (!data) return fail(Code::kProtocol, "the daemon sent an exec event with bad data");
-        (type == "stdout" ? o.out : o.err).add(*data);
-      } else if (type == "exit") {
-        o.exit = ev;
-      } else if (type == "error") {
-        return fail(api_error(500, json{{"error", ev.value("error", json::object())}}.dump()));
-      }
+  TRY_VOID(conn.for_each_line([&](std::string_view line) -> Result<bool> {
+    json ev = json::parse(line, nullptr, false);
+    if (!ev.is_object()) return fail(Code::kProtocol, "the daemon sent a malformed exec event");
+    std::string type = ev.value("type", "");
+    if (type == "stdout" || type == "stderr") {
+      (type == "stdout" ? o.out : o.err).add(TRY(exec_event_data(ev)));
+    } else if (type == "exit") {
+      o.exit = ev;
+      return false;
+    } else if (type == "error") {
+      return fail(api_error(500, json{{"error", ev.value("error", json::object())}}.dump()));
     }
-  }
+    return true;
+  }));
   if (o.exit.is_null())
     return fail(Code::kUnavailable,
                 "the command's output ended without its exit (the sandbox was "
@@ -227,6 +216,7 @@ Result<json> exec_body(const json& a, json cmd) {
     if (!a["env"].is_object()) return fail(Code::kInvalidArgument, "\"env\" must be an object");
     body["env"] = a["env"];
   }
+  if (a.contains("user")) body["user"] = TRY(str_arg(a, "user"));
   return body;
 }
 
@@ -292,6 +282,9 @@ json tools_list() {
                    {"cwd", {{"type", "string"}, {"description", "Working directory"}}},
                    {"timeout_seconds",
                     {{"type", "number"}, {"description", "Kill it after this long (default 300)"}}},
+                   {"user",
+                    {{"type", "string"},
+                     {"description", "Run as this user of the sandbox (default root)"}}},
                    {"env", env}},
                   {"command"}),
            false, true, false, true),

@@ -41,8 +41,7 @@ class ExecSessionImpl : public ExecSession {
       if (!disowned_) audit_end(nullptr, "the client went away; the process tree was killed");
     }
     sb_->conn->close_stream(stream_->id());
-    sb_->touch();
-    sb_->open_execs--;
+    release();
   }
 
   Result<Event> next() override {
@@ -58,6 +57,7 @@ class ExecSessionImpl : public ExecSession {
           continue;
         }
         done_ = true;
+        release();
         audit_end(nullptr, f.error().message());
         if (sb_->destroyed) {
           // Cut short by the sandbox's end: say which (its lifetime, a DELETE, ...).
@@ -87,6 +87,7 @@ class ExecSessionImpl : public ExecSession {
           return Event{Event::Kind::kStderr, std::move(f->payload), 0, {}};
         case FrameType::kExit: {
           done_ = true;
+          release();
           auto j = json::parse(f->payload, nullptr, false);
           if (!j.is_object()) return fail(Code::kProtocol, "the agent sent a malformed exit");
           if (j.contains("exit_code") && j["exit_code"].is_number_integer())
@@ -136,9 +137,20 @@ class ExecSessionImpl : public ExecSession {
   void disown() {
     done_ = true;
     disowned_ = true;
+    release();
   }
 
  private:
+  // No longer an open exec of its sandbox (idle timeout, DELETE without force): once its end is
+  // known, before the client reads it, so `space exec ... && space rm ID` never races it.
+  void release() {
+    if (!counted_) return;
+    counted_ = false;
+    sb_->touch();
+    sb_->open_execs--;
+  }
+  bool counted_ = true;
+
   // exec.end: how the exec ended (or why its end is unknown) and what it wrote.
   void audit_end(const ExitStatus* st, const std::string& lost) {
     if (audited_end_) return;
@@ -216,6 +228,8 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
         env, [&](const std::string& e) { return e.compare(0, key.size() + 1, key + "=") == 0; });
     env.push_back(kv);
   };
+  // Another user gets its own HOME and default cwd from the agent (its /etc/passwd entry).
+  if (!req.user.empty()) std::erase(env, std::string("HOME=/root"));
   for (auto& kv : sb->rec.spec.value("env", std::vector<std::string>{})) add(kv);
   for (auto& kv : req.env) add(kv);
   std::string cwd = req.cwd.empty() ? sb->rec.spec.value("workdir", std::string("/")) : req.cwd;
@@ -228,6 +242,10 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
   json spec = {
       {"argv", req.argv}, {"env", env},         {"cwd", cwd},           {"uid", 0},
       {"gid", 0},         {"stdin", req.stdin}, {"detach", req.detach}, {"stdin_credit", true}};
+  if (!req.user.empty()) {
+    spec["user"] = req.user;
+    if (req.cwd.empty()) spec.erase("cwd");  // the user's home
+  }
   metrics_.execs++;
   json env_names = json::array();
   for (auto& kv : env) env_names.push_back(kv.substr(0, kv.find('=')));
@@ -238,6 +256,7 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
          {"env_names", env_names},
          {"uid", 0},
          {"gid", 0},
+         {"user", req.user.empty() ? json(nullptr) : json(req.user)},
          {"detach", req.detach},
          {"stdin", req.stdin},
          {"timeout_s", req.timeout_s ? json(*req.timeout_s) : json(nullptr)}});

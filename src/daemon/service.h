@@ -53,6 +53,9 @@ struct ExecRequest {
   bool detach = false;                // start and return at once; output discarded
   bool stdin = false;                 // the client will stream stdin
   bool snapshot = false;              // take a snapshot (kind "exec") before it starts
+  // Run as this user: a name in the sandbox's /etc/passwd, "UID" or "UID:GID" (the agent
+  // resolves it). Empty: root of the sandbox.
+  std::string user;
 };
 
 struct ExitStatus {

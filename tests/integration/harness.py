@@ -329,6 +329,29 @@ class Daemon:
 # Test case base
 
 
+def free_port():
+    """A TCP port on 127.0.0.1 nothing listens on now (for a daemon's api_listen)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def npm_ci(where):
+    """`npm ci` in `where` when its node_modules is missing or older than package-lock.json
+    (the SDK and MCP suites' npm packages, pinned by their lock files)."""
+    if shutil.which("npm") is None or shutil.which("node") is None:
+        raise AssertionError("node and npm are needed (scripts/install-deps.sh installs them)")
+    lock = os.path.join(where, "package-lock.json")
+    stamp = os.path.join(where, "node_modules", ".package-lock.json")
+    if not os.path.exists(stamp) or os.path.getmtime(stamp) < os.path.getmtime(lock):
+        p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                           cwd=where, capture_output=True, text=True, timeout=600)
+        if p.returncode != 0:
+            raise AssertionError("npm ci in %s failed:\n%s" % (where, p.stderr[-3000:]))
+
+
 def safe_rmtree(path):
     """Removes a temporary tree unless something is still mounted below it (removing through a
     leaked bind mount could delete host files)."""

@@ -18,6 +18,35 @@ class ExecTest(SpaceTestCase):
         super().setUpClass()
         cls.sid = cls.create_for_class()
 
+    def test_user(self):
+        probe = "id -u; id -g; echo $HOME $USER; pwd"
+        r, ev = self.api_exec(self.sid, ["sh", "-c", probe], user="nobody")
+        out = b"".join(e.get("bytes", b"") for e in ev if e["type"] == "stdout").decode()
+        # nobody's home (/nonexistent) does not exist: it starts in /.
+        self.assertEqual(out, "65534\n65534\n/nonexistent nobody\n/\n")
+        rc, out, err = self.space("exec", self.sid, "--user", "1000:1000", "--cwd", "/tmp", "--",
+                                  "sh", "-c", probe)
+        self.assertEqual((rc, out), (0, "1000\n1000\n/\n/tmp\n"), err)
+        r, ev = self.api_exec(self.sid, ["id", "-u"], user=1000)
+        self.assertEqual(ev[-1].get("exit_code"), 0, ev)
+        # Another user is not root: root's files stay out of reach.
+        rc, _, err = self.space("exec", self.sid, "--user", "user", "--",
+                                "sh", "-c", "echo x > /root/by-user")
+        self.assertNotEqual(rc, 0)
+        self.assertIn("ermission denied", err)
+        rc, _, err = self.space("exec", self.sid, "--user", "user", "--", "ls", "/root")
+        self.assertNotEqual(rc, 0)
+        # Files it makes are its own.
+        self.space_ok("exec", self.sid, "--user", "user", "--", "touch", "/tmp/by-user")
+        self.assertEqual(self.exec_ok(self.sid, "stat", "-c", "%u:%g", "/tmp/by-user"), "1000:1000\n")
+        rc, _, err = self.space("exec", self.sid, "--user", "nosuch", "--", "true")
+        self.assertEqual(rc, 125)
+        self.assertIn('no user "nosuch" in the sandbox\'s /etc/passwd', err)
+        for bad in ("", "a b", "../x", -1, True, "x" * 65):
+            with self.subTest(user=bad):
+                r, _ = self.api_exec(self.sid, ["true"], user=bad)
+                self.assert_api_error(r, 400, 400)
+
     def test_exit_codes(self):
         for code in (0, 1, 3, 42, 255):
             rc, _, err = self.space("exec", self.sid, "--", "sh", "-c", "exit %d" % code)

@@ -6,27 +6,13 @@ the session's sandboxes go when it ends (stdin closed, SIGTERM) and stay with --
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import time
 import unittest
 
-from harness import REPO, SPACE, SpaceTestCase, wait_for
+from harness import REPO, SPACE, SpaceTestCase, npm_ci, wait_for
 
 MCP_TESTS = os.path.join(REPO, "tests", "mcp")
-
-
-def npm_ci(where):
-    if shutil.which("npm") is None:
-        raise AssertionError("npm is needed (scripts/install-deps.sh installs it)")
-    lock = os.path.join(where, "package-lock.json")
-    stamp = os.path.join(where, "node_modules", ".package-lock.json")
-    if not os.path.exists(stamp) or os.path.getmtime(stamp) < os.path.getmtime(lock):
-        p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=where,
-                           capture_output=True, text=True, timeout=600)
-        if p.returncode != 0:
-            raise AssertionError("npm ci in %s failed:\n%s" % (where, p.stderr[-3000:]))
 
 
 class Session:

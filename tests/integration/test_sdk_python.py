@@ -7,29 +7,19 @@ Run by ctest as integration.test_sdk_python; the SDK is imported from the source
 import io
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 
-from harness import REPO, SpaceTestCase, wait_for
+from harness import REPO, SpaceTestCase, free_port, wait_for
 
 sys.path.insert(0, os.path.join(REPO, "sdk", "python"))
 import space_sandbox  # noqa: E402
 from space_sandbox import (AuthenticationError, Client, CommandExitError, ConflictError,  # noqa: E402
                            InvalidArgumentError, NotFoundError, PermissionDeniedError, Sandbox,
                            SpaceError, UnavailableError)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class PythonSdkTest(SpaceTestCase):
@@ -61,6 +51,8 @@ class PythonSdkTest(SpaceTestCase):
                          "1\n/tmp\n")
         self.assertEqual(self.sb.commands.run(["cat"], stdin=b"\x00\xffbytes").stdout_bytes,
                          b"\x00\xffbytes")
+        self.assertEqual(self.sb.commands.run("id -u; echo $USER", user="nobody").stdout,
+                         "65534\nnobody\n")
         with self.assertRaises(CommandExitError) as cm:
             self.sb.commands.run("echo nope >&2; exit 7", check=True)
         self.assertEqual(cm.exception.result.exit_code, 7)

@@ -6,23 +6,13 @@ listener with tokens, and runs the README's quick start as pasted.
 
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 import unittest
 
-from harness import REPO, SpaceTestCase
+from harness import REPO, SpaceTestCase, free_port, npm_ci
 
 SDK = os.path.join(REPO, "sdk", "typescript")
-
-
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def run(argv, cwd, env=None, timeout=600):
@@ -34,14 +24,8 @@ def run(argv, cwd, env=None, timeout=600):
 
 
 def build_sdk():
-    """npm ci (when node_modules is missing or older than the lock file), then `npm run build`
-    (tsc, and the code interpreter's script into dist/)."""
-    if shutil.which("npm") is None or shutil.which("node") is None:
-        raise AssertionError("node and npm are needed (scripts/install-deps.sh installs them)")
-    lock = os.path.join(SDK, "package-lock.json")
-    stamp = os.path.join(SDK, "node_modules", ".package-lock.json")
-    if not os.path.exists(stamp) or os.path.getmtime(stamp) < os.path.getmtime(lock):
-        run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], SDK)
+    """npm ci, then `npm run build` (tsc, and the code interpreter's script into dist/)."""
+    npm_ci(SDK)
     run(["npm", "run", "--silent", "build"], SDK)
 
 

@@ -10,17 +10,9 @@ import os
 import socket
 import time
 
-from harness import Daemon, SpaceTestCase, main, read_text, safe_rmtree
+from harness import Daemon, SpaceTestCase, free_port, main, read_text, safe_rmtree
 
 ALL_SANDBOX_OPS = ["read", "create", "exec", "files", "lifecycle"]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def tcp_request(port, method, path, body=None, token=None, timeout=30):

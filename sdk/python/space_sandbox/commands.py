@@ -187,7 +187,8 @@ class Commands:
             timeout: Optional[float] = None, stdin: Union[None, bytes, str] = None,
             on_stdout: Optional[OutputHandler] = None, on_stderr: Optional[OutputHandler] = None,
             background: bool = False, check: bool = False,
-            snapshot: bool = False) -> Union[CommandResult, CommandHandle]:
+            snapshot: bool = False, user: Union[None, str, int] = None
+            ) -> Union[CommandResult, CommandHandle]:
         """Runs ``cmd`` (a shell string, run by ``sh -c``, or an argv list).
 
         ``timeout``: seconds after which the command's process tree is killed (the result says
@@ -195,6 +196,7 @@ class Commands:
         ``background=True`` returns a :class:`CommandHandle` at once; otherwise waits and returns
         a :class:`CommandResult` (with ``check=True`` raising ``CommandExitError`` on failure).
         ``snapshot=True`` snapshots the sandbox before the command starts (result.snapshot).
+        ``user``: run as this user (a name of the sandbox, a uid or "uid:gid"); default root.
         """
         req: Dict[str, object] = {"cmd": _argv(cmd)}
         if env:
@@ -205,6 +207,8 @@ class Commands:
             req["timeout"] = timeout
         if snapshot:
             req["snapshot"] = True
+        if user is not None:
+            req["user"] = user
         path = "/v1/sandboxes/%s/exec" % self._id
         # The HTTP timeout covers the whole stream when the command has one; otherwise none.
         http_timeout = None if timeout is None else timeout + 60

@@ -35,6 +35,8 @@ export interface RunOptions {
   check?: boolean;
   /** Snapshot the sandbox before the command starts. */
   snapshot?: boolean;
+  /** Run as this user: a name of the sandbox, a uid or "uid:gid" (default root). */
+  user?: string | number;
 }
 
 function argv(cmd: Cmd): string[] {
@@ -195,6 +197,7 @@ export class Commands {
     if (opts.cwd !== undefined) req.cwd = opts.cwd;
     if (opts.timeoutMs !== undefined) req.timeout = opts.timeoutMs / 1000;
     if (opts.snapshot) req.snapshot = true;
+    if (opts.user !== undefined) req.user = opts.user;
     const path = `/v1/sandboxes/${this.sandboxId}/exec`;
     let resp: Response;
     if (opts.stdin !== undefined) {

@@ -37,6 +37,7 @@ test("run returns output and exit code", async () => {
   assert.equal((await sb.commands.run("echo $X; pwd", { env: { X: "1" }, cwd: "/tmp" })).stdout, "1\n/tmp\n");
   const bin = Buffer.from([0, 255, 1, 2]);
   assert.deepEqual((await sb.commands.run(["cat"], { stdin: bin })).stdoutBytes, bin);
+  assert.equal((await sb.commands.run("id -u", { user: 1000 })).stdout, "1000\n");
   await assert.rejects(sb.commands.run("echo nope >&2; exit 7", { check: true }), (e) => {
     assert.ok(e instanceof CommandExitError);
     assert.equal(e.result.exitCode, 7);

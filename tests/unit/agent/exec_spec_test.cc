@@ -24,6 +24,51 @@ TEST(ExecSpec, ParsesDefaultsAndFields) {
   EXPECT_FALSE(parse_exec_spec(R"({"argv":["x"],"stdin":true,"detach":true})")->stdin_pipe);
 }
 
+TEST(ExecSpec, UserResolvesFromPasswd) {
+  const char* passwd =
+      "root:x:0:0:root:/root:/bin/sh\n"
+      "dev:x:1000:1001:Dev:/home/dev:/bin/bash\n"
+      "broken:x:abc:1:::\n"
+      "short:x:5\n";
+  auto spec = [](const char* json) { return *parse_exec_spec(json); };
+  ExecSpec s = spec(R"({"argv":["id"],"user":"dev"})");
+  ASSERT_TRUE(apply_user(s, passwd)) << "a name";
+  EXPECT_EQ(s.uid, 1000u);
+  EXPECT_EQ(s.gid, 1001u);
+  EXPECT_EQ(s.cwd, "/home/dev");
+  EXPECT_EQ(s.env, (std::vector<std::string>{"HOME=/home/dev", "USER=dev", "LOGNAME=dev"}));
+  // What the request set wins.
+  s = spec(R"({"argv":["id"],"user":"dev","cwd":"/tmp","env":["HOME=/x"]})");
+  ASSERT_TRUE(apply_user(s, passwd));
+  EXPECT_EQ(s.cwd, "/tmp");
+  EXPECT_EQ(s.env, (std::vector<std::string>{"HOME=/x", "USER=dev", "LOGNAME=dev"}));
+  // Numbers need no entry.
+  s = spec(R"({"argv":["id"],"user":"4242"})");
+  ASSERT_TRUE(apply_user(s, ""));
+  EXPECT_EQ(s.uid, 4242u);
+  EXPECT_EQ(s.gid, 4242u);
+  EXPECT_EQ(s.cwd, "/");
+  s = spec(R"({"argv":["id"],"user":"7:8"})");
+  ASSERT_TRUE(apply_user(s, ""));
+  EXPECT_EQ(s.gid, 8u);
+  // Unknown, malformed entries, a bad group, no user at all.
+  s = spec(R"({"argv":["id"],"user":"nobody"})");
+  auto r = apply_user(s, passwd);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kNotFound);
+  EXPECT_NE(r.error().message().find("no user \"nobody\""), std::string::npos);
+  s = spec(R"({"argv":["id"],"user":"broken"})");
+  EXPECT_FALSE(apply_user(s, passwd));
+  s = spec(R"({"argv":["id"],"user":"short"})");
+  EXPECT_FALSE(apply_user(s, passwd));
+  s = spec(R"({"argv":["id"],"user":"1:x"})");
+  EXPECT_FALSE(apply_user(s, passwd));
+  s = spec(R"({"argv":["id"]})");
+  ASSERT_TRUE(apply_user(s, passwd));
+  EXPECT_EQ(s.uid, 0u);
+  EXPECT_FALSE(parse_exec_spec(R"({"argv":["id"],"user":""})"));
+}
+
 TEST(ExecSpec, RejectsInvalidSpecs) {
   for (
       const char* bad :
