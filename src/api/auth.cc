@@ -399,6 +399,11 @@ Result<daemon::FileStat> ScopedService::stat(const std::string& id, const std::s
   return inner_.stat(id, path);
 }
 
+Result<UniqueFd> ScopedService::connect_port(const std::string& id, uint16_t port) {
+  TRY_VOID(visible(id, Missing::kSandbox));
+  return inner_.connect_port(id, port);
+}
+
 Result<daemon::SandboxInfo> ScopedService::set_timeout(const std::string& id, double timeout_s) {
   TRY_VOID(visible(id, Missing::kSandbox));
   return inner_.set_timeout(id, timeout_s);

@@ -1,6 +1,8 @@
 // Request-body reading and response writing for one HTTP exchange (see exchange.h).
 #include "api/exchange.h"
 
+#include "common/relay.h"
+
 #include <cstdio>
 
 namespace space::api {
@@ -203,6 +205,34 @@ Result<void> Exchange::begin_chunked(http::status status, std::string_view conte
     return fail(Code::kUnavailable, "writing the response: " + ec.message());
   }
   return {};
+}
+
+bool Exchange::wants_upgrade(std::string_view protocol) const {
+  auto lower = [](std::string_view s) {
+    std::string out(s);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  return lower(header(http::field::connection)).find("upgrade") != std::string::npos &&
+         lower(header(http::field::upgrade)) == lower(protocol);
+}
+
+Result<void> Exchange::tunnel(std::string_view protocol, int peer,
+                              std::function<Result<void>()> still_allowed) {
+  keep_alive_ = false;
+  status_ = 101;
+  TRY_VOID(write_raw("HTTP/1.1 101 Switching Protocols\r\nServer: spaced\r\nConnection: Upgrade\r\n"
+                     "Upgrade: " + std::string(protocol) + "\r\n\r\n"));
+  // Bytes the client sent after its request head are the tunnel's first.
+  std::string early(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+  buffer_.consume(buffer_.size());
+  RelayOptions o;
+  o.stop_fd = stream_.stop_fd();
+  o.a_pending = std::move(early);
+  o.still_allowed = std::move(still_allowed);
+  auto r = relay(stream_.fd(), peer, std::move(o));
+  broken_ = true;  // nothing more goes on this connection
+  return r;
 }
 
 Result<void> Exchange::write_chunk(std::string_view data) {

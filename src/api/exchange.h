@@ -9,6 +9,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -86,6 +87,13 @@ class Exchange {
                              const Headers& headers = {});
   Result<void> write_chunk(std::string_view data);
   Result<void> end_chunked();
+  // Whether the request asks to switch to `protocol` (Connection: Upgrade, Upgrade: protocol).
+  bool wants_upgrade(std::string_view protocol) const;
+  // Answers 101 Switching Protocols (Upgrade: `protocol`) and relays raw bytes between the
+  // client and `peer` until both have ended, the server stops, or `still_allowed` fails (the
+  // caller's token went bad). The connection is closed afterwards.
+  Result<void> tunnel(std::string_view protocol, int peer,
+                      std::function<Result<void>()> still_allowed);
 
   bool responded() const { return status_ != 0; }
   int status() const { return status_; }

@@ -24,6 +24,7 @@ Result<void> get_sandbox(Exchange& ex, ApiContext& ctx);
 Result<void> delete_sandbox(Exchange& ex, ApiContext& ctx);
 Result<void> pause_sandbox(Exchange& ex, ApiContext& ctx);
 Result<void> set_sandbox_timeout(Exchange& ex, ApiContext& ctx);
+Result<void> connect_port(Exchange& ex, ApiContext& ctx);
 Result<void> resume_sandbox(Exchange& ex, ApiContext& ctx);
 Result<void> diff_sandbox(Exchange& ex, ApiContext& ctx);
 Result<void> get_audit(Exchange& ex, ApiContext& ctx);

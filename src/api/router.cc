@@ -50,6 +50,7 @@ const std::vector<Route>& routes() {
       {verb::get, "/v1/sandboxes/{id}/audit", h::get_audit, Op::kRead},
       {verb::post, "/v1/sandboxes/{id}/pause", h::pause_sandbox, Op::kLifecycle},
       {verb::post, "/v1/sandboxes/{id}/timeout", h::set_sandbox_timeout, Op::kLifecycle},
+      {verb::post, "/v1/sandboxes/{id}/ports/{port}", h::connect_port, Op::kExec},
       {verb::post, "/v1/sandboxes/{id}/resume", h::resume_sandbox, Op::kLifecycle},
       {verb::post, "/v1/sandboxes/{id}/snapshots", h::create_snapshot, Op::kLifecycle},
       {verb::get, "/v1/sandboxes/{id}/snapshots", h::list_sandbox_snapshots, Op::kRead},

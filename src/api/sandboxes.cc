@@ -2,6 +2,10 @@
 // (since creation, or since a snapshot).
 #include "api/handlers.h"
 
+#include <charconv>
+
+#include "api/auth.h"
+
 namespace space::api::handlers {
 
 Result<std::string> sandbox_id(const Exchange& ex) {
@@ -48,6 +52,23 @@ Result<void> set_sandbox_timeout(Exchange& ex, ApiContext& ctx) {
   double t = TRY(parse_duration_value(body["timeout"], "timeout"));
   daemon::SandboxInfo info = TRY(ctx.service.set_timeout(id, t));
   return ex.respond_json(http::status::ok, info);
+}
+
+Result<void> connect_port(Exchange& ex, ApiContext& ctx) {
+  std::string id = TRY(sandbox_id(ex));
+  const std::string& text = ex.param("port");
+  int port = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+  if (ec != std::errc() || end != text.data() + text.size() || port < 1 || port > 65535)
+    return fail(Code::kInvalidArgument, "port must be 1-65535, not \"" + text.substr(0, 16) + "\"");
+  if (!ex.wants_upgrade("tcp"))
+    return fail(Code::kInvalidArgument,
+                "this route turns the connection into a TCP tunnel to the port: send "
+                "\"Connection: Upgrade\" and \"Upgrade: tcp\" (space port does)");
+  if (!ex.body_done()) return fail(Code::kInvalidArgument, "a port connection takes no body");
+  UniqueFd peer = TRY(ctx.service.connect_port(id, static_cast<uint16_t>(port)));
+  auto auth = std::make_shared<StreamAuth>(ctx.principal, ctx.tokens);
+  return ex.tunnel("tcp", peer.get(), [auth] { return auth->check(); });
 }
 
 Result<void> pause_sandbox(Exchange& ex, ApiContext& ctx) {

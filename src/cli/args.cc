@@ -214,6 +214,16 @@ Commands define_commands(Args& a, const std::string& only) {
                  "also while commands run attached to a client (space exec)");
   }
 
+  if (want("port")) {
+    auto* port = app.add_subcommand(
+        "port", "forward a port of this host to a port of a sandbox (until Ctrl-C)");
+    port->add_option("id", a.id, "sandbox id")->required();
+    port->add_option("port", a.pid, "the port inside the sandbox (on its 127.0.0.1)")->required();
+    port->add_option("--listen", a.path,
+                     "where to listen on this host: PORT or 127.0.0.1:PORT (default: the same "
+                     "port; 0: any free one)");
+  }
+
   if (want("timeout")) {
     auto* timeout = app.add_subcommand(
         "timeout", "set a sandbox's lifetime: it is destroyed DURATION from now");

@@ -292,6 +292,18 @@ Result<std::string> Connection::read_body(size_t limit) {
   }
 }
 
+Result<std::string> Connection::upgrade(const std::string& target, std::string_view protocol) {
+  TRY_VOID(write("POST " + target +
+                     " HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: " +
+                     std::string(protocol) + "\r\nContent-Length: 0\r\n" + auth_header() + "\r\n",
+                 "sending the request"));
+  int status = TRY(read_head());
+  if (status != 101) return fail(api_error(status, TRY(read_body(1 << 20))));
+  std::string early(static_cast<const char*>(buffer_->data().data()), buffer_->size());
+  buffer_->consume(buffer_->size());
+  return early;
+}
+
 Result<void> Connection::for_each_line(const std::function<Result<bool>(std::string_view)>& line) {
   std::string pending;
   char buf[64 * 1024];

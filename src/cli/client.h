@@ -64,6 +64,10 @@ class Connection {
   // Next body bytes; 0 at the end of the body. A body cut short is an error.
   Result<size_t> read_some(char* out, size_t n);
   Result<std::string> read_body(size_t limit = 64u << 20);
+  // Asks to switch the connection to `protocol` (POST `target`, Connection: Upgrade): on 101 the
+  // connection is a raw byte stream from here on (stream().fd()); returns the bytes already
+  // read past the answer's head. Another answer is its API error.
+  Result<std::string> upgrade(const std::string& target, std::string_view protocol);
   // Reads an NDJSON body line by line (at most 64 MiB a line), calling `line` with each
   // non-empty one until it returns false or the body ends.
   Result<void> for_each_line(const std::function<Result<bool>(std::string_view)>& line);

@@ -24,6 +24,8 @@ Result<int> cmd_inspect(const Args& a, const Client& c);
 Result<int> cmd_rm(const Args& a, const Client& c);
 Result<int> cmd_pause(const Args& a, const Client& c);
 Result<int> cmd_timeout(const Args& a, const Client& c);
+// port forwarding (commands_port.cc)
+Result<int> cmd_port(const Args& a, const Client& c);
 Result<int> cmd_resume(const Args& a, const Client& c);
 Result<int> cmd_diff(const Args& a, const Client& c);
 Result<int> cmd_ps(const Args& a, const Client& c);

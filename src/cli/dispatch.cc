@@ -31,6 +31,7 @@ Result<int> run_command(const Args& a, const Client& c) {
   if (cmd == "rm") return cmd_rm(a, c);
   if (cmd == "pause") return cmd_pause(a, c);
   if (cmd == "timeout") return cmd_timeout(a, c);
+  if (cmd == "port") return cmd_port(a, c);
   if (cmd == "resume") return cmd_resume(a, c);
   if (cmd == "diff") return cmd_diff(a, c);
   if (cmd == "doctor") return cmd_doctor(a, c);

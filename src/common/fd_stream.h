@@ -42,6 +42,7 @@ class FdStream {
   // Server-wide (or process-wide) cancellation: once `fd` is readable every wait fails with
   // operation_aborted. -1 = none.
   void set_stop_fd(int fd) { stop_fd_ = fd; }
+  int stop_fd() const { return stop_fd_; }
   // Aborts waits for reading only. -1 = none.
   void set_read_interrupt_fd(int fd) { read_interrupt_fd_ = fd; }
   // A read fails with timed_out at `deadline` (absolute; Clock::time_point::max() = never).

@@ -680,6 +680,27 @@ Result<std::shared_ptr<Daemon::Sandbox>> Daemon::running(const std::string& id) 
   return sb;
 }
 
+Result<UniqueFd> Daemon::connect_port(const std::string& id, uint16_t port) {
+  if (port == 0) return fail(Code::kInvalidArgument, "port must be 1-65535");
+  auto sb = TRY(running(id));
+  int netns = sb->inst->netns_fd();
+  if (netns < 0 || sb->inst->egress_over_channel())
+    return fail(Code::kUnimplemented,
+                "ports are forwarded into linux sandboxes only; " + id + " is a " +
+                    sb->rec.runtime + " microVM (reach its servers with space exec, e.g. curl)");
+  auto fd = connect_in_netns(netns, "127.0.0.1", port, std::chrono::seconds(5));
+  audit(id, "port.connect", {{"port", port}, {"ok", static_cast<bool>(fd)}});
+  if (!fd) {
+    if (fd.error().sys_errno() == ECONNREFUSED)
+      return fail(Code::kUnavailable, "nothing listens on port " + std::to_string(port) +
+                                          " in sandbox " + id +
+                                          " (start a server there on 127.0.0.1 or 0.0.0.0 first)");
+    return fail(std::move(fd.error()).wrap("connecting to port " + std::to_string(port) +
+                                           " in sandbox " + id));
+  }
+  return std::move(*fd);
+}
+
 Result<SandboxInfo> Daemon::set_timeout(const std::string& id, double timeout_s) {
   constexpr double kMaxExtension = 365 * 86400.0;  // its gateway CA lives at least a year
   if (!(timeout_s > 0))

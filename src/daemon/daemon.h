@@ -52,6 +52,7 @@ class Daemon : public SandboxService {
   Result<void> kill(const std::string& id, int pid, int sig) override;
   Result<FileStat> stat(const std::string& id, const std::string& path) override;
   Result<SandboxInfo> set_timeout(const std::string& id, double timeout_s) override;
+  Result<UniqueFd> connect_port(const std::string& id, uint16_t port) override;
   Result<std::vector<DirEntry>> list_dir(const std::string& id, const std::string& path) override;
   Result<void> read_file(const std::string& id, const std::string& path,
                          const ChunkSink& sink) override;

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/fd.h"
 #include "runtime/runtime.h"
 
 namespace space::daemon {
@@ -144,6 +145,8 @@ class SandboxService {
   // "destroying"); its processes are killed and its resources removed in the background
   // (docs/pools.md, "Destroying in the background").
   virtual Result<void> destroy(const std::string& id, bool force, bool wait = true) = 0;
+  // A TCP connection to 127.0.0.1:`port` inside the sandbox (what `space port` forwards to).
+  virtual Result<UniqueFd> connect_port(const std::string& id, uint16_t port) = 0;
   // A new lifetime: the sandbox now expires `timeout_s` from now (within the daemon's maximum).
   virtual Result<SandboxInfo> set_timeout(const std::string& id, double timeout_s) = 0;
 

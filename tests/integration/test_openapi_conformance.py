@@ -166,6 +166,12 @@ class OpenApiConformanceTest(SpaceTestCase):
         self.hit("GET", SID, S + "/sb_nothere", expect=404)
         self.hit("GET", SID, S + "/-bad", expect=400)
         self.hit("POST", SID + "/timeout", base + "/timeout", {"timeout": "1h"}, expect=200)
+        PT = SID + "/ports/{port}"  # the 101 itself: test_ports.py (http.client cannot tunnel)
+        self.hit("POST", PT, base + "/ports/8080", expect=400)  # no Upgrade header
+        self.hit("POST", PT, base + "/ports/70000", None, {"Connection": "Upgrade", "Upgrade": "tcp"},
+                 expect=400)
+        self.hit("POST", PT, base + "/ports/9", None, {"Connection": "Upgrade", "Upgrade": "tcp"},
+                 expect=503)  # nothing listens
         self.hit("POST", SID + "/timeout", base + "/timeout", {"timeout": -1}, expect=400)
         self.hit("POST", S, S, {"idle_timeout": "10m"}, expect=201)
 
@@ -307,9 +313,9 @@ class OpenApiConformanceTest(SpaceTestCase):
         self.hit("GET", SN, base + "/snapshots", expect=200)
 
         # Every operation with a malformed and with an unknown (well-formed) path parameter.
-        bad = {"id": "-bad", "snap": "-bad", "name": "-bad", "pid": "0"}
+        bad = {"id": "-bad", "snap": "-bad", "name": "-bad", "pid": "0", "port": "0"}
         unknown = {"id": "sb_000000000000", "snap": "snap_000000000000000000000000",
-                   "name": "no-such-image", "pid": "4000000"}
+                   "name": "no-such-image", "pid": "4000000", "port": "8080"}
         for (method, template), op in sorted(self.spec.ops.items()):
             if "{" not in template:
                 continue

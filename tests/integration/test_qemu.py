@@ -62,6 +62,10 @@ class QemuRuntimeTest(VmSuite):
         self.assertEqual(vm["accelerator"], doctor["runtimes"]["qemu"]["accelerator"])
         if vm["accelerator"] == "tcg":
             self.assertIn(doctor["host"]["kvm"]["reason"], vm["accelerator_note"])
+        # Ports are not forwarded into microVMs (yet): a clear refusal, not a hang.
+        rc, _, err = self.space("port", sid, "8080", "--listen", "127.0.0.1:0")
+        self.assertEqual(rc, 125)
+        self.assertIn("linux sandboxes only", err)
         # Exit codes, stdin, stderr pass through.
         rc, out, err = self.space("exec", sid, "--", "sh", "-c", "cat; echo oops >&2; exit 7",
                                   input="from stdin")

@@ -241,6 +241,10 @@ class FakeService : public daemon::SandboxService {
     if (it == files.end()) return fail(Code::kNotFound, path + ": no such file");
     return daemon::FileStat{"file", modes[path], it->second.size(), ""};
   }
+  Result<UniqueFd> connect_port(const std::string& id, uint16_t) override {
+    TRY(inspect(id));
+    return fail(Code::kUnimplemented, "the fake service forwards no ports");
+  }
   Result<daemon::SandboxInfo> set_timeout(const std::string& id, double timeout_s) override {
     auto info = TRY(inspect(id));
     info["expires_at"] = std::to_string(timeout_s);
