@@ -1,9 +1,9 @@
 // Request-body reading and response writing for one HTTP exchange (see exchange.h).
 #include "api/exchange.h"
 
-#include "common/relay.h"
-
 #include <cstdio>
+
+#include "common/relay.h"
 
 namespace space::api {
 namespace {

@@ -382,6 +382,7 @@ class SpaceTestCase(unittest.TestCase):
 
     START_DAEMON = True
     DEFAULT_POOL = False  # True: the daemon keeps the default warm pool, as a user's does
+    API_LISTEN = False    # True: the daemon also listens on 127.0.0.1:cls.port (api_listen)
     maxDiff = None
 
     @classmethod
@@ -414,7 +415,10 @@ class SpaceTestCase(unittest.TestCase):
     @classmethod
     def daemon_config(cls):
         """The JSON config (a dict) of the class's daemon; None = none. Runs in setUpClass with
-        cls.tmp already made."""
+        cls.tmp already made. With API_LISTEN, the TCP listener on a free port (cls.port)."""
+        if cls.API_LISTEN:
+            cls.port = free_port()
+            return {"api_listen": "127.0.0.1:%d" % cls.port}
         return None
 
     @classmethod

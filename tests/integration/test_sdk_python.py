@@ -13,7 +13,7 @@ import tempfile
 import time
 import unittest
 
-from harness import REPO, SpaceTestCase, free_port, wait_for
+from harness import REPO, SpaceTestCase, wait_for
 
 sys.path.insert(0, os.path.join(REPO, "sdk", "python"))
 import space_sandbox  # noqa: E402
@@ -23,10 +23,7 @@ from space_sandbox import (AuthenticationError, Client, CommandExitError, Confli
 
 
 class PythonSdkTest(SpaceTestCase):
-    @classmethod
-    def daemon_config(cls):
-        cls.port = free_port()
-        return {"api_listen": "127.0.0.1:%d" % cls.port}
+    API_LISTEN = True
 
     @classmethod
     def prepare_class(cls):

@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import REPO, SpaceTestCase, free_port, npm_ci
+from harness import REPO, SpaceTestCase, npm_ci
 
 SDK = os.path.join(REPO, "sdk", "typescript")
 
@@ -30,10 +30,7 @@ def build_sdk():
 
 
 class TypeScriptSdkTest(SpaceTestCase):
-    @classmethod
-    def daemon_config(cls):
-        cls.port = free_port()
-        return {"api_listen": "127.0.0.1:%d" % cls.port}
+    API_LISTEN = True
 
     @classmethod
     def prepare_class(cls):

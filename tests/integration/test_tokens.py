@@ -38,12 +38,9 @@ def tcp_request(port, method, path, body=None, token=None, timeout=30):
 
 
 class TokensTest(SpaceTestCase):
+    API_LISTEN = True
     issued = []  # every token text made in this class, for the never-logged check
 
-    @classmethod
-    def daemon_config(cls):
-        cls.port = free_port()
-        return {"api_listen": "127.0.0.1:%d" % cls.port}
 
     def tearDown(self):
         self.assertTrue(self.daemon.alive(), "spaced died:\n%s" % self.daemon.log_tail())

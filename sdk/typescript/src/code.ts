@@ -8,8 +8,16 @@
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { Client } from "./client.js";
+import type { Commands } from "./commands.js";
 import { errorFor } from "./errors.js";
-import type { Sandbox } from "./sandbox.js";
+import type { Files } from "./files.js";
+
+/** What the interpreter needs of a sandbox (its id, files and commands). */
+export interface SandboxParts {
+  readonly id: string;
+  readonly files: Files;
+  readonly commands: Commands;
+}
 
 const SCRIPT_PATH = "/tmp/.space/interpreter.py";
 
@@ -54,7 +62,7 @@ export class CodeInterpreter {
   private installed = false;
   private defaultContext: Promise<CodeContext> | null = null;
 
-  constructor(private readonly sb: Sandbox, private readonly client: Client) {}
+  constructor(private readonly sb: SandboxParts, private readonly client: Client) {}
 
   private async install(): Promise<void> {
     if (this.installed) return;
