@@ -1,7 +1,6 @@
 // The API server's socket, accept loop and per-connection request loop (see server.h).
 #include "api/server.h"
 
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
@@ -13,7 +12,6 @@
 #include <algorithm>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
-#include <charconv>
 #include <cstring>
 #include <thread>
 
@@ -110,41 +108,6 @@ void linger_close(FdStream& stream) {
   }
 }
 
-// Binds and listens on a loopback TCP address; returns the socket and the port it got.
-Result<std::pair<UniqueFd, uint16_t>> listen_tcp(const ListenAddress& a) {
-  const std::string where = "listening on " + a.host + ":" + std::to_string(a.port);
-  UniqueFd fd(::socket(a.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd) {
-    return fail(Error::sys("socket", a.family == AF_INET ? "AF_INET" : "AF_INET6").wrap(where));
-  }
-  int one = 1;
-  (void)::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_storage ss{};
-  socklen_t len;
-  if (a.family == AF_INET) {
-    auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
-    sin->sin_family = AF_INET;
-    sin->sin_port = htons(a.port);
-    ::inet_pton(AF_INET, a.host.c_str(), &sin->sin_addr);
-    len = sizeof *sin;
-  } else {
-    (void)::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
-    sin6->sin6_family = AF_INET6;
-    sin6->sin6_port = htons(a.port);
-    ::inet_pton(AF_INET6, a.host.c_str(), &sin6->sin6_addr);
-    len = sizeof *sin6;
-  }
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&ss), len) != 0)
-    return fail(Error::sys("bind").wrap(where));
-  if (::listen(fd.get(), 512) != 0) return fail(Error::sys("listen").wrap(where));
-  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
-    return fail(Error::sys("getsockname").wrap(where));
-  uint16_t port = ntohs(a.family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
-                                            : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
-  return std::pair<UniqueFd, uint16_t>(std::move(fd), port);
-}
-
 // Only root and spaced's own user may use the Unix socket. Its mode (0600) says so already;
 // this check also holds if someone loosens the mode or hands the socket to another process.
 bool unix_peer_allowed(int fd, uid_t& uid) {
@@ -159,46 +122,20 @@ bool unix_peer_allowed(int fd, uid_t& uid) {
 
 Result<ListenAddress> parse_listen_address(std::string_view text) {
   const std::string quoted = "api_listen \"" + std::string(text.substr(0, 100)) + "\"";
-  auto malformed = [&] {
+  auto a = parse_host_port(text);
+  if (!a)
     return fail(Code::kInvalidArgument,
                 quoted +
                     ": expected HOST:PORT with a loopback HOST, e.g. 127.0.0.1:7070 or "
                     "[::1]:7070");
-  };
-  size_t colon = text.rfind(':');
-  if (colon == std::string_view::npos || colon == 0) return malformed();
-  std::string_view host = text.substr(0, colon);
-  std::string_view port_text = text.substr(colon + 1);
-  unsigned port = 0;
-  auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (port_text.empty() || ec != std::errc() || ptr != port_text.data() + port_text.size() ||
-      port > 65535)
-    return malformed();
-  ListenAddress a;
-  a.port = static_cast<uint16_t>(port);
-  bool loopback = false;
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    a.family = AF_INET6;
-    a.host = std::string(host.substr(1, host.size() - 2));
-    in6_addr addr6{};
-    if (::inet_pton(AF_INET6, a.host.c_str(), &addr6) != 1) return malformed();
-    loopback = IN6_IS_ADDR_LOOPBACK(&addr6);
-  } else {
-    a.family = AF_INET;
-    a.host = host == "localhost" ? "127.0.0.1" : std::string(host);
-    in_addr addr4{};
-    if (::inet_pton(AF_INET, a.host.c_str(), &addr4) == 1) {
-      loopback = (ntohl(addr4.s_addr) >> 24) == 127;  // 127.0.0.0/8
-    }
-  }
-  if (!loopback)
+  if (!a->loopback)
     return fail(Code::kInvalidArgument,
                 quoted +
                     " is not a loopback address: spaced serves plain HTTP and only on "
                     "127.0.0.0/8 or [::1], so that API tokens never cross a network "
                     "unencrypted. To reach the API from other hosts, listen on loopback "
                     "and put a TLS-terminating proxy (nginx, Caddy, Envoy) in front of it");
-  return a;
+  return std::move(*a);
 }
 
 Result<std::unique_ptr<ApiServer>> ApiServer::listen(const fs::path& socket_path,

@@ -38,17 +38,13 @@
 #include "api/metrics.h"
 #include "common/error.h"
 #include "common/fd.h"
+#include "common/tcp_listen.h"
 #include "daemon/service.h"
 #include "daemon/tokens.h"
 
 namespace space::api {
 
-// A TCP listening address: loopback only.
-struct ListenAddress {
-  int family = 0;    // AF_INET or AF_INET6
-  std::string host;  // numeric: "127.0.0.1", "::1"
-  uint16_t port = 0;
-};
+using space::ListenAddress;
 // "127.0.0.1:7070", "[::1]:7070", "localhost:7070" (= 127.0.0.1). Anything that is not a
 // loopback address is refused with a message saying to put a TLS proxy in front: spaced
 // speaks plain HTTP, and bearer tokens must not cross a network unencrypted.

@@ -1,8 +1,6 @@
 // `space port ID PORT [--listen ADDR]`: forwards a loopback port of this host to PORT on
 // 127.0.0.1 inside a sandbox, until Ctrl-C. Each accepted connection is its own API request,
 // upgraded to a TCP tunnel (POST /v1/sandboxes/{id}/ports/{port}, Upgrade: tcp).
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -16,6 +14,7 @@
 #include "cli/output.h"
 #include "cli/signals.h"
 #include "common/relay.h"
+#include "common/tcp_listen.h"
 
 namespace space::cli {
 namespace {
@@ -32,58 +31,30 @@ Result<uint16_t> parse_port(std::string_view text, std::string_view what, bool z
   return static_cast<uint16_t>(v);
 }
 
-// "8080", "127.0.0.1:8080", "[::1]:0" -> a listening loopback socket.
-Result<UniqueFd> listen_loopback(const std::string& spec, uint16_t fallback_port) {
-  std::string host = "127.0.0.1";
-  std::string port_text = spec;
-  if (auto colon = spec.rfind(':'); colon != std::string::npos) {
-    host = spec.substr(0, colon);
-    port_text = spec.substr(colon + 1);
-    if (host.size() > 1 && host.front() == '[' && host.back() == ']')
-      host = host.substr(1, host.size() - 2);
+// "8080" (on 127.0.0.1), "127.0.0.1:8080", "[::1]:0" -> a listening loopback socket and its
+// port.
+Result<std::pair<UniqueFd, uint16_t>> listen_loopback(const std::string& spec,
+                                                      uint16_t fallback_port) {
+  std::string text = spec.empty() ? std::to_string(fallback_port) : spec;
+  if (text.find(':') == std::string::npos) {
+    TRY(parse_port(text, "--listen's port", true));
+    text = "127.0.0.1:" + text;
   }
-  uint16_t port =
-      spec.empty() ? fallback_port : TRY(parse_port(port_text, "--listen's port", true));
-  if (host != "127.0.0.1" && host != "localhost" && host != "::1")
+  auto a = parse_host_port(text);
+  if (!a)
+    return fail(
+        Code::kInvalidArgument,
+        "--listen takes PORT or HOST:PORT, e.g. 18080 or 127.0.0.1:18080, not \"" + spec + "\"");
+  if (!a->loopback)
     return fail(Code::kInvalidArgument,
                 "--listen must be a loopback address (127.0.0.1, ::1): a sandbox's port is not "
                 "for the network");
-  bool v6 = host == "::1";
-  UniqueFd fd(::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) return fail_sys("socket");
-  int one = 1;
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  int rc;
-  if (v6) {
-    sockaddr_in6 a{};
-    a.sin6_family = AF_INET6;
-    a.sin6_port = htons(port);
-    a.sin6_addr = in6addr_loopback;
-    rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
-  } else {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
-  }
-  if (rc != 0) {
-    if (errno == EADDRINUSE)
-      return fail(Code::kAlreadyExists, "port " + std::to_string(port) +
-                                            " is taken on this host; pick another with --listen "
-                                            "127.0.0.1:PORT (0: any free one)");
-    return fail_sys("bind", host + ":" + std::to_string(port));
-  }
-  if (::listen(fd.get(), 64) != 0) return fail_sys("listen");
-  return fd;
-}
-
-uint16_t bound_port(int fd) {
-  sockaddr_storage a{};
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  return a.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port)
-                                 : ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port);
+  auto listening = listen_tcp(*a);
+  if (!listening && listening.error().sys_errno() == EADDRINUSE)
+    return fail(Code::kAlreadyExists, "port " + std::to_string(a->port) +
+                                          " is taken on this host; pick another with --listen "
+                                          "127.0.0.1:PORT (0: any free one)");
+  return listening;
 }
 
 // One forwarded connection: a tunnel through spaced, relayed until either side ends.
@@ -118,11 +89,10 @@ Result<int> cmd_port(const Args& a, const Client& c) {
                                           " is a " + rt +
                                           " microVM (reach its servers with "
                                           "space exec, e.g. curl)");
-  UniqueFd lfd = TRY(listen_loopback(a.path, port));
+  auto [lfd, host_port] = TRY(listen_loopback(a.path, port));
   std::string target = sandbox_target(a.id, "/ports/" + std::to_string(port));
-  write_all(STDOUT_FILENO, "forwarding 127.0.0.1:" + std::to_string(bound_port(lfd.get())) +
-                               " -> " + a.id + " port " + std::to_string(port) +
-                               " (Ctrl-C stops)\n");
+  write_all(STDOUT_FILENO, "forwarding 127.0.0.1:" + std::to_string(host_port) + " -> " + a.id +
+                               " port " + std::to_string(port) + " (Ctrl-C stops)\n");
   for (;;) {
     pollfd fds[2] = {{lfd.get(), POLLIN, 0}, {interrupt_fd(), POLLIN, 0}};
     if (::poll(fds, interrupt_fd() >= 0 ? 2 : 1, -1) < 0) {
