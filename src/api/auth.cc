@@ -394,6 +394,11 @@ Result<void> ScopedService::kill(const std::string& id, int pid, int sig) {
   return inner_.kill(id, pid, sig);
 }
 
+Result<std::shared_ptr<daemon::ExecLog>> ScopedService::exec_log(const std::string& id, int pid) {
+  TRY_VOID(visible(id, Missing::kSandbox));
+  return inner_.exec_log(id, pid);
+}
+
 Result<daemon::FileStat> ScopedService::stat(const std::string& id, const std::string& path) {
   TRY_VOID(visible(id, Missing::kSandbox));
   return inner_.stat(id, path);
@@ -410,7 +415,7 @@ Result<daemon::SandboxInfo> ScopedService::set_timeout(const std::string& id, do
 }
 
 Result<std::vector<daemon::DirEntry>> ScopedService::list_dir(const std::string& id,
-                                                               const std::string& path) {
+                                                              const std::string& path) {
   TRY_VOID(visible(id, Missing::kSandbox));
   return inner_.list_dir(id, path);
 }

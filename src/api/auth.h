@@ -134,6 +134,7 @@ class ScopedService : public daemon::SandboxService {
                                                     const daemon::ExecRequest& req) override;
   Result<nlohmann::json> processes(const std::string& id) override;
   Result<void> kill(const std::string& id, int pid, int sig) override;
+  Result<std::shared_ptr<daemon::ExecLog>> exec_log(const std::string& id, int pid) override;
   Result<daemon::FileStat> stat(const std::string& id, const std::string& path) override;
   Result<daemon::SandboxInfo> set_timeout(const std::string& id, double timeout_s) override;
   Result<UniqueFd> connect_port(const std::string& id, uint16_t port) override;

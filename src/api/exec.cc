@@ -26,18 +26,6 @@ namespace {
 
 using nlohmann::json;
 
-json exit_event(const daemon::ExitStatus& s) {
-  json j = {{"type", "exit"},
-            {"exit_code", s.exit_code ? json(*s.exit_code) : json(nullptr)},
-            {"signal", s.signal ? json(*s.signal) : json(nullptr)},
-            {"core_dumped", s.core_dumped},
-            {"timed_out", s.timed_out},
-            {"oom_killed", s.oom_killed},
-            {"duration_s", s.duration_s}};
-  if (!s.error.empty()) j["error"] = s.error;
-  return j;
-}
-
 std::string line(const json& j) { return json_text(j) + "\n"; }
 
 struct ExecBody {
@@ -132,7 +120,7 @@ Result<void> exec_detached(Exchange& ex, daemon::ExecSession& session) {
       return ex.respond_json(http::status::accepted, body);
     }
     if (ev.kind == daemon::ExecSession::Event::Kind::kExit) {
-      json exit = exit_event(ev.exit);
+      json exit = exit_event_json(ev.exit);
       exit.erase("type");
       return ex.respond_json(http::status::accepted, {{"pid", nullptr}, {"exit", exit}});
     }
@@ -141,6 +129,18 @@ Result<void> exec_detached(Exchange& ex, daemon::ExecSession& session) {
 }
 
 }  // namespace
+
+json exit_event_json(const daemon::ExitStatus& s) {
+  json j = {{"type", "exit"},
+            {"exit_code", s.exit_code ? json(*s.exit_code) : json(nullptr)},
+            {"signal", s.signal ? json(*s.signal) : json(nullptr)},
+            {"core_dumped", s.core_dumped},
+            {"timed_out", s.timed_out},
+            {"oom_killed", s.oom_killed},
+            {"duration_s", s.duration_s}};
+  if (!s.error.empty()) j["error"] = s.error;
+  return j;
+}
 
 Result<void> exec(Exchange& ex, ApiContext& ctx) {
   std::string id = TRY(sandbox_id(ex));
@@ -235,7 +235,7 @@ Result<void> exec(Exchange& ex, ApiContext& ctx) {
       // Ended: from here a client that hangs up (the CLI does as soon as it reads the exit
       // event) must not make the helper kill what the command left running in the background.
       finished = true;
-      if (ex.write_chunk(line(exit_event(ev->exit))) && ex.end_chunked()) complete = true;
+      if (ex.write_chunk(line(exit_event_json(ev->exit))) && ex.end_chunked()) complete = true;
       break;
     }
   }

@@ -30,9 +30,13 @@ Result<void> diff_sandbox(Exchange& ex, ApiContext& ctx);
 Result<void> get_audit(Exchange& ex, ApiContext& ctx);
 
 Result<void> exec(Exchange& ex, ApiContext& ctx);
+// The "exit" event of an exec stream (also the end of a detached command's logs).
+nlohmann::json exit_event_json(const daemon::ExitStatus& s);
 
 Result<void> list_processes(Exchange& ex, ApiContext& ctx);
 Result<void> kill_process(Exchange& ex, ApiContext& ctx);
+Result<void> process_logs(Exchange& ex, ApiContext& ctx);
+Result<void> wait_process(Exchange& ex, ApiContext& ctx);
 
 Result<void> get_file(Exchange& ex, ApiContext& ctx);
 Result<void> put_file(Exchange& ex, ApiContext& ctx);

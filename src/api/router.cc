@@ -43,6 +43,8 @@ const std::vector<Route>& routes() {
       {verb::post, "/v1/sandboxes/{id}/exec", h::exec, Op::kExec},
       {verb::get, "/v1/sandboxes/{id}/processes", h::list_processes, Op::kRead},
       {verb::delete_, "/v1/sandboxes/{id}/processes/{pid}", h::kill_process, Op::kExec},
+      {verb::get, "/v1/sandboxes/{id}/processes/{pid}/logs", h::process_logs, Op::kRead},
+      {verb::get, "/v1/sandboxes/{id}/processes/{pid}/wait", h::wait_process, Op::kRead},
       {verb::get, "/v1/sandboxes/{id}/files", h::get_file, Op::kRead},
       {verb::put, "/v1/sandboxes/{id}/files", h::put_file, Op::kFiles},
       {verb::delete_, "/v1/sandboxes/{id}/files", h::delete_file, Op::kFiles},

@@ -172,7 +172,8 @@ Commands define_commands(Args& a, const std::string& only) {
     exec->add_option("--env", a.env, "K=V (repeatable)")->allow_extra_args(false);
     exec->add_option("--cwd", a.cwd, "working directory inside the sandbox");
     exec->add_option("--user,-u", a.user, "run as this user: a name, UID or UID:GID");
-    exec->add_flag("--detach", a.detach, "start in the background and print its pid");
+    exec->add_flag("--detach", a.detach,
+                   "start in the background and print its pid (see `space logs`, `space wait`)");
     exec->add_flag("--snapshot", a.snapshot, "snapshot the sandbox before running CMD");
     exec->footer("Usage: space exec ID [OPTIONS] -- CMD [ARGS...]");
   }
@@ -188,6 +189,21 @@ Commands define_commands(Args& a, const std::string& only) {
     kill->add_option("id", a.id, "sandbox id")->required();
     kill->add_option("pid", a.pid, "pid inside the sandbox (see `space ps ID`)")->required();
     kill->add_option("--signal,-s", a.signal, "signal number or name (default TERM)");
+  }
+
+  if (want("logs")) {
+    auto* logs = app.add_subcommand("logs", "print the output of a detached command");
+    logs->add_option("id", a.id, "sandbox id")->required();
+    logs->add_option("pid", a.pid, "its pid (what `space exec --detach` printed)")->required();
+    logs->add_flag("--follow,-f", a.follow, "keep printing new output until the command ends");
+  }
+
+  if (want("wait")) {
+    auto* wait = app.add_subcommand(
+        "wait", "wait for a detached command to end and exit with its exit code");
+    wait->add_option("id", a.id, "sandbox id")->required();
+    wait->add_option("pid", a.pid, "its pid (what `space exec --detach` printed)")->required();
+    wait->add_option("--timeout", a.timeout, "give up after this long (exit 124), e.g. 30s");
   }
 
   if (want("cp")) {

@@ -21,13 +21,13 @@ struct SandboxFlags {
 };
 
 struct Args {
-  // "run", "create", "exec", "ps", "kill", "cp", "ls", "inspect", "rm", "pause", "resume",
+  // "run", "create", "exec", "ps", "kill", "logs", "wait", "cp", "ls", "inspect", "rm", "pause", "resume",
   // "diff", "doctor", "image import", "image ls", "image rm", "snapshot", "snapshot rm",
   // "snapshots", "rollback", "restore", "audit", "token create", "token ls", "token rm", "mcp".
   std::string command;
   SandboxFlags sandbox;            // run, create; restore --profile is sandbox.profile
   std::string id;                  // sandbox id (most commands; optional for `snapshots`)
-  std::string pid, signal;         // kill
+  std::string pid, signal;         // kill, logs, wait
   std::string src, dst;            // cp
   std::string name, path;          // image import NAME PATH; image rm NAME; snapshot --name
   std::string snap;                // rollback ID SNAP / restore SNAP
@@ -38,7 +38,7 @@ struct Args {
   std::vector<std::string> env;    // exec --env
   std::vector<std::string> cmd;    // run/exec: the command after `--`
   bool json = false, force = false, detach = false, snapshot = false, verify = false;
-  bool follow = false;  // audit --follow
+  bool follow = false;  // audit --follow, logs --follow
   bool keep = false;    // mcp --keep
   // token create: --profile and --op (repeatable), --ttl; --name is `name`, token rm's ID `id`
   std::vector<std::string> profiles, ops;

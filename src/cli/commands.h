@@ -30,6 +30,8 @@ Result<int> cmd_resume(const Args& a, const Client& c);
 Result<int> cmd_diff(const Args& a, const Client& c);
 Result<int> cmd_ps(const Args& a, const Client& c);
 Result<int> cmd_kill(const Args& a, const Client& c);
+Result<int> cmd_logs(const Args& a, const Client& c);
+Result<int> cmd_wait(const Args& a, const Client& c);
 Result<int> cmd_doctor(const Args& a, const Client& c);
 
 // run and exec (commands_exec.cc)

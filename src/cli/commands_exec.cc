@@ -207,6 +207,86 @@ Result<int> cmd_exec(const Args& a, const Client& c) {
   return stream_exec(TRY(c.connect()), a.id, std::move(body), should_forward_stdin());
 }
 
+// A pid argument: digits only, so it cannot change the request's path.
+Result<std::string> pid_arg(const Args& a) {
+  if (a.pid.empty() || a.pid.size() > 8 ||
+      a.pid.find_first_not_of("0123456789") != std::string::npos)
+    return fail(Code::kInvalidArgument,
+                "bad pid \"" + escape_text(a.pid) + "\"; `space exec --detach` printed it");
+  return a.pid;
+}
+
+Result<int> cmd_logs(const Args& a, const Client& c) {
+  std::string pid = TRY(pid_arg(a));
+  Connection conn = TRY(c.connect());
+  TRY_VOID(conn.send(
+      "GET", sandbox_target(a.id, "/processes/" + pid + "/logs" + (a.follow ? "?follow=true" : "")),
+      ""));
+  auto status = conn.read_head();
+  if (!status) {
+    if (int sig = received_signal(); sig != 0) return 128 + sig;
+    return fail(std::move(status.error()));
+  }
+  if (*status != 200) return fail(api_error(*status, conn.read_body(1 << 20).value_or("")));
+  auto dropped = [](const json& n) {
+    if (n.is_number_unsigned() && n.get<uint64_t>() > 0)
+      write_all(STDERR_FILENO,
+                "space: " + std::to_string(n.get<uint64_t>()) +
+                    " bytes of earlier output are no longer kept (spaced keeps the most recent "
+                    "1 MiB of a detached command)\n");
+  };
+  int code = 0;
+  auto r = conn.for_each_line([&](std::string_view line) -> Result<bool> {
+    json ev = json::parse(line, nullptr, false);
+    if (!ev.is_object()) return fail(Code::kProtocol, "the daemon sent a malformed log event");
+    std::string type = ev.value("type", "");
+    if (type == "started") {
+      dropped(ev.value("dropped", json()));
+    } else if (type == "dropped") {
+      dropped(ev.value("bytes", json()));
+    } else if (type == "stdout" || type == "stderr") {
+      auto data = TRY(exec_event_data(ev));
+      if (type == "stdout") {
+        if (!write_all(STDOUT_FILENO, data)) {
+          code = 128 + SIGPIPE;
+          return false;
+        }
+      } else {
+        (void)write_all(STDERR_FILENO, data);
+      }
+    } else if (type == "error") {
+      return fail(api_error(500, json{{"error", ev.value("error", json::object())}}.dump()));
+    }
+    return true;
+  });
+  if (!r) {
+    if (int sig = received_signal(); sig != 0) return 128 + sig;
+    return fail(std::move(r.error()));
+  }
+  return code;
+}
+
+Result<int> cmd_wait(const Args& a, const Client& c) {
+  std::string pid = TRY(pid_arg(a));
+  std::string query;
+  if (!a.timeout.empty()) {
+    double s = TRY(parse_duration(a.timeout));
+    query = "?timeout=" + std::to_string(s);
+  }
+  auto res = c.call("GET", sandbox_target(a.id, "/processes/" + pid + "/wait" + query));
+  if (!res) {
+    if (int sig = received_signal(); sig != 0) return 128 + sig;
+    return fail(std::move(res.error()));
+  }
+  if (res->value("running", false)) {
+    write_all(STDERR_FILENO, "space: pid " + pid + " still runs after " + a.timeout +
+                                 "; wait again, or stop it with `space kill " + a.id + " " + pid +
+                                 "`\n");
+    return 124;  // as timeout(1)
+  }
+  return exit_code_of(res->value("exit", json::object()));
+}
+
 Result<int> cmd_run(const Args& a, const Client& c) {
   json create = TRY(create_body(a.sandbox));
   // While the command runs its exec stream keeps the sandbox; if this CLI dies in a way that

@@ -25,6 +25,8 @@ Result<int> run_command(const Args& a, const Client& c) {
   if (cmd == "exec") return cmd_exec(a, c);
   if (cmd == "ps") return cmd_ps(a, c);
   if (cmd == "kill") return cmd_kill(a, c);
+  if (cmd == "logs") return cmd_logs(a, c);
+  if (cmd == "wait") return cmd_wait(a, c);
   if (cmd == "cp") return cmd_cp(a, c);
   if (cmd == "ls") return cmd_ls(a, c);
   if (cmd == "inspect") return cmd_inspect(a, c);

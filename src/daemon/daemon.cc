@@ -165,6 +165,11 @@ void Daemon::shutdown() {
     all = sandboxes_;
   }
   for (auto& [id, sb] : all) close_agent(*sb);
+  {
+    // Their streams ended with the channels; the detached processes run on in their sandboxes.
+    std::unique_lock lock(pumps_mu_);
+    pumps_cv_.wait(lock, [&] { return pumps_ == 0; });
+  }
   if (gateway_) gateway_->stop();
   Janitor::instance().drain();
   if (audit_) (void)audit_->flush();

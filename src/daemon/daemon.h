@@ -21,6 +21,7 @@
 #include "daemon/config.h"
 #include "daemon/dns_relay.h"
 #include "daemon/egress_relay.h"
+#include "daemon/exec_log.h"
 #include "daemon/guest_exec_audit.h"
 #include "daemon/images.h"
 #include "daemon/service.h"
@@ -50,6 +51,7 @@ class Daemon : public SandboxService {
   Result<std::unique_ptr<ExecSession>> exec(const std::string& id, const ExecRequest& req) override;
   Result<nlohmann::json> processes(const std::string& id) override;
   Result<void> kill(const std::string& id, int pid, int sig) override;
+  Result<std::shared_ptr<ExecLog>> exec_log(const std::string& id, int pid) override;
   Result<FileStat> stat(const std::string& id, const std::string& path) override;
   Result<SandboxInfo> set_timeout(const std::string& id, double timeout_s) override;
   Result<UniqueFd> connect_port(const std::string& id, uint16_t port) override;
@@ -118,6 +120,8 @@ class Daemon : public SandboxService {
     double idle_timeout_s = 0;
     std::atomic<double> last_active{0};
     std::atomic<int> open_execs{0};
+    // Detached commands: their kept output and end (daemon/exec_log.h).
+    ExecLogs exec_logs;
     void touch() { last_active = now_s(); }
     // Why it is being destroyed, set before its agent is cut off, so that an exec it cuts
     // short can say why (an exec stream reads it without taking `mu`, which the destroy holds).
@@ -207,8 +211,7 @@ class Daemon : public SandboxService {
   Result<void> destroy_sandbox(const std::shared_ptr<Sandbox>& sb, const std::string& reason);
   // destroy(wait = false): cut it off and record it "destroying" now; finish_teardown() (on the
   // janitor's thread) kills its processes, removes its resources and records it destroyed.
-  Result<void> destroy_in_background(const std::shared_ptr<Sandbox>& sb,
-                                     const std::string& reason);
+  Result<void> destroy_in_background(const std::shared_ptr<Sandbox>& sb, const std::string& reason);
   void finish_teardown(const std::shared_ptr<Sandbox>& sb, const std::string& reason);
   static constexpr uint64_t kMaxTeardowns = 32;
   std::atomic<uint64_t> teardowns_pending_{0};
@@ -237,8 +240,8 @@ class Daemon : public SandboxService {
   // while they are untouched.
   static nlohmann::json installed_stats(Sandbox& sb, const std::vector<std::string>& rel_paths);
   // The files spaced installs in every sandbox with egress: the gateway's CA and trust store.
-  static inline const std::vector<std::string> kInstalledFiles = {
-      "etc/space", "etc/space/ca.crt", "etc/space/ca-bundle.crt"};
+  static inline const std::vector<std::string> kInstalledFiles = {"etc/space", "etc/space/ca.crt",
+                                                                  "etc/space/ca-bundle.crt"};
   // Writes a small file into a running sandbox through its agent (parents created).
   static Result<void> put_file(AgentConn& conn, const std::string& path, uint32_t mode,
                                std::string_view bytes);
@@ -291,6 +294,12 @@ class Daemon : public SandboxService {
   std::condition_variable reaper_cv_;
   bool stopping_ = false;
   std::thread reaper_;
+  // Detached commands' pump threads (daemon/exec.cc): each moves one command's output into its
+  // ExecLog until it ends; shutdown() waits for them once the agent channels are closed.
+  void start_pump(std::unique_ptr<ExecSession> session, std::shared_ptr<KeptExecLog> log);
+  std::mutex pumps_mu_;
+  std::condition_variable pumps_cv_;
+  int pumps_ = 0;
   std::mutex snap_mu_;  // guards snap_stores_
   std::map<std::string, std::unique_ptr<snapshot::Store>> snap_stores_;
   std::string snap_key_;

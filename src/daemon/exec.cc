@@ -38,7 +38,7 @@ class ExecSessionImpl : public ExecSession {
     if (!done_) {
       // The client went away before the exec ended: kill its tree, leave nothing running.
       (void)sb_->conn->send_json(FrameType::kSignal, stream_->id(), {{"signal", SIGKILL}});
-      if (!disowned_) audit_end(nullptr, "the client went away; the process tree was killed");
+      audit_end(nullptr, "the client went away; the process tree was killed");
     }
     sb_->conn->close_stream(stream_->id());
     release();
@@ -133,12 +133,8 @@ class ExecSessionImpl : public ExecSession {
   void signal(int sig) override {
     (void)sb_->conn->send_json(FrameType::kSignal, stream_->id(), {{"signal", sig}});
   }
-  // Lets the process run on after this session is gone (detached execs).
-  void disown() {
-    done_ = true;
-    disowned_ = true;
-    release();
-  }
+  // Stops counting as an exec with its client attached (detached execs).
+  void release_attached() { release(); }
 
  private:
   // No longer an open exec of its sandbox (idle timeout, DELETE without force): once its end is
@@ -180,7 +176,6 @@ class ExecSessionImpl : public ExecSession {
   audit::OutputDigest stdout_, stderr_;
   int pid_ = 0;
   bool audited_end_ = false;
-  bool disowned_ = false;
   std::shared_ptr<Daemon::Sandbox> sb_;
   std::shared_ptr<Stream> stream_;
   Clock::time_point start_;
@@ -204,6 +199,7 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
     return fail(Code::kInvalidArgument, "the command line and environment are too large (max " +
                                             std::to_string(kMaxArgBytes) + " bytes)");
   auto sb = TRY(running(id));
+  if (req.detach) TRY_VOID(sb->exec_logs.reserve(id));
   std::string snapshot_id;
   if (req.snapshot) {
     std::lock_guard lock(sb->mu);
@@ -239,9 +235,8 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
   uint64_t oom_base = 0;
   if (auto k = sb->inst->oom_kills(); k) oom_base = *k;
   auto stream = sb->conn->open_stream();
-  json spec = {
-      {"argv", req.argv}, {"env", env},         {"cwd", cwd},           {"uid", 0},
-      {"gid", 0},         {"stdin", req.stdin}, {"detach", req.detach}, {"stdin_credit", true}};
+  json spec = {{"argv", req.argv}, {"env", env},         {"cwd", cwd},          {"uid", 0},
+               {"gid", 0},         {"stdin", req.stdin}, {"stdin_credit", true}};
   if (!req.user.empty()) {
     spec["user"] = req.user;
     if (req.cwd.empty()) spec.erase("cwd");  // the user's home
@@ -274,7 +269,7 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
   session->set_snapshot(snapshot_id);
   if (req.detach) {
     // Wait for started (or an exit with an error) and hand back an already-finished session
-    // whose first event is that; the process runs on and its output is discarded.
+    // whose first event is that; the process runs on, its output kept by a pump thread.
     auto ev = session->next();
     if (!ev) return fail(std::move(ev.error()));
     if (ev->kind == ExecSession::Event::Kind::kExit && !ev->exit.error.empty())
@@ -300,11 +295,57 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
     };
     auto d = std::make_unique<Detached>();
     d->ev = *ev;
-    // Forget the stream without killing: detached processes outlive their request.
-    session->disown();
+    if (ev->kind == ExecSession::Event::Kind::kStarted) {
+      // A detached command never counts as attached (idle timeout, DELETE without force).
+      session->release_attached();
+      auto log = std::make_shared<KeptExecLog>(ev->pid);
+      sb->exec_logs.add(log);
+      start_pump(std::move(session), std::move(log));
+    }
     return std::unique_ptr<ExecSession>(std::move(d));
   }
   return std::unique_ptr<ExecSession>(std::move(session));
+}
+
+void Daemon::start_pump(std::unique_ptr<ExecSession> session, std::shared_ptr<KeptExecLog> log) {
+  {
+    std::lock_guard lock(pumps_mu_);
+    pumps_++;
+  }
+  std::thread([this, s = std::move(session), log = std::move(log)]() mutable {
+    for (;;) {
+      auto ev = s->next();
+      if (!ev) {
+        log->fail(std::move(ev.error()));
+        break;
+      }
+      if (ev->kind == ExecSession::Event::Kind::kStdout ||
+          ev->kind == ExecSession::Event::Kind::kStderr) {
+        size_t n = ev->data.size();
+        log->append(ev->kind == ExecSession::Event::Kind::kStderr, std::move(ev->data));
+        s->consumed(n);
+      } else if (ev->kind == ExecSession::Event::Kind::kExit) {
+        log->finish(ev->exit);
+        break;
+      }
+    }
+    s.reset();  // ended: nothing to kill
+    log.reset();
+    std::lock_guard lock(pumps_mu_);
+    if (--pumps_ == 0) pumps_cv_.notify_all();
+  }).detach();
+}
+
+Result<std::shared_ptr<ExecLog>> Daemon::exec_log(const std::string& id, int pid) {
+  if (pid < 1) return fail(Code::kInvalidArgument, "pid must be >= 1");
+  auto sb = TRY(live(id));
+  auto log = sb->exec_logs.find(pid);
+  if (!log)
+    return fail(Code::kNotFound,
+                "sandbox " + id + " keeps no output of pid " + std::to_string(pid) +
+                    ": only commands started detached (`space exec --detach`) are kept, the " +
+                    std::to_string(kExecLogsPerSandbox) + " most recent per sandbox");
+  return std::shared_ptr<ExecLog>(std::move(log));
 }
 
 Result<json> Daemon::processes(const std::string& id) {

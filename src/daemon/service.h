@@ -5,15 +5,15 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "common/fd.h"
@@ -22,21 +22,21 @@
 namespace space::daemon {
 
 struct CreateRequest {
-  std::string runtime = "linux";      // linux | qemu | firecracker
+  std::string runtime = "linux";  // linux | qemu | firecracker
   std::string image = "host";
   std::string profile = "test";
   runtime::Limits limits;
   // Which of limits' fields the request set (memory, cpus, pids, disk); the others take the
   // config's "defaults".
   std::array<bool, 4> limits_given{};
-  std::optional<double> timeout_s;    // lifetime; destroyed when it expires
+  std::optional<double> timeout_s;  // lifetime; destroyed when it expires
   // Destroyed once no API call touched it and no exec stream was open for this long: a
   // sandbox whose client died (`space run` killed with SIGKILL) does not outlive it for long.
   std::optional<double> idle_timeout_s;
-  std::vector<std::string> env;       // "K=V", default environment of every exec
-  std::vector<std::string> secrets;   // credential names granted (egress issue)
-  std::vector<std::string> allow;     // HOST[:PORT] narrowing the profile's egress allowlist
-  std::string workdir = "/root";      // default cwd of execs
+  std::vector<std::string> env;      // "K=V", default environment of every exec
+  std::vector<std::string> secrets;  // credential names granted (egress issue)
+  std::vector<std::string> allow;    // HOST[:PORT] narrowing the profile's egress allowlist
+  std::string workdir = "/root";     // default cwd of execs
   // Rolling snapshots: take one this often (seconds) while the sandbox lives. Unset = the
   // profile's default ("snapshot_every" in the config); 0 = never.
   std::optional<double> snapshot_every_s;
@@ -47,25 +47,27 @@ struct CreateRequest {
 using SandboxInfo = nlohmann::json;
 
 struct ExecRequest {
-  std::vector<std::string> argv;      // non-empty
-  std::vector<std::string> env;       // "K=V", added to the sandbox's env
-  std::string cwd;                    // empty = the sandbox's workdir
-  std::optional<double> timeout_s;    // kill the exec's process tree after this long
-  bool detach = false;                // start and return at once; output discarded
-  bool stdin = false;                 // the client will stream stdin
-  bool snapshot = false;              // take a snapshot (kind "exec") before it starts
+  std::vector<std::string> argv;    // non-empty
+  std::vector<std::string> env;     // "K=V", added to the sandbox's env
+  std::string cwd;                  // empty = the sandbox's workdir
+  std::optional<double> timeout_s;  // kill the exec's process tree after this long
+  // Start and return once it runs; spaced keeps its output (the last kExecLogBytes) and its
+  // end for SandboxService::exec_log (GET .../processes/{pid}/logs and /wait).
+  bool detach = false;
+  bool stdin = false;     // the client will stream stdin
+  bool snapshot = false;  // take a snapshot (kind "exec") before it starts
   // Run as this user: a name in the sandbox's /etc/passwd, "UID" or "UID:GID" (the agent
   // resolves it). Empty: root of the sandbox.
   std::string user;
 };
 
 struct ExitStatus {
-  std::optional<int> exit_code;       // set if the process exited
-  std::optional<int> signal;          // set if it was killed by a signal
+  std::optional<int> exit_code;  // set if the process exited
+  std::optional<int> signal;     // set if it was killed by a signal
   bool core_dumped = false;
-  bool timed_out = false;             // killed because --timeout expired
-  bool oom_killed = false;            // the sandbox's memory limit killed a process meanwhile
-  std::string error;                  // set if the program could not be started
+  bool timed_out = false;   // killed because --timeout expired
+  bool oom_killed = false;  // the sandbox's memory limit killed a process meanwhile
+  std::string error;        // set if the program could not be started
   double duration_s = 0;
   // The code a shell would give: exit_code, or 128+signal.
   int shell_code() const { return exit_code ? *exit_code : 128 + signal.value_or(0); }
@@ -79,10 +81,10 @@ class ExecSession {
 
   struct Event {
     enum class Kind { kStarted, kStdout, kStderr, kExit } kind;
-    std::string data;                 // stdout/stderr bytes
-    int pid = 0;                      // kStarted: pid inside the sandbox
-    ExitStatus exit;                  // kExit
-    std::string snapshot;             // kStarted: the snapshot taken before the exec, if asked
+    std::string data;      // stdout/stderr bytes
+    int pid = 0;           // kStarted: pid inside the sandbox
+    ExitStatus exit;       // kExit
+    std::string snapshot;  // kStarted: the snapshot taken before the exec, if asked
   };
   // Blocks for the next event. After kExit it returns kExit again. An error means the sandbox
   // went away (destroyed, agent lost).
@@ -95,6 +97,35 @@ class ExecSession {
   virtual void signal(int sig) = 0;
 };
 
+// What spaced keeps of a command started with "detach": its output as it arrived (stdout and
+// stderr interleaved, the last kExecLogBytes of them) and how it ended. Thread-safe.
+inline constexpr size_t kExecLogBytes = 1 << 20;
+// Detached commands kept per sandbox (running or ended); the oldest ended one makes room.
+inline constexpr size_t kExecLogsPerSandbox = 64;
+
+class ExecLog {
+ public:
+  virtual ~ExecLog() = default;
+  struct Chunk {
+    bool is_stderr = false;
+    std::string data;
+  };
+  struct Read {
+    std::vector<Chunk> chunks;
+    uint64_t dropped = 0;  // bytes after the cursor that were no longer kept
+    bool ended = false;    // nothing more will come: `exit` or `error` says how it ended
+    std::optional<ExitStatus> exit;
+    std::optional<Error> error;  // ended without an exit status (its sandbox went away)
+  };
+  // The output after byte offset `cursor` of all output so far (stdout and stderr counted
+  // together), advancing it past what is returned. With nothing new and the command still
+  // running, waits for output or its end until `until`.
+  virtual Read read(uint64_t& cursor, std::chrono::steady_clock::time_point until) = 0;
+  // Waits until the command ended or `until`; true if it ended.
+  virtual bool wait(std::chrono::steady_clock::time_point until) = 0;
+  virtual int pid() const = 0;
+};
+
 // Streams a file from the sandbox: called with chunks of bytes; return false to abort.
 using ChunkSink = std::function<bool(std::string_view)>;
 // Pulls bytes to write into the sandbox: fills `out` (clears it first); an empty `out` with
@@ -102,17 +133,17 @@ using ChunkSink = std::function<bool(std::string_view)>;
 using ChunkSource = std::function<Result<void>(std::string& out)>;
 
 struct FileStat {
-  std::string type;                   // file | dir | symlink | other
+  std::string type;  // file | dir | symlink | other
   uint32_t mode = 0;
   uint64_t size = 0;
-  std::string target;                 // symlink target
+  std::string target;  // symlink target
 };
 
 // One entry of a directory listing.
 struct DirEntry {
-  std::string name;                   // the entry's name in the directory
+  std::string name;  // the entry's name in the directory
   FileStat stat;
-  int64_t mtime = 0;                  // seconds since the epoch
+  int64_t mtime = 0;  // seconds since the epoch
 };
 // The most entries GET files?list=true answers (more is a resource_exhausted error).
 inline constexpr size_t kMaxListEntries = 100'000;
@@ -120,7 +151,7 @@ inline constexpr size_t kMaxListEntries = 100'000;
 // POST /v1/sandboxes/{id}/snapshots. Names are unique within a profile: 1-64 characters of
 // [A-Za-z0-9._-], starting with a letter or digit, and never "snap_..." (that is an id).
 struct SnapshotRequest {
-  std::string name;                   // "" = unnamed
+  std::string name;  // "" = unnamed
 };
 
 // A snapshot as the API shows it (schema Snapshot in api/openapi.yaml):
@@ -155,6 +186,10 @@ class SandboxService {
   // Processes inside the sandbox (JSON array, schema Process in the OpenAPI file).
   virtual Result<nlohmann::json> processes(const std::string& id) = 0;
   virtual Result<void> kill(const std::string& id, int pid, int sig) = 0;
+  // The kept output and end of the detached command `pid` (ExecRequest::detach).
+  virtual Result<std::shared_ptr<ExecLog>> exec_log(const std::string& id, int pid) {
+    return fail(Code::kUnimplemented, "this service keeps no output of detached commands");
+  }
 
   virtual Result<FileStat> stat(const std::string& id, const std::string& path) = 0;
   // The entries of directory `path` (not recursive), in directory order; at most
@@ -223,7 +258,8 @@ class SandboxService {
   }
 
   // Images. import_image reads a tar archive (plain, gzip, xz or zstd) of a root filesystem.
-  virtual Result<nlohmann::json> import_image(const std::string& name, const ChunkSource& source) = 0;
+  virtual Result<nlohmann::json> import_image(const std::string& name,
+                                              const ChunkSource& source) = 0;
   virtual Result<nlohmann::json> list_images() = 0;  // JSON array, schema Image
   virtual Result<void> remove_image(const std::string& name) = 0;
   // Builds (or reuses) the image's ext4 disk for VM runtimes (Images::build_vm); `progress`
@@ -238,8 +274,7 @@ class SandboxService {
   // oldest first, at most `limit` (JSON array of schema AuditEvent); and a verification of
   // its hash chain ({"ok","events","first_bad_seq","problem"}). Services without an audit log
   // answer kUnimplemented.
-  virtual Result<nlohmann::json> audit_events(const std::string& id, int64_t after,
-                                              size_t limit) {
+  virtual Result<nlohmann::json> audit_events(const std::string& id, int64_t after, size_t limit) {
     return fail(Code::kUnimplemented, "this service keeps no audit log");
   }
   virtual Result<nlohmann::json> audit_verify(const std::string& id) {
@@ -247,7 +282,7 @@ class SandboxService {
   }
 
   virtual nlohmann::json health() = 0;
-  virtual std::string metrics() = 0;   // Prometheus text exposition format
+  virtual std::string metrics() = 0;  // Prometheus text exposition format
   virtual nlohmann::json doctor() = 0;
 };
 

@@ -191,7 +191,22 @@ class OpenApiConformanceTest(SpaceTestCase):
         sleeper = [p["pid"] for p in procs if p.get("argv", [None])[0] == "sleep"][0]
         self.hit("DELETE", PP, "%s/processes/%d?signal=0" % (base, sleeper))
         self.hit("DELETE", PP, "%s/processes/%d?signal=99" % (base, sleeper), expect=400)
+        # Detached commands: logs (kept, followed) and wait.
+        L, W = PP + "/logs", PP + "/wait"
+        self.hit("GET", W, "%s/processes/%d/wait?timeout=0.1" % (base, sleeper), expect=200)
+        self.hit("GET", L, "%s/processes/%d/logs" % (base, sleeper), expect=200)
         self.hit("DELETE", PP, "%s/processes/%d" % (base, sleeper), expect=204)
+        self.hit("GET", W, "%s/processes/%d/wait" % (base, sleeper), expect=200)
+        talker = self.hit("POST", E, base + "/exec", {
+            "cmd": ["sh", "-c", "echo o; echo e >&2; exit 3"], "detach": True},
+            expect=202).json["pid"]
+        self.hit("GET", L, "%s/processes/%d/logs?follow=true" % (base, talker), expect=200)
+        self.hit("GET", W, "%s/processes/%d/wait?timeout=30" % (base, talker), expect=200)
+        self.hit("GET", W, "%s/processes/%d/wait?timeout=soon" % (base, talker), expect=400)
+        self.hit("GET", L, "%s/processes/%d/logs?follow=maybe" % (base, talker), expect=400)
+        self.hit("GET", L, "%s/processes/1/logs" % base, expect=404)
+        self.hit("GET", W, "%s/processes/0/wait" % base, expect=400)
+        self.hit("GET", W, S + "/sb_nothere/processes/5/wait", expect=404)
         self.hit("DELETE", PP, "%s/processes/4000000" % base)
         self.hit("GET", P, S + "/sb_nothere/processes", expect=404)
 

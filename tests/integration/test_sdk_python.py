@@ -105,6 +105,44 @@ class PythonSdkTest(SpaceTestCase):
         with self.assertRaises(CommandExitError):
             h.wait(check=True)
 
+    def test_background_commands_outlive_their_program_and_can_be_followed_again(self):
+        # Started by one program (a child Python process that then exits) ...
+        prog = ("import sys; sys.path.insert(0, %r)\n"
+                "from space_sandbox import Sandbox, Client\n"
+                "sb = Sandbox.connect(%r, client=Client(socket_path=%r))\n"
+                "h = sb.commands.run('echo one; echo err >&2; read x < /tmp/go-sdk; echo two $x;"
+                " exit 5', background=True)\n"
+                "print(h.pid)\n") % (os.path.join(REPO, "sdk", "python"), self.sb.id, self.daemon.socket)
+        self.sb.commands.run("mkfifo /tmp/go-sdk", check=True)
+        out = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True,
+                             timeout=60, check=True).stdout
+        pid = int(out.strip())
+        # ... it runs on, and another handle follows it: kept output first, then new output.
+        seen = []
+        h = self.sb.commands.connect(pid, on_stdout=seen.append)
+        self.assertTrue(h.detached)
+        wait_for(lambda: "one\n" in h.stdout, what="the kept output")
+        self.assertEqual(h.stderr, "err\n")
+        self.assertTrue(h.running)
+        self.sb.commands.run("echo now > /tmp/go-sdk", check=True)
+        r = h.wait(timeout=30)
+        self.assertEqual((r.exit_code, r.stdout, r.pid), (5, "one\ntwo now\n", pid))
+        self.assertEqual("".join(seen), "one\ntwo now\n")
+        # Ended commands can be read again; a disconnect leaves a running one alone.
+        self.assertEqual(self.sb.commands.connect(pid).wait(timeout=10).exit_code, 5)
+        h = self.sb.commands.run("sleep 60", background=True)
+        h.disconnect()
+        self.assertFalse(h.running)
+        self.assertIn(h.pid, [p["pid"] for p in self.sb.commands.list()])
+        again = self.sb.commands.connect(h.pid)
+        again.kill()
+        self.assertEqual(again.wait(timeout=10).signal, 9)
+        # A command that cannot start says why; a pid not started detached has no logs.
+        r = self.sb.commands.run("/no/such/program", background=True).wait(timeout=10)
+        self.assertEqual(r.exit_code, 127)
+        with self.assertRaises(NotFoundError):
+            self.sb.commands.connect(1)
+
     # -- code interpreter ---------------------------------------------------------------------
 
     def test_code_interpreter_keeps_state_and_reports_results(self):

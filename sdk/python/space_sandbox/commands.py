@@ -49,11 +49,19 @@ def _argv(cmd: Cmd) -> List[str]:
 
 
 class CommandHandle:
-    """A command running in the background (``run(..., background=True)``): its output is
-    collected (and passed to the handlers) while it runs; ``wait()`` returns its result."""
+    """A command running in the background (``run(..., background=True)``, or
+    ``commands.connect(pid)``): its output is collected (and passed to the handlers) while it
+    runs; ``wait()`` returns its result.
 
-    def __init__(self, sandbox_id: str, client: Client, resp: Response,
-                 on_stdout: Optional[OutputHandler], on_stderr: Optional[OutputHandler]) -> None:
+    A command started in the background without ``stdin`` runs detached: it goes on when this
+    program ends or calls :meth:`disconnect`, and ``commands.connect(pid)`` (from here or from
+    another program) follows it again (spaced keeps its last 1 MiB of output and its exit). With
+    ``stdin`` it stays attached to this program's connection and ends with it."""
+
+    def __init__(self, sandbox_id: str, client: Client, resp: Optional[Response],
+                 on_stdout: Optional[OutputHandler], on_stderr: Optional[OutputHandler], *,
+                 detached: bool = False, pid: Optional[int] = None,
+                 snapshot: Optional[str] = None, ended: Optional[dict] = None) -> None:
         self.sandbox_id = sandbox_id
         self._client = client
         self._resp = resp
@@ -65,22 +73,30 @@ class CommandHandle:
         self._done = threading.Event()
         self._result: Optional[CommandResult] = None
         self._failure: Optional[BaseException] = None
-        self.pid: Optional[int] = None
-        self.snapshot: Optional[str] = None
-        self._thread = threading.Thread(target=self._pump, name="space-exec", daemon=True)
+        self._disconnected = False
+        self.detached = detached
+        self.pid: Optional[int] = pid
+        self.snapshot: Optional[str] = snapshot
+        #: Output bytes spaced no longer kept when this handle connected (detached commands).
+        self.dropped = 0
+        lines = resp.iter_lines() if resp is not None else iter(
+            [json.dumps(dict(ended or {}, type="exit")).encode()])
+        self._thread = threading.Thread(target=self._pump, args=(lines,), name="space-exec",
+                                        daemon=True)
         self._thread.start()
 
-    def _pump(self) -> None:
+    def _pump(self, lines) -> None:
         ended: Optional[dict] = None
         try:
-            for line in self._resp.iter_lines():
+            for line in lines:
                 if not line.strip():
                     continue
                 ev = json.loads(line)
                 kind = ev.get("type")
                 if kind == "started":
                     self.pid = ev.get("pid")
-                    self.snapshot = ev.get("snapshot")
+                    self.snapshot = ev.get("snapshot", self.snapshot)
+                    self.dropped += int(ev.get("dropped") or 0)
                     self._started.set()
                 elif kind in ("stdout", "stderr"):
                     data = base64.b64decode(ev.get("data", ""))
@@ -88,6 +104,8 @@ class CommandHandle:
                     handler = self._on_stdout if kind == "stdout" else self._on_stderr
                     if handler is not None:
                         handler(data.decode("utf-8", "replace"))
+                elif kind == "dropped":
+                    self.dropped += int(ev.get("bytes") or 0)
                 elif kind == "exit":
                     ended = ev
                 elif kind == "error":
@@ -95,6 +113,9 @@ class CommandHandle:
                     raise error_for(str(err.get("code", "internal")),
                                     str(err.get("message", "the exec failed")))
             if ended is None:
+                if self._disconnected:
+                    raise error_for("unavailable", "disconnected from the command (pid %s); "
+                                    "commands.connect(pid) follows it again" % self.pid)
                 raise error_for("unavailable", "the exec stream of sandbox %s ended without an "
                                 "exit event (the sandbox was destroyed, or spaced stopped)"
                                 % self.sandbox_id)
@@ -110,13 +131,15 @@ class CommandHandle:
         except BaseException as e:  # handed to wait()
             self._failure = e
         finally:
-            self._resp.close()
+            if self._resp is not None:
+                self._resp.close()
             self._started.set()
             self._done.set()
 
     def wait_started(self, timeout: Optional[float] = None) -> Optional[int]:
         """Waits until the process runs; its pid (inside the sandbox)."""
-        self._started.wait(timeout)
+        if self.pid is None:
+            self._started.wait(timeout)
         if self.pid is None and self._failure is not None:
             raise self._failure
         return self.pid
@@ -134,6 +157,13 @@ class CommandHandle:
             raise CommandExitError(self._result)
         return self._result
 
+    def disconnect(self) -> None:
+        """Stops following the command; a detached one runs on (``commands.connect(pid)``)."""
+        if self._resp is not None and not self._done.is_set():
+            self._disconnected = True
+            self._resp.abort()
+            self._done.wait(5)
+
     @property
     def running(self) -> bool:
         return not self._done.is_set()
@@ -147,32 +177,38 @@ class CommandHandle:
     def stderr(self) -> str:
         return b"".join(self._err).decode("utf-8", "replace")
 
+    def _signal_tree(self, pid: int, signal: int) -> None:
+        try:
+            procs = self._client.call("GET", "/v1/sandboxes/%s/processes" % self.sandbox_id)
+            children: Dict[int, List[int]] = {}
+            for p in procs["processes"]:
+                children.setdefault(p.get("ppid", 0), []).append(p["pid"])
+            tree, todo = [], [pid]
+            while todo:
+                p = todo.pop()
+                tree.append(p)
+                todo.extend(children.get(p, []))
+        except (NotFoundError, ConflictError):
+            tree = [pid]
+        for p in tree:  # parents first: they cannot start new children once stopped
+            try:
+                self._client.call("DELETE", "/v1/sandboxes/%s/processes/%d"
+                                  % (self.sandbox_id, p), query={"signal": signal})
+            except (NotFoundError, ConflictError):
+                pass  # already gone
+
     def kill(self, signal: int = 9, *, grace: float = 2.0) -> None:
         """Sends ``signal`` to the command's process and every process it started (found through
-        their parent pids); if the command has not ended ``grace`` seconds later, cuts its
-        stream, which makes spaced kill its whole process tree."""
+        their parent pids); if the command has not ended ``grace`` seconds later, kills what is
+        left of its tree (SIGKILL; an attached command: by cutting its stream)."""
         pid = self.wait_started(grace)
         if pid is not None and not self._done.is_set():
-            try:
-                procs = self._client.call("GET", "/v1/sandboxes/%s/processes" % self.sandbox_id)
-                children: Dict[int, List[int]] = {}
-                for p in procs["processes"]:
-                    children.setdefault(p.get("ppid", 0), []).append(p["pid"])
-                tree, todo = [], [pid]
-                while todo:
-                    p = todo.pop()
-                    tree.append(p)
-                    todo.extend(children.get(p, []))
-            except (NotFoundError, ConflictError):
-                tree = [pid]
-            for p in tree:  # parents first: they cannot start new children once stopped
-                try:
-                    self._client.call("DELETE", "/v1/sandboxes/%s/processes/%d"
-                                      % (self.sandbox_id, p), query={"signal": signal})
-                except (NotFoundError, ConflictError):
-                    pass  # already gone
+            self._signal_tree(pid, signal)
         if not self._done.wait(grace):
-            self._resp.abort()
+            if self.detached and pid is not None:
+                self._signal_tree(pid, 9)
+            elif self._resp is not None:
+                self._resp.abort()
             self._done.wait(grace)
 
 
@@ -193,7 +229,8 @@ class Commands:
 
         ``timeout``: seconds after which the command's process tree is killed (the result says
         ``timed_out``). ``on_stdout``/``on_stderr`` get the output as it comes. With
-        ``background=True`` returns a :class:`CommandHandle` at once; otherwise waits and returns
+        ``background=True`` returns a :class:`CommandHandle` at once (without ``stdin`` the
+        command runs detached and outlives this program); otherwise waits and returns
         a :class:`CommandResult` (with ``check=True`` raising ``CommandExitError`` on failure).
         ``snapshot=True`` snapshots the sandbox before the command starts (result.snapshot).
         ``user``: run as this user (a name of the sandbox, a uid or "uid:gid"); default root.
@@ -210,6 +247,15 @@ class Commands:
         if user is not None:
             req["user"] = user
         path = "/v1/sandboxes/%s/exec" % self._id
+        if background and stdin is None:
+            req["detach"] = True
+            started = self._client.call("POST", path, json_body=req)
+            if started.get("pid") is None:  # it ended before it ran (could not start)
+                return CommandHandle(self._id, self._client, None, on_stdout, on_stderr,
+                                     detached=True, snapshot=started.get("snapshot"),
+                                     ended=started.get("exit") or {})
+            return self.connect(int(started["pid"]), on_stdout=on_stdout, on_stderr=on_stderr,
+                                _snapshot=started.get("snapshot"))
         # The HTTP timeout covers the whole stream when the command has one; otherwise none.
         http_timeout = None if timeout is None else timeout + 60
         if stdin is not None:
@@ -233,6 +279,18 @@ class Commands:
             handle.wait_started()
             return handle
         return handle.wait(check=check)
+
+    def connect(self, pid: int, *, on_stdout: Optional[OutputHandler] = None,
+                on_stderr: Optional[OutputHandler] = None,
+                _snapshot: Optional[str] = None) -> CommandHandle:
+        """Follows the detached command ``pid`` (started with ``background=True``, here or by
+        another program): the output spaced kept of it (its last 1 MiB) and then new output, and
+        its end (``wait()``). Raises ``NotFoundError`` for a pid that was not started detached."""
+        resp = self._client.request("GET", "/v1/sandboxes/%s/processes/%d/logs" % (self._id, pid),
+                                    query={"follow": "true"}, timeout=None, stream=True)
+        handle = CommandHandle(self._id, self._client, resp, on_stdout, on_stderr,
+                               detached=True, pid=pid, snapshot=_snapshot)
+        return handle
 
     def kill(self, pid: int, signal: int = 15) -> None:
         """Sends ``signal`` to process ``pid`` of the sandbox."""

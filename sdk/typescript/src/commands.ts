@@ -46,40 +46,68 @@ function argv(cmd: Cmd): string[] {
   return [...cmd];
 }
 
-/** A command running in the background (`run(cmd, {background: true})`). */
+/** Where a handle's events come from: a live exec stream, a detached command's followed logs,
+ * or (a detached command that could not start) its exit event alone. */
+export interface HandleSource {
+  resp?: Response;
+  detached?: boolean;
+  pid?: number | null;
+  snapshot?: string | null;
+  ended?: Record<string, unknown>;
+}
+
+/** A command running in the background (`run(cmd, {background: true})`, or
+ * `commands.connect(pid)`). Without `stdin` it runs detached: it goes on when this program ends
+ * or calls `disconnect()`, and `commands.connect(pid)` follows it again (spaced keeps its last
+ * 1 MiB of output and its exit). With `stdin` it stays attached to this connection. */
 export class CommandHandle {
   pid: number | null = null;
   snapshot: string | null = null;
+  /** Output bytes spaced no longer kept when this handle connected (detached commands). */
+  dropped = 0;
+  readonly detached: boolean;
+  private readonly resp: Response | undefined;
   private out: Buffer[] = [];
   private err: Buffer[] = [];
   private done = false;
+  private disconnected = false;
   private readonly started: Promise<void>;
   private readonly finished: Promise<CommandResult>;
 
   constructor(
     readonly sandboxId: string,
     private readonly client: Client,
-    private readonly resp: Response,
+    source: HandleSource,
     private readonly opts: RunOptions,
   ) {
+    this.resp = source.resp;
+    this.detached = !!source.detached;
+    this.pid = source.pid ?? null;
+    this.snapshot = source.snapshot ?? null;
     let markStarted!: () => void;
     this.started = new Promise((r) => (markStarted = r));
-    this.finished = this.pump(markStarted).finally(() => {
+    const lines: AsyncIterable<string> = source.resp
+      ? source.resp.lines()
+      : (async function* () { yield JSON.stringify({ ...(source.ended ?? {}), type: "exit" }); })();
+    this.finished = this.pump(lines, markStarted).finally(() => {
       this.done = true;
       markStarted();
     });
     this.finished.catch(() => {}); // surfaced by wait()
   }
 
-  private async pump(markStarted: () => void): Promise<CommandResult> {
+  private async pump(lines: AsyncIterable<string>, markStarted: () => void): Promise<CommandResult> {
     let ended: any = null;
-    for await (const line of this.resp.lines()) {
+    for await (const line of lines) {
       if (!line.trim()) continue;
       const ev = JSON.parse(line);
       if (ev.type === "started") {
         this.pid = ev.pid ?? null;
-        this.snapshot = ev.snapshot ?? null;
+        this.snapshot = ev.snapshot ?? this.snapshot;
+        this.dropped += Number(ev.dropped ?? 0);
         markStarted();
+      } else if (ev.type === "dropped") {
+        this.dropped += Number(ev.bytes ?? 0);
       } else if (ev.type === "stdout" || ev.type === "stderr") {
         const data = Buffer.from(ev.data ?? "", "base64");
         (ev.type === "stdout" ? this.out : this.err).push(data);
@@ -91,9 +119,13 @@ export class CommandHandle {
         throw errorFor(String(ev.error?.code ?? "internal"), String(ev.error?.message ?? "the exec failed"));
       }
     }
-    if (!ended)
+    if (!ended) {
+      if (this.disconnected)
+        throw errorFor("unavailable", `disconnected from the command (pid ${this.pid}); ` +
+          "commands.connect(pid) follows it again");
       throw errorFor("unavailable", `the exec stream of sandbox ${this.sandboxId} ended without an exit ` +
         "event (the sandbox was destroyed, or spaced stopped)");
+    }
     const out = Buffer.concat(this.out), err = Buffer.concat(this.err);
     return {
       exitCode: ended.exit_code ?? null, stdout: out.toString("utf8"), stderr: err.toString("utf8"),
@@ -105,6 +137,7 @@ export class CommandHandle {
 
   /** Waits until the process runs; its pid inside the sandbox. */
   async waitStarted(): Promise<number | null> {
+    if (this.pid !== null) return this.pid;
     await this.started;
     if (this.pid === null) await this.finished; // throws why it never started
     return this.pid;
@@ -144,43 +177,58 @@ export class CommandHandle {
     return Buffer.concat(this.err).toString("utf8");
   }
 
-  /** Sends `signal` to the command's process and every process it started; if it has not
-   * ended `graceMs` later, cuts its stream, which makes spaced kill its whole process tree. */
-  async kill(signal = 9, graceMs = 2000): Promise<void> {
-    const pid = await this.waitStarted();
-    if (pid !== null && !this.done) {
-      let tree = [pid];
+  /** Stops following the command; a detached one runs on (`commands.connect(pid)`). */
+  async disconnect(): Promise<void> {
+    if (!this.resp || this.done) return;
+    this.disconnected = true;
+    this.resp.abort();
+    await this.finished.then(() => {}, () => {});
+  }
+
+  private async signalTree(pid: number, signal: number): Promise<void> {
+    let tree = [pid];
+    try {
+      const { processes } = await this.client.call(
+        "GET", `/v1/sandboxes/${this.sandboxId}/processes`);
+      const children = new Map<number, number[]>();
+      for (const p of processes) {
+        const list = children.get(p.ppid ?? 0) ?? [];
+        list.push(p.pid);
+        children.set(p.ppid ?? 0, list);
+      }
+      tree = [];
+      const todo = [pid];
+      while (todo.length) {
+        const p = todo.pop()!;
+        tree.push(p);
+        todo.push(...(children.get(p) ?? []));
+      }
+    } catch (e) {
+      if (!(e instanceof NotFoundError || e instanceof ConflictError)) throw e;
+    }
+    for (const p of tree) { // parents first: they cannot start new children once stopped
       try {
-        const { processes } = await this.client.call(
-          "GET", `/v1/sandboxes/${this.sandboxId}/processes`);
-        const children = new Map<number, number[]>();
-        for (const p of processes) {
-          const list = children.get(p.ppid ?? 0) ?? [];
-          list.push(p.pid);
-          children.set(p.ppid ?? 0, list);
-        }
-        tree = [];
-        const todo = [pid];
-        while (todo.length) {
-          const p = todo.pop()!;
-          tree.push(p);
-          todo.push(...(children.get(p) ?? []));
-        }
+        await this.client.call("DELETE", `/v1/sandboxes/${this.sandboxId}/processes/${p}`,
+                               { query: { signal } });
       } catch (e) {
         if (!(e instanceof NotFoundError || e instanceof ConflictError)) throw e;
       }
-      for (const p of tree) {
-        try {
-          await this.client.call("DELETE", `/v1/sandboxes/${this.sandboxId}/processes/${p}`,
-                                 { query: { signal } });
-        } catch (e) {
-          if (!(e instanceof NotFoundError || e instanceof ConflictError)) throw e;
-        }
-      }
     }
-    const settled = this.finished.then(() => true, () => true);
-    const inTime = await Promise.race([settled, new Promise<boolean>((r) => setTimeout(() => r(false), graceMs))]);
-    if (!inTime) this.resp.abort();
+  }
+
+  /** Sends `signal` to the command's process and every process it started; if it has not
+   * ended `graceMs` later, kills what is left of its tree (SIGKILL; an attached command: by
+   * cutting its stream). */
+  async kill(signal = 9, graceMs = 2000): Promise<void> {
+    const pid = await this.waitStarted();
+    if (pid !== null && !this.done) await this.signalTree(pid, signal);
+    const settled = () => this.finished.then(() => true, () => true);
+    const within = (ms: number) =>
+      Promise.race([settled(), new Promise<boolean>((r) => setTimeout(() => r(false), ms))]);
+    if (await within(graceMs)) return;
+    if (this.detached && pid !== null) await this.signalTree(pid, 9);
+    else this.resp?.abort();
+    await within(graceMs);
   }
 }
 
@@ -199,6 +247,14 @@ export class Commands {
     if (opts.snapshot) req.snapshot = true;
     if (opts.user !== undefined) req.user = opts.user;
     const path = `/v1/sandboxes/${this.sandboxId}/exec`;
+    if (opts.background && opts.stdin === undefined) {
+      req.detach = true;
+      const started = await this.client.call("POST", path, { json: req });
+      if (started.pid === null || started.pid === undefined) // it ended before it ran
+        return new CommandHandle(this.sandboxId, this.client,
+          { detached: true, snapshot: started.snapshot ?? null, ended: started.exit ?? {} }, opts);
+      return this.followLogs(Number(started.pid), opts, started.snapshot ?? null);
+    }
     let resp: Response;
     if (opts.stdin !== undefined) {
       req.stdin = true;
@@ -211,12 +267,25 @@ export class Commands {
     } else {
       resp = await this.client.request("POST", path, { json: req, timeoutMs: 0 });
     }
-    const handle = new CommandHandle(this.sandboxId, this.client, resp, opts);
+    const handle = new CommandHandle(this.sandboxId, this.client, { resp }, opts);
     if (opts.background) {
       await handle.waitStarted();
       return handle;
     }
     return handle.wait({ check: opts.check });
+  }
+
+  /** Follows the detached command `pid` (started with `background: true`, here or by another
+   * program): the output spaced kept of it (its last 1 MiB), then new output, and its end
+   * (`wait()`). Throws NotFoundError for a pid that was not started detached. */
+  async connect(pid: number, opts: Pick<RunOptions, "onStdout" | "onStderr"> = {}): Promise<CommandHandle> {
+    return this.followLogs(pid, opts, null);
+  }
+
+  private async followLogs(pid: number, opts: RunOptions, snapshot: string | null): Promise<CommandHandle> {
+    const resp = await this.client.request("GET", `/v1/sandboxes/${this.sandboxId}/processes/${pid}/logs`,
+      { query: { follow: "true" }, timeoutMs: 0 });
+    return new CommandHandle(this.sandboxId, this.client, { resp, detached: true, pid, snapshot }, opts);
   }
 
   /** Sends `signal` to process `pid` of the sandbox. */

@@ -85,6 +85,26 @@ test("background commands: wait and kill", async () => {
   await assert.rejects(h2.wait({ check: true }), CommandExitError);
 });
 
+test("background commands run detached: disconnect, connect again, kept output", async () => {
+  await sb.commands.run("mkfifo /tmp/go-ts", { check: true });
+  const h = await sb.commands.run("echo one; read x < /tmp/go-ts; echo two $x; exit 6", { background: true });
+  assert.equal(h.detached, true);
+  await waitFor(() => h.stdout === "one\n", "the first output");
+  await h.disconnect();
+  assert.equal(h.running, false);
+  assert.ok((await sb.commands.list()).some((p) => p.pid === h.pid), "it runs on");
+  const seen = [];
+  const again = await sb.commands.connect(h.pid, { onStdout: (t) => seen.push(t) });
+  await waitFor(() => again.stdout === "one\n", "the kept output");
+  await sb.commands.run("echo now > /tmp/go-ts", { check: true });
+  const r = await again.wait({ timeoutMs: 30_000 });
+  assert.deepEqual([r.exitCode, r.stdout, r.pid], [6, "one\ntwo now\n", h.pid]);
+  assert.equal(seen.join(""), "one\ntwo now\n");
+  const failed = await sb.commands.run("/no/such/program", { background: true });
+  assert.equal((await failed.wait()).exitCode, 127);
+  await assert.rejects(sb.commands.connect(1), NotFoundError);
+});
+
 test("code interpreter: state, results, errors, figures, timeouts", async () => {
   let ex = await sb.runCode("x = 41\nprint('side effect')\nx + 1");
   assert.equal(ex.error, null);
