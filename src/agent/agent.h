@@ -86,6 +86,7 @@ class Agent {
     pid_t shim_pid = -1;
     pid_t worker_pid = -1;
     UniqueFd status_r, stdin_w, stdout_r, stderr_r;
+    UniqueFd tty;  // spec.tty: the terminal's master side, for resizes
     bool stdout_polled = false, stderr_polled = false, stdin_polled = false;
     std::string status_buf;
     std::string stdin_pending;  // bytes from stdin_off on are not yet in the pipe

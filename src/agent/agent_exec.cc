@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -77,6 +78,7 @@ void Agent::start_exec(uint32_t stream, std::string_view payload) {
   e->stdin_w = std::move(h->stdin_w);
   e->stdout_r = std::move(h->stdout_r);
   e->stderr_r = std::move(h->stderr_r);
+  e->tty = std::move(h->tty);
   shims_[h->pid] = ShimInfo{stream, std::move(h->control)};
   if (auto r = epoll_add(e->status_r.get(), EPOLLIN, key(kExecStatus, e->serial)); !r) {
     // Cannot watch it: kill the tree (the shim sees its control pipe close) and report.
@@ -316,6 +318,17 @@ void Agent::on_stdin_frame(uint32_t stream, std::string&& payload) {
 void Agent::on_signal_frame(uint32_t stream, std::string_view payload) {
   auto req = parse_object(payload);
   std::optional<int64_t> sig;
+  if (req && req->contains("rows")) {
+    // A terminal resize: {"rows": R, "cols": C}; the kernel tells the foreground group (SIGWINCH).
+    auto rows = opt_int(*req, "rows", 1, 4096);
+    auto cols = opt_int(*req, "cols", 1, 4096);
+    Exec* e = exec_for_stream(stream);
+    if (rows && cols && *rows && *cols && e && e->tty.valid()) {
+      winsize ws{static_cast<uint16_t>(**rows), static_cast<uint16_t>(**cols), 0, 0};
+      (void)::ioctl(e->tty.get(), TIOCSWINSZ, &ws);
+    }
+    return;
+  }
   if (req) {
     auto s = opt_int(*req, "signal", 1, 64);
     if (s) sig = *s;

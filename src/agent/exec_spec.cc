@@ -58,6 +58,10 @@ Result<ExecSpec> parse_exec_spec(std::string_view payload) {
   s.detach = TRY(opt_bool(o, "detach", false));
   s.stdin_credit = TRY(opt_bool(o, "stdin_credit", false));
   if (s.detach) s.stdin_pipe = false;
+  s.tty = TRY(opt_bool(o, "tty", false));
+  if (s.tty && s.detach) return fail(Code::kInvalidArgument, "a detached exec has no terminal");
+  s.rows = static_cast<uint16_t>(TRY(opt_int(o, "rows", 1, 4096)).value_or(24));
+  s.cols = static_cast<uint16_t>(TRY(opt_int(o, "cols", 1, 4096)).value_or(80));
   return s;
 }
 
@@ -166,6 +170,8 @@ StartFailure describe_start_failure(const ExecSpec& spec, WorkerStep step, int e
       return {126, Error::sys("setpgid", "", err)};
     case WorkerStep::kStdio:
       return {126, Error::sys("dup2", "stdio", err)};
+    case WorkerStep::kTty:
+      return {126, Error::sys("setsid/TIOCSCTTY", "the exec's terminal", err)};
     case WorkerStep::kSetgroups:
       return {126, Error::sys("setgroups", std::to_string(spec.gid), err)};
     case WorkerStep::kSetgid:

@@ -30,6 +30,10 @@ struct ExecSpec {
   bool cwd_given = false;
   bool stdin_pipe = false;  // false: stdin is /dev/null
   bool detach = false;      // true: /dev/null for all three streams
+  // A pseudo-terminal for stdin, stdout and stderr (all output comes as stdout), the process
+  // its session leader with the terminal as its controlling tty; `rows` x `cols` at first.
+  bool tty = false;
+  uint16_t rows = 24, cols = 80;
   // Extension (docs/agent-protocol.md): the agent acknowledges stdin bytes with `credit`
   // frames once they are written into the process's pipe.
   bool stdin_credit = false;
@@ -57,6 +61,7 @@ enum class WorkerStep : int32_t {
   kSetgid = 6,
   kSetuid = 7,
   kExec = 8,
+  kTty = 9,  // setsid or TIOCSCTTY for the terminal
 };
 
 struct StartFailure {

@@ -11,6 +11,8 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -46,6 +48,7 @@ struct WorkerPlan {
   int stderr_fd = -1;
   int null_fd = -1;
   int status_fd = -1;
+  bool tty = false;  // stdin_fd (= stdout_fd = stderr_fd) is a terminal to make controlling
 };
 
 // Signals the shim ignores, so that a sandbox process's `kill -TERM -1` does not orphan the
@@ -64,7 +67,12 @@ void write_record(int fd, ShimRecord r) {
     f->err = err;
     _exit(127);
   };
-  if (::setpgid(0, 0) < 0) die(WorkerStep::kSetpgid, errno);
+  if (p.tty) {
+    // Its own session (and process group), so the terminal can become its controlling tty.
+    if (::setsid() < 0) die(WorkerStep::kTty, errno);
+  } else if (::setpgid(0, 0) < 0) {
+    die(WorkerStep::kSetpgid, errno);
+  }
   const int src[3] = {p.stdin_fd >= 0 ? p.stdin_fd : p.null_fd,
                       p.stdout_fd >= 0 ? p.stdout_fd : p.null_fd,
                       p.stderr_fd >= 0 ? p.stderr_fd : p.null_fd};
@@ -72,6 +80,7 @@ void write_record(int fd, ShimRecord r) {
     // All sources are > 2 (the agent keeps 0..2 open), so no dup2 clobbers a later source.
     if (::dup2(src[i], i) < 0) die(WorkerStep::kStdio, errno);
   }
+  if (p.tty && ::ioctl(0, TIOCSCTTY, 0) < 0) die(WorkerStep::kTty, errno);
   // Raw syscalls: glibc's set*id wrappers coordinate threads, which is not for a vfork child.
   if (p.uid != 0 || p.gid != 0) {
     gid_t groups[1] = {p.gid};
@@ -152,7 +161,7 @@ class Shim {
     if (pid == 0) worker_main(plan, &failure);
     int fork_err = errno;
     for (int fd : {plan.stdin_fd, plan.stdout_fd, plan.stderr_fd, plan.null_fd})
-      if (fd >= 0) ::close(fd);
+      if (fd >= 0) ::close(fd);  // a terminal's one fd: closed once, the others EBADF
     if (pid < 0) {
       write_record(status_,
                    {ShimRecord::kFailed, static_cast<int32_t>(WorkerStep::kNone), fork_err});
@@ -278,10 +287,29 @@ Result<ShimHandle> spawn_shim(const ExecSpec& spec) {
   UniqueFd status_w, control_r, stdin_r, stdout_w, stderr_w;
   TRY_VOID(make_pipe(h.status, status_w));
   TRY_VOID(make_pipe(control_r, h.control));
-  if (spec.stdin_pipe) TRY_VOID(make_pipe(stdin_r, h.stdin_w));
-  if (!spec.detach) {
-    TRY_VOID(make_pipe(h.stdout_r, stdout_w));
-    TRY_VOID(make_pipe(h.stderr_r, stderr_w));
+  if (spec.tty) {
+    // A terminal of the sandbox's own devpts: the master stays with the agent (output, input,
+    // resizes), the worker gets the slave as stdin, stdout and stderr.
+    h.tty.reset(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+    if (!h.tty) return fail_sys("posix_openpt", "/dev/ptmx (a terminal for the exec)");
+    if (::unlockpt(h.tty.get()) < 0) return fail_sys("unlockpt", "the exec's terminal");
+    winsize ws{spec.rows, spec.cols, 0, 0};
+    (void)::ioctl(h.tty.get(), TIOCSWINSZ, &ws);
+    int slave = ::ioctl(h.tty.get(), TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (slave < 0) return fail_sys("ioctl TIOCGPTPEER", "the exec's terminal");
+    stdout_w.reset(slave);
+    h.stdout_r.reset(::fcntl(h.tty.get(), F_DUPFD_CLOEXEC, 3));
+    if (!h.stdout_r) return fail_sys("dup", "the exec's terminal");
+    if (spec.stdin_pipe) {
+      h.stdin_w.reset(::fcntl(h.tty.get(), F_DUPFD_CLOEXEC, 3));
+      if (!h.stdin_w) return fail_sys("dup", "the exec's terminal");
+    }
+  } else {
+    if (spec.stdin_pipe) TRY_VOID(make_pipe(stdin_r, h.stdin_w));
+    if (!spec.detach) {
+      TRY_VOID(make_pipe(h.stdout_r, stdout_w));
+      TRY_VOID(make_pipe(h.stderr_r, stderr_w));
+    }
   }
   for (const UniqueFd* fd : {&h.status, &h.control, &h.stdin_w, &h.stdout_r, &h.stderr_r})
     if (fd->valid()) TRY_VOID(set_nonblocking(*fd));
@@ -299,6 +327,10 @@ Result<ShimHandle> spawn_shim(const ExecSpec& spec) {
   plan.stdin_fd = stdin_r.get();
   plan.stdout_fd = stdout_w.get();
   plan.stderr_fd = stderr_w.get();
+  if (spec.tty) {
+    plan.tty = true;
+    plan.stdin_fd = plan.stderr_fd = stdout_w.get();
+  }
 
   pid_t pid = ::fork();
   if (pid < 0) return fail_sys("fork", "exec shim");

@@ -36,7 +36,8 @@ struct ShimHandle {
   UniqueFd control;   // write int32 signal numbers
   UniqueFd stdin_w;   // valid if spec.stdin_pipe
   UniqueFd stdout_r;  // valid unless spec.detach
-  UniqueFd stderr_r;  // valid unless spec.detach
+  UniqueFd stderr_r;  // valid unless spec.detach or spec.tty
+  UniqueFd tty;       // spec.tty: the terminal's master side (stdout_r and stdin_w are dups)
 };
 
 // Forks the shim for spec. Must be called from a single-threaded process with SIGCHLD blocked

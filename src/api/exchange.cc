@@ -221,8 +221,10 @@ Result<void> Exchange::tunnel(std::string_view protocol, int peer,
                               std::function<Result<void>()> still_allowed) {
   keep_alive_ = false;
   status_ = 101;
-  TRY_VOID(write_raw("HTTP/1.1 101 Switching Protocols\r\nServer: spaced\r\nConnection: Upgrade\r\n"
-                     "Upgrade: " + std::string(protocol) + "\r\n\r\n"));
+  TRY_VOID(
+      write_raw("HTTP/1.1 101 Switching Protocols\r\nServer: spaced\r\nConnection: Upgrade\r\n"
+                "Upgrade: " +
+                std::string(protocol) + "\r\n\r\n"));
   // Bytes the client sent after its request head are the tunnel's first.
   std::string early(static_cast<const char*>(buffer_.data().data()), buffer_.size());
   buffer_.consume(buffer_.size());
@@ -233,6 +235,29 @@ Result<void> Exchange::tunnel(std::string_view protocol, int peer,
   auto r = relay(stream_.fd(), peer, std::move(o));
   broken_ = true;  // nothing more goes on this connection
   return r;
+}
+
+Result<std::string> Exchange::switch_protocols(std::string_view protocol) {
+  keep_alive_ = false;
+  status_ = 101;
+  broken_ = true;  // nothing more goes on this connection as HTTP
+  TRY_VOID(
+      write_raw("HTTP/1.1 101 Switching Protocols\r\nServer: spaced\r\nConnection: Upgrade\r\n"
+                "Upgrade: " +
+                std::string(protocol) + "\r\n\r\n"));
+  std::string early(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+  buffer_.consume(buffer_.size());
+  stream_.set_read_deadline(FdStream::Clock::time_point::max());
+  stream_.set_read_timeout(std::chrono::milliseconds(0));
+  return early;
+}
+
+Result<size_t> Exchange::raw_read(char* out, size_t n) {
+  boost::system::error_code ec;
+  size_t got = stream_.read_some(boost::asio::mutable_buffer(out, n), ec);
+  if (ec == boost::asio::error::eof) return size_t{0};
+  if (ec) return fail(Code::kUnavailable, "reading from the client: " + ec.message());
+  return got;
 }
 
 Result<void> Exchange::write_chunk(std::string_view data) {

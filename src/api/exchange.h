@@ -95,6 +95,15 @@ class Exchange {
   Result<void> tunnel(std::string_view protocol, int peer,
                       std::function<Result<void>()> still_allowed);
 
+  // Answers 101 Switching Protocols (Upgrade: `protocol`) and leaves the connection's bytes to
+  // the handler (raw_read, raw_write; one thread each may run at once): returns what the client
+  // sent past its request. The connection is closed after the handler.
+  Result<std::string> switch_protocols(std::string_view protocol);
+  // 0: the client closed its side. Aborted by the read interrupt fd or the server's stop.
+  Result<size_t> raw_read(char* out, size_t n);
+  Result<void> raw_write(std::string_view data) { return write_raw(data); }
+  void raw_shutdown_write() { stream_.shutdown(SHUT_WR); }
+
   bool responded() const { return status_ != 0; }
   int status() const { return status_; }
   // Whether the connection can carry another request after this one.

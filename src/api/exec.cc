@@ -128,6 +128,145 @@ Result<void> exec_detached(Exchange& ex, daemon::ExecSession& session) {
   }
 }
 
+// POST .../exec with "Upgrade: space-terminal": the command runs on a terminal, and the
+// connection carries JSON lines both ways: the exec's events from spaced ("started", "stdout",
+// then "exit" or "error"), and from the client {"type": "stdin", "data": base64},
+// {"type": "resize", "rows", "cols"}, {"type": "signal", "signal": N} and {"type": "eof"}. A
+// client that hangs up kills the command's process tree; once the command ended, spaced closes
+// the connection.
+constexpr std::string_view kTerminalProtocol = "space-terminal";
+constexpr size_t kMaxTerminalLine = 1 << 20;
+
+// One line from the terminal's client; false when the line is malformed (the session ends).
+bool terminal_input(daemon::ExecSession& s, std::string_view text, bool& stdin_open) {
+  json j = json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) return false;
+  const std::string& type = j["type"].get_ref<const std::string&>();
+  if (type == "stdin") {
+    if (!j.contains("data") || !j["data"].is_string()) return false;
+    auto data = base64_decode(j["data"].get<std::string>());
+    if (!data) return false;
+    if (stdin_open && !data->empty()) stdin_open = s.write_stdin(*data).has_value();
+    return true;
+  }
+  if (type == "resize") {
+    auto dim = [&](const char* k) -> int64_t {
+      return j.contains(k) && j[k].is_number_integer() ? j[k].get<int64_t>() : 0;
+    };
+    int64_t rows = dim("rows"), cols = dim("cols");
+    if (rows < 1 || rows > 4096 || cols < 1 || cols > 4096) return false;
+    s.resize(static_cast<uint16_t>(rows), static_cast<uint16_t>(cols));
+    return true;
+  }
+  if (type == "signal") {
+    if (!j.contains("signal") || !j["signal"].is_number_integer()) return false;
+    int64_t sig = j["signal"].get<int64_t>();
+    if (sig < 1 || sig > 64) return false;
+    s.signal(static_cast<int>(sig));
+    return true;
+  }
+  if (type == "eof") {
+    // A terminal's end of input is its EOF character (Ctrl-D), which a reader in canonical
+    // mode takes as end of file; closing the master side would hang the terminal up instead.
+    if (stdin_open) stdin_open = s.write_stdin("\x04").has_value();
+    return true;
+  }
+  return false;
+}
+
+Result<void> exec_terminal(Exchange& ex, ApiContext& ctx, const std::string& id,
+                           std::unique_ptr<daemon::ExecSession>& session) {
+  UniqueFd done(::eventfd(0, EFD_CLOEXEC));
+  if (!done) return fail_sys("eventfd");
+  std::string early = TRY(ex.switch_protocols(kTerminalProtocol));
+  ex.set_read_interrupt_fd(done.get());
+  std::atomic<bool> finished{false};
+  std::thread reader([&ex, &session, &finished, early = std::move(early)]() mutable {
+    daemon::ExecSession& s = *session;
+    std::string pending = std::move(early);
+    bool stdin_open = true;
+    char buf[64 * 1024];
+    for (;;) {
+      size_t start = 0, nl;
+      while ((nl = pending.find('\n', start)) != std::string::npos) {
+        std::string_view l(pending.data() + start, nl - start);
+        start = nl + 1;
+        if (l.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+        if (!terminal_input(s, l, stdin_open)) {
+          if (!finished) s.signal(SIGKILL);  // a client that speaks nonsense ends its session
+          return;
+        }
+      }
+      pending.erase(0, start);
+      if (pending.size() > kMaxTerminalLine) {
+        if (!finished) s.signal(SIGKILL);
+        return;
+      }
+      auto n = ex.raw_read(buf, sizeof buf);
+      if (!n || *n == 0) {
+        if (!finished) s.signal(SIGKILL);  // the client hung up (or we are done)
+        return;
+      }
+      pending.append(buf, *n);
+    }
+  });
+  StreamAuth auth(ctx.principal, ctx.tokens);
+  std::thread watcher;
+  if (auth.watching()) {
+    watcher = std::thread([&auth, &session, &done] {
+      for (;;) {
+        pollfd p{done.get(), POLLIN, 0};
+        int rc = ::poll(&p, 1, 1000);
+        if (rc > 0 || (rc < 0 && errno != EINTR)) return;
+        if (!auth.check()) {
+          session->signal(SIGKILL);
+          return;
+        }
+      }
+    });
+  }
+  for (;;) {
+    auto ev = session->next();
+    if (auto valid = auth.check(); !valid) {
+      session->signal(SIGKILL);
+      while (ev && ev->kind != daemon::ExecSession::Event::Kind::kExit) {
+        session->consumed(ev->data.size());
+        ev = session->next();
+      }
+      Error e =
+          std::move(valid.error()).wrap("terminal in " + id + " (its process tree was killed)");
+      (void)ex.raw_write(line({{"type", "error"}, {"error", error_body(e)["error"]}}));
+      break;
+    }
+    if (!ev) {
+      (void)ex.raw_write(line({{"type", "error"}, {"error", error_body(ev.error())["error"]}}));
+      break;
+    }
+    using Kind = daemon::ExecSession::Event::Kind;
+    if (ev->kind == Kind::kStarted) {
+      if (!ex.raw_write(line(started_event(*ev)))) break;
+    } else if (ev->kind == Kind::kStdout || ev->kind == Kind::kStderr) {
+      json j = {{"type", ev->kind == Kind::kStdout ? "stdout" : "stderr"},
+                {"data", base64_encode(ev->data)}};
+      if (!ex.raw_write(line(j))) break;
+      session->consumed(ev->data.size());
+    } else {
+      finished = true;
+      (void)ex.raw_write(line(exit_event_json(ev->exit)));
+      break;
+    }
+  }
+  finished = true;
+  ex.raw_shutdown_write();
+  uint64_t one = 1;
+  (void)!::write(done.get(), &one, sizeof one);
+  reader.join();
+  if (watcher.joinable()) watcher.join();
+  ex.set_read_interrupt_fd(-1);
+  session.reset();  // kills its tree if it has not ended (the client went away)
+  return {};
+}
+
 }  // namespace
 
 json exit_event_json(const daemon::ExitStatus& s) {
@@ -144,8 +283,18 @@ json exit_event_json(const daemon::ExitStatus& s) {
 
 Result<void> exec(Exchange& ex, ApiContext& ctx) {
   std::string id = TRY(sandbox_id(ex));
+  bool terminal = ex.wants_upgrade(kTerminalProtocol);
   ExecBody body = TRY(read_exec_body(ex));
+  if (terminal) {
+    if (body.req.detach || body.req.stdin)
+      return fail(Code::kInvalidArgument,
+                  "a terminal (Upgrade: space-terminal) takes neither \"detach\" nor \"stdin\": "
+                  "its input comes over the upgraded connection");
+    body.req.tty = true;
+    body.req.stdin = true;
+  }
   std::unique_ptr<daemon::ExecSession> session = TRY(ctx.service.exec(id, body.req));
+  if (terminal) return exec_terminal(ex, ctx, id, session);
   if (body.req.detach) return exec_detached(ex, *session);
 
   UniqueFd done(::eventfd(0, EFD_CLOEXEC));

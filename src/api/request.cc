@@ -420,11 +420,11 @@ Result<daemon::CreateRequest> parse_create_request(const json& body) {
     return invalid(
         "the body of POST /v1/sandboxes must be a JSON object, e.g. {\"memory\": \"512M\"}");
   }
-  TRY_VOID(refuse_unknown_keys(body,
-                               {"runtime", "image", "profile", "memory", "cpus", "pids", "disk",
-                                "timeout", "idle_timeout", "env", "secrets", "allow", "workdir",
-                                "snapshot_every"},
-                               "the sandbox request"));
+  TRY_VOID(refuse_unknown_keys(
+      body,
+      {"runtime", "image", "profile", "memory", "cpus", "pids", "disk", "timeout", "idle_timeout",
+       "env", "secrets", "allow", "workdir", "snapshot_every"},
+      "the sandbox request"));
   daemon::CreateRequest req;
   if (auto it = body.find("runtime"); it != body.end()) {
     req.runtime = TRY(string_field(*it, "runtime"));
@@ -526,9 +526,10 @@ Result<daemon::ExecRequest> parse_exec_request(const json& body) {
   if (!body.is_object()) {
     return invalid("the exec request must be a JSON object, e.g. {\"cmd\": [\"ls\", \"-l\"]}");
   }
-  TRY_VOID(refuse_unknown_keys(
-      body, {"cmd", "env", "cwd", "timeout", "detach", "stdin", "snapshot", "user"},
-      "the exec request"));
+  TRY_VOID(refuse_unknown_keys(body,
+                               {"cmd", "env", "cwd", "timeout", "detach", "stdin", "snapshot",
+                                "user", "tty", "rows", "cols"},
+                               "the exec request"));
   daemon::ExecRequest req;
   auto cmd = body.find("cmd");
   if (cmd == body.end()) {
@@ -551,15 +552,17 @@ Result<daemon::ExecRequest> parse_exec_request(const json& body) {
       req.user = std::to_string(it->get<uint64_t>());
     } else if (it->is_string() && !it->get<std::string>().empty() &&
                it->get<std::string>().size() <= 64 &&
-               it->get<std::string>().find_first_of(std::string("\0\n/ ", 4)) == std::string::npos) {
+               it->get<std::string>().find_first_of(std::string("\0\n/ ", 4)) ==
+                   std::string::npos) {
       req.user = it->get<std::string>();
     } else {
-      return invalid("\"user\" must be a user name of the sandbox, a uid or \"uid:gid\", e.g. "
-                     "\"nobody\" or \"1000\"");
+      return invalid(
+          "\"user\" must be a user name of the sandbox, a uid or \"uid:gid\", e.g. "
+          "\"nobody\" or \"1000\"");
     }
   }
   for (auto [key, field] : {std::pair{"detach", &req.detach}, std::pair{"stdin", &req.stdin},
-                            std::pair{"snapshot", &req.snapshot}}) {
+                            std::pair{"snapshot", &req.snapshot}, std::pair{"tty", &req.tty}}) {
     if (auto it = body.find(key); it != body.end()) {
       if (!it->is_boolean()) return invalid("\"" + std::string(key) + "\" must be true or false");
       *field = it->get<bool>();
@@ -569,6 +572,16 @@ Result<daemon::ExecRequest> parse_exec_request(const json& body) {
     return invalid(
         "\"detach\" and \"stdin\" cannot both be true: a detached process gets no stdin");
   }
+  for (auto [key, field] : {std::pair{"rows", &req.rows}, std::pair{"cols", &req.cols}}) {
+    if (auto it = body.find(key); it != body.end()) {
+      if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > 4096)
+        return invalid("\"" + std::string(key) +
+                       "\" must be a whole number 1-4096 (the terminal's size)");
+      *field = static_cast<uint16_t>(it->get<int64_t>());
+    }
+  }
+  if (req.tty && req.detach)
+    return invalid("\"tty\" and \"detach\" cannot both be true: a terminal needs its client");
   return req;
 }
 

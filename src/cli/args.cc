@@ -172,6 +172,10 @@ Commands define_commands(Args& a, const std::string& only) {
     exec->add_option("--env", a.env, "K=V (repeatable)")->allow_extra_args(false);
     exec->add_option("--cwd", a.cwd, "working directory inside the sandbox");
     exec->add_option("--user,-u", a.user, "run as this user: a name, UID or UID:GID");
+    exec->add_flag("--tty,-t", a.tty,
+                   "run CMD on a terminal (raw keys, window size, Ctrl-C), e.g. -it -- bash");
+    exec->add_flag("--interactive,-i", a.interactive,
+                   "send stdin even when it is a terminal (with -t it always is)");
     exec->add_flag("--detach", a.detach,
                    "start in the background and print its pid (see `space logs`, `space wait`)");
     exec->add_flag("--snapshot", a.snapshot, "snapshot the sandbox before running CMD");

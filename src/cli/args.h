@@ -39,6 +39,7 @@ struct Args {
   std::vector<std::string> cmd;    // run/exec: the command after `--`
   bool json = false, force = false, detach = false, snapshot = false, verify = false;
   bool follow = false;  // audit --follow, logs --follow
+  bool tty = false, interactive = false;  // exec -t, -i
   bool keep = false;    // mcp --keep
   // token create: --profile and --op (repeatable), --ttl; --name is `name`, token rm's ID `id`
   std::vector<std::string> profiles, ops;

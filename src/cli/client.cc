@@ -292,10 +292,14 @@ Result<std::string> Connection::read_body(size_t limit) {
   }
 }
 
-Result<std::string> Connection::upgrade(const std::string& target, std::string_view protocol) {
+Result<std::string> Connection::upgrade(const std::string& target, std::string_view protocol,
+                                        std::string_view json_body) {
   TRY_VOID(write("POST " + target +
                      " HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: " +
-                     std::string(protocol) + "\r\nContent-Length: 0\r\n" + auth_header() + "\r\n",
+                     std::string(protocol) + "\r\n" +
+                     (json_body.empty() ? "" : "Content-Type: application/json\r\n") +
+                     "Content-Length: " + std::to_string(json_body.size()) + "\r\n" +
+                     auth_header() + "\r\n" + std::string(json_body),
                  "sending the request"));
   int status = TRY(read_head());
   if (status != 101) return fail(api_error(status, TRY(read_body(1 << 20))));

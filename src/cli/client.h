@@ -67,7 +67,9 @@ class Connection {
   // Asks to switch the connection to `protocol` (POST `target`, Connection: Upgrade): on 101 the
   // connection is a raw byte stream from here on (stream().fd()); returns the bytes already
   // read past the answer's head. Another answer is its API error.
-  Result<std::string> upgrade(const std::string& target, std::string_view protocol);
+  // `json_body`: a JSON request body sent with it (the terminal's exec request).
+  Result<std::string> upgrade(const std::string& target, std::string_view protocol,
+                              std::string_view json_body = {});
   // Reads an NDJSON body line by line (at most 64 MiB a line), calling `line` with each
   // non-empty one until it returns false or the body ends.
   Result<void> for_each_line(const std::function<Result<bool>(std::string_view)>& line);

@@ -31,6 +31,8 @@ Result<int> cmd_diff(const Args& a, const Client& c);
 Result<int> cmd_ps(const Args& a, const Client& c);
 Result<int> cmd_kill(const Args& a, const Client& c);
 Result<int> cmd_logs(const Args& a, const Client& c);
+// `space exec -t`: the command on a terminal in the sandbox (commands_terminal.cc).
+Result<int> terminal_exec(const Client& c, const std::string& id, nlohmann::json body);
 Result<int> cmd_wait(const Args& a, const Client& c);
 Result<int> cmd_doctor(const Args& a, const Client& c);
 

@@ -195,6 +195,12 @@ Result<int> stream_exec(Connection conn, const std::string& id, json body, bool 
 
 Result<int> cmd_exec(const Args& a, const Client& c) {
   json body = TRY(exec_body(a));
+  if (a.tty) {
+    if (a.detach)
+      return fail(Code::kInvalidArgument,
+                  "--tty and --detach do not go together: a terminal needs this CLI attached");
+    return terminal_exec(c, a.id, std::move(body));
+  }
   if (a.detach) {
     json res = TRY(c.call("POST", sandbox_target(a.id, "/exec"), body));
     report_snapshot(res);
@@ -204,7 +210,8 @@ Result<int> cmd_exec(const Args& a, const Client& c) {
     }
     return exit_code_of(res.value("exit", json::object()));
   }
-  return stream_exec(TRY(c.connect()), a.id, std::move(body), should_forward_stdin());
+  return stream_exec(TRY(c.connect()), a.id, std::move(body),
+                     a.interactive || should_forward_stdin());
 }
 
 // A pid argument: digits only, so it cannot change the request's path.

@@ -133,6 +133,9 @@ class ExecSessionImpl : public ExecSession {
   void signal(int sig) override {
     (void)sb_->conn->send_json(FrameType::kSignal, stream_->id(), {{"signal", sig}});
   }
+  void resize(uint16_t rows, uint16_t cols) override {
+    (void)sb_->conn->send_json(FrameType::kSignal, stream_->id(), {{"rows", rows}, {"cols", cols}});
+  }
   // Stops counting as an exec with its client attached (detached execs).
   void release_attached() { release(); }
 
@@ -237,6 +240,11 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
   auto stream = sb->conn->open_stream();
   json spec = {{"argv", req.argv}, {"env", env},         {"cwd", cwd},          {"uid", 0},
                {"gid", 0},         {"stdin", req.stdin}, {"stdin_credit", true}};
+  if (req.tty) {
+    spec["tty"] = true;
+    spec["rows"] = req.rows;
+    spec["cols"] = req.cols;
+  }
   if (!req.user.empty()) {
     spec["user"] = req.user;
     if (req.cwd.empty()) spec.erase("cwd");  // the user's home
@@ -254,6 +262,7 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
          {"user", req.user.empty() ? json(nullptr) : json(req.user)},
          {"detach", req.detach},
          {"stdin", req.stdin},
+         {"tty", req.tty},
          {"timeout_s", req.timeout_s ? json(*req.timeout_s) : json(nullptr)}});
   if (auto r = sb->conn->send_json(FrameType::kExec, stream->id(), spec); !r) {
     sb->conn->close_stream(stream->id());

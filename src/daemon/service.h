@@ -56,6 +56,10 @@ struct ExecRequest {
   bool detach = false;
   bool stdin = false;     // the client will stream stdin
   bool snapshot = false;  // take a snapshot (kind "exec") before it starts
+  // A pseudo-terminal for its stdin, stdout and stderr (all output comes as stdout), of
+  // rows x cols; ExecSession::resize changes it.
+  bool tty = false;
+  uint16_t rows = 24, cols = 80;
   // Run as this user: a name in the sandbox's /etc/passwd, "UID" or "UID:GID" (the agent
   // resolves it). Empty: root of the sandbox.
   std::string user;
@@ -95,6 +99,8 @@ class ExecSession {
   virtual Result<void> write_stdin(std::string_view bytes) = 0;
   virtual Result<void> close_stdin() = 0;
   virtual void signal(int sig) = 0;
+  // A new size of its terminal (ExecRequest::tty); nothing otherwise.
+  virtual void resize(uint16_t rows, uint16_t cols) {}
 };
 
 // What spaced keeps of a command started with "detach": its output as it arrived (stdout and

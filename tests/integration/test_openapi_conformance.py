@@ -182,6 +182,12 @@ class OpenApiConformanceTest(SpaceTestCase):
         self.hit("POST", E, base + "/exec", {"cmd": ["/no/such"]}, expect=200)
         self.hit("POST", E, base + "/exec", {"cmd": ["sleep", "60"], "detach": True}, expect=202)
         self.hit("POST", E, base + "/exec", {"cmd": []}, expect=400)
+        # A terminal (the 101 itself: test_terminal.py; http.client cannot speak it).
+        self.hit("POST", E, base + "/exec", {"cmd": ["true"], "detach": True},
+                 {"Connection": "Upgrade", "Upgrade": "space-terminal"}, expect=400)
+        self.hit("POST", E, base + "/exec", {"cmd": ["true"], "tty": True, "rows": 5000},
+                 expect=400)
+        self.hit("POST", E, base + "/exec", {"cmd": ["tty"], "tty": True}, expect=200)
         self.hit("POST", E, S + "/sb_nothere/exec", {"cmd": ["true"]}, expect=404)
         self.hit("POST", E, S + "/-bad/exec", {"cmd": ["true"]}, expect=400)
 
