@@ -202,7 +202,11 @@ TEST(ExecRequest, Invalid) {
   check({{"cmd", {"ls"}}, {"timeout", 0}}, "greater than 0");
   check({{"cmd", {"ls"}}, {"detach", "yes"}}, "true or false");
   check({{"cmd", {"ls"}}, {"detach", true}, {"stdin", true}}, "cannot both");
-  check({{"cmd", {"ls"}}, {"tty", true}}, "unknown field");
+  check({{"cmd", {"ls"}}, {"tyy", true}}, "unknown field");
+  check({{"cmd", {"ls"}}, {"tty", 1}}, "true or false");
+  check({{"cmd", {"ls"}}, {"rows", 0}}, "1-4096");
+  check({{"cmd", {"ls"}}, {"cols", 5000}}, "1-4096");
+  check({{"cmd", {"ls"}}, {"tty", true}, {"detach", true}}, "cannot both be true");
   check({{"cmd", {"ls"}}, {"env", {{"A=", "x"}}}}, "'='");
   check({{"cmd", {"ls"}}, {"snapshot", 1}}, "\"snapshot\" must be true or false");
 }
