@@ -1,4 +1,4 @@
-// HTTP client over the daemon's Unix socket or TCP listener (see client.h).
+// HTTP client over the daemon's Unix socket or TCP listener, plain or TLS (see client.h).
 #include "cli/client.h"
 
 #include <netdb.h>
@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
 
 namespace space::cli {
 namespace {
@@ -97,35 +98,44 @@ Connection::Connection(UniqueFd fd, std::string socket_path)
 
 namespace {
 
-// "http://HOST:PORT" (HOST a name, an IPv4 address or [IPv6]) -> a connected TCP socket.
-Result<UniqueFd> connect_tcp(const std::string& url) {
-  const std::string hint =
-      "; set SPACE_API to the daemon's api_listen address, e.g. "
-      "http://127.0.0.1:7070";
-  if (url.starts_with("https://"))
-    return fail(Code::kInvalidArgument,
-                "SPACE_API=" + url +
-                    ": the CLI speaks plain HTTP to spaced's loopback "
-                    "listener only (a TLS proxy in front is for other clients)");
-  std::string_view rest = std::string_view(url).substr(7);
+struct TcpUrl {
+  bool https = false;
+  std::string host;  // without brackets
+  std::string port;
+};
+
+// "http://HOST:PORT" or "https://HOST:PORT" (HOST a name, an IPv4 address or [IPv6]).
+Result<TcpUrl> parse_url(const std::string& url) {
+  TcpUrl u;
+  u.https = url.starts_with("https://");
+  std::string_view rest = std::string_view(url).substr(u.https ? 8 : 7);
   while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
   size_t colon = rest.rfind(':');
   if (colon == std::string_view::npos || colon == 0 || colon + 1 == rest.size() ||
       rest.find('/') != std::string_view::npos)
-    return fail(Code::kInvalidArgument, "SPACE_API=" + url + " is not http://HOST:PORT" + hint);
-  std::string host(rest.substr(0, colon));
-  std::string port(rest.substr(colon + 1));
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
+    return fail(Code::kInvalidArgument,
+                "SPACE_API=" + url +
+                    " is not http://HOST:PORT or https://HOST:PORT; set SPACE_API to the "
+                    "daemon's api_listen address, e.g. http://127.0.0.1:7070 or "
+                    "https://myhost.example:7443");
+  u.host = std::string(rest.substr(0, colon));
+  u.port = std::string(rest.substr(colon + 1));
+  if (u.host.size() > 2 && u.host.front() == '[' && u.host.back() == ']') {
+    u.host = u.host.substr(1, u.host.size() - 2);
   }
+  return u;
+}
+
+// A connected TCP socket to the URL's host and port.
+Result<UniqueFd> connect_tcp(const std::string& url, const TcpUrl& u) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+  int rc = ::getaddrinfo(u.host.c_str(), u.port.c_str(), &hints, &res);
   if (rc != 0)
     return fail(Code::kInvalidArgument,
-                "SPACE_API=" + url + ": cannot resolve " + host + ": " + ::gai_strerror(rc) + hint);
+                "SPACE_API=" + url + ": cannot resolve " + u.host + ": " + ::gai_strerror(rc));
   int err = ECONNREFUSED;
   for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
     UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
@@ -149,6 +159,60 @@ Result<UniqueFd> connect_tcp(const std::string& url) {
   return fail(Error::sys("connect", "\"" + url + "\"", err));
 }
 
+// The client TLS context for $SPACE_CA (or the system's trust store), made once per process.
+Result<std::shared_ptr<SSL_CTX>> client_context() {
+  static std::mutex mu;
+  static std::shared_ptr<SSL_CTX> ctx;
+  std::lock_guard lock(mu);
+  if (!ctx) {
+    const char* ca = std::getenv("SPACE_CA");
+    ctx = TRY(tls::client_context(ca != nullptr ? ca : ""));
+  }
+  return ctx;
+}
+
+// The TLS tunnel to an https:// daemon; errors say what to set.
+Result<std::pair<std::unique_ptr<tls::ClientTunnel>, UniqueFd>> open_tls(const std::string& url,
+                                                                         const TcpUrl& u,
+                                                                         UniqueFd tcp,
+                                                                         int stop_fd) {
+  const char* ca = std::getenv("SPACE_CA");
+  const bool ca_set = ca != nullptr && *ca != '\0';
+  auto ctx = client_context();
+  if (!ctx) {
+    return fail(std::move(ctx.error())
+                    .wrap("SPACE_CA: set it to the path of the CA certificate (PEM) that signed "
+                          "the daemon's certificate, e.g. a copy of the daemon host's "
+                          "/var/lib/space/tls/ca.pem"));
+  }
+  tls::TunnelOptions o;
+  o.handshake_timeout = std::chrono::seconds(30);
+  o.stall_timeout = std::chrono::hours(1);  // the daemon bounds its own side
+  o.cancel_fd = stop_fd;
+  auto t = tls::ClientTunnel::start(std::move(tcp), *ctx, u.host, o);
+  if (!t) {
+    Error e = std::move(t.error());
+    if (e.code() != Code::kPermissionDenied)
+      return fail(e.wrap("connecting to " + url + " (SPACE_API)"));
+    std::string hint;
+    if (e.message().find("not valid for") != std::string::npos) {
+      hint = "; use a name the certificate holds in SPACE_API, or add \"" + u.host +
+             "\" to api_tls.names in spaced's config (its own CA) and restart it";
+    } else if (ca_set) {
+      hint = std::string("; SPACE_CA=") + ca +
+             " does not hold the CA that signed it: copy the daemon host's "
+             "<state_dir>/tls/ca.pem (default /var/lib/space/tls/ca.pem) again";
+    } else {
+      hint =
+          "; set SPACE_CA to a copy of the daemon host's <state_dir>/tls/ca.pem (default "
+          "/var/lib/space/tls/ca.pem) when spaced makes its own CA (api_tls \"auto\")";
+    }
+    return fail(Code::kPermissionDenied,
+                "connecting to " + url + " (SPACE_API): " + e.message() + hint);
+  }
+  return t;
+}
+
 }  // namespace
 
 Result<Connection> Connection::open(const std::string& socket_path, int stop_fd,
@@ -162,8 +226,12 @@ Result<Connection> Connection::open(const std::string& socket_path, int stop_fd,
                   "characters); copy the token printed by `space token create` again");
   }
   if (is_tcp_address(socket_path)) {
-    UniqueFd fd = TRY(connect_tcp(socket_path));
+    TcpUrl u = TRY(parse_url(socket_path));
+    UniqueFd fd = TRY(connect_tcp(socket_path, u));
+    std::unique_ptr<tls::ClientTunnel> tunnel;
+    if (u.https) std::tie(tunnel, fd) = TRY(open_tls(socket_path, u, std::move(fd), stop_fd));
     Connection c(std::move(fd), socket_path);
+    c.tunnel_ = std::move(tunnel);
     c.stream_->set_stop_fd(stop_fd);
     c.token_ = std::move(token);
     return c;

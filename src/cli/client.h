@@ -1,5 +1,10 @@
-// The CLI's HTTP/1.1 client for the daemon's REST API over its Unix socket, or over its loopback
-// TCP listener when $SPACE_API names one (Beast on a raw fd, see common/fd_stream.h). With
+// The CLI's HTTP/1.1 client for the daemon's REST API over its Unix socket, or over its TCP
+// listener when $SPACE_API names one (Beast on a raw fd, see common/fd_stream.h): plain
+// http:// on loopback, or https:// with api_tls. For https a tunnel thread (tls/tunnel.h) ends
+// TLS next to the connection and the HTTP code reads and writes plaintext on a socketpair, so
+// exec's full duplex and the ports' raw relay work unchanged; the daemon's certificate is
+// verified against $SPACE_CA (a PEM file) if set, else the system's trust store, and must
+// name the host of $SPACE_API. With
 // $SPACE_TOKEN set every request carries "Authorization: Bearer $SPACE_TOKEN"
 // (docs/api-auth.md). Two levels: Connection sends one request and reads its response
 // incrementally (streams: exec events, file bodies, chunked uploads, and full duplex for exec
@@ -18,6 +23,7 @@
 
 #include "common/error.h"
 #include "common/fd_stream.h"
+#include "tls/tunnel.h"
 
 namespace space::cli {
 
@@ -25,12 +31,12 @@ inline constexpr const char* kDefaultSocket = "/run/space/space.sock";
 
 // $SPACE_SOCKET, or /run/space/space.sock.
 std::string socket_path_from_env();
-// Where the daemon is: $SPACE_API ("http://127.0.0.1:7070", the TCP listener) if set, else
-// socket_path_from_env().
+// Where the daemon is: $SPACE_API ("http://127.0.0.1:7070" or "https://host:7443", the TCP
+// listener) if set, else socket_path_from_env().
 std::string address_from_env();
 // $SPACE_TOKEN, "" when unset.
 std::string token_from_env();
-// Whether `address` is an http:// URL rather than a socket path.
+// Whether `address` is an http:// or https:// URL rather than a socket path.
 bool is_tcp_address(std::string_view address);
 
 // Percent-encodes a query value or path segment.
@@ -42,7 +48,8 @@ Error api_error(int status, std::string_view body);
 
 class Connection {
  public:
-  // Connects to the daemon at `address` (a socket path or "http://HOST:PORT"). No daemon ->
+  // Connects to the daemon at `address` (a socket path, "http://HOST:PORT" or
+  // "https://HOST:PORT"). No daemon ->
   // kUnavailable naming the address and what to do. `stop_fd` (an eventfd, -1 = none) aborts
   // any wait once readable (Ctrl-C). A non-empty `token` goes with every request.
   static Result<Connection> open(const std::string& address, int stop_fd = -1,
@@ -90,6 +97,9 @@ class Connection {
 
   std::string socket_path_;
   std::string token_;
+  // https only; declared before stream_ so that it is destroyed after it: closing the
+  // plaintext end first lets the tunnel send close_notify and end on its own.
+  std::unique_ptr<tls::ClientTunnel> tunnel_;
   std::unique_ptr<FdStream> stream_;
   std::unique_ptr<boost::beast::flat_buffer> buffer_;
   std::unique_ptr<boost::beast::http::response_parser<boost::beast::http::buffer_body>> parser_;
@@ -97,7 +107,7 @@ class Connection {
 
 class Client {
  public:
-  // `socket_path`: a socket path, or "http://HOST:PORT" for the TCP listener.
+  // `socket_path`: a socket path, or "http(s)://HOST:PORT" for the TCP listener.
   explicit Client(std::string socket_path, int stop_fd = -1, std::string token = "")
       : socket_path_(std::move(socket_path)), stop_fd_(stop_fd), token_(std::move(token)) {}
 
