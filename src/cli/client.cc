@@ -2,6 +2,7 @@
 #include "cli/client.h"
 
 #include <netdb.h>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -165,6 +166,9 @@ Result<std::shared_ptr<SSL_CTX>> client_context() {
   static std::shared_ptr<SSL_CTX> ctx;
   std::lock_guard lock(mu);
   if (!ctx) {
+    // The static CLI does not read the system's openssl.cnf: it could ask to dlopen provider
+    // modules, which a static binary cannot do reliably. TLS settings are all set in code.
+    OPENSSL_init_ssl(OPENSSL_INIT_NO_LOAD_CONFIG, nullptr);
     const char* ca = std::getenv("SPACE_CA");
     ctx = TRY(tls::client_context(ca != nullptr ? ca : ""));
   }
