@@ -1,8 +1,9 @@
 // The CLI's HTTP/1.1 client for the daemon's REST API over its Unix socket, or over its TCP
 // listener when $SPACE_API names one (Beast on a raw fd, see common/fd_stream.h): plain
-// http:// on loopback, or https:// with api_tls. For https a tunnel thread (tls/tunnel.h) ends
-// TLS next to the connection and the HTTP code reads and writes plaintext on a socketpair, so
-// exec's full duplex and the ports' raw relay work unchanged; the daemon's certificate is
+// http:// on loopback, or https:// with api_tls. For https the helper executable space-https
+// (next to space, else /usr/lib/space; src/cli/https_main.cc) ends TLS next to the connection
+// and the HTTP code reads and writes plaintext on a socketpair to it, so exec's full duplex and
+// the ports' raw relay work unchanged and `space` links no OpenSSL; the daemon's certificate is
 // verified against $SPACE_CA (a PEM file) if set, else the system's trust store, and must
 // name the host of $SPACE_API. With
 // $SPACE_TOKEN set every request carries "Authorization: Bearer $SPACE_TOKEN"
@@ -12,6 +13,8 @@
 // {"error":{"code","message"}} back into a space::Error.
 #pragma once
 
+#include <sys/types.h>
+
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <functional>
@@ -20,10 +23,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "common/error.h"
 #include "common/fd_stream.h"
-#include "tls/tunnel.h"
 
 namespace space::cli {
 
@@ -97,9 +100,17 @@ class Connection {
 
   std::string socket_path_;
   std::string token_;
-  // https only; declared before stream_ so that it is destroyed after it: closing the
-  // plaintext end first lets the tunnel send close_notify and end on its own.
-  std::unique_ptr<tls::ClientTunnel> tunnel_;
+  // https only: the space-https helper process; reaped once it exited (without waiting for it:
+  // a later connection or the CLI's exit takes what is left). Declared before stream_ so that it
+  // goes after it: closing the plaintext end first lets the helper send close_notify and end.
+  struct Helper {
+    pid_t pid = -1;
+    Helper() = default;
+    Helper(Helper&& o) noexcept : pid(std::exchange(o.pid, -1)) {}
+    Helper& operator=(Helper&& o) noexcept;
+    ~Helper();
+  };
+  Helper helper_;
   std::unique_ptr<FdStream> stream_;
   std::unique_ptr<boost::beast::flat_buffer> buffer_;
   std::unique_ptr<boost::beast::http::response_parser<boost::beast::http::buffer_body>> parser_;

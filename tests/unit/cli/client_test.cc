@@ -112,10 +112,21 @@ TEST(Client, Addresses) {
   ASSERT_FALSE(none);
   EXPECT_EQ(none.error().code(), Code::kUnavailable);
   EXPECT_NE(none.error().message().find("SPACE_API"), std::string::npos);
-  // https: the same, before any TLS (tests/unit/tls and test_tls.py cover the handshake).
+  // https: the same, before any TLS (tests/unit/tls and test_tls.py cover the handshake), from
+  // the helper space-https.
+  ::setenv("SPACE_HTTPS_BIN", SPACE_HTTPS_BIN_DEFAULT, 1);
   auto none_tls = Connection::open("https://127.0.0.1:1");
   ASSERT_FALSE(none_tls);
   EXPECT_EQ(none_tls.error().code(), Code::kUnavailable);
+  EXPECT_NE(none_tls.error().message().find("SPACE_API"), std::string::npos)
+      << none_tls.error().message();
+  // No helper: an error that names where it was looked for.
+  ::setenv("SPACE_HTTPS_BIN", "/nonexistent/space-https", 1);
+  auto no_helper = Connection::open("https://127.0.0.1:1");
+  ASSERT_FALSE(no_helper);
+  EXPECT_NE(no_helper.error().message().find("/nonexistent/space-https"), std::string::npos)
+      << no_helper.error().message();
+  ::unsetenv("SPACE_HTTPS_BIN");
 }
 
 }  // namespace
