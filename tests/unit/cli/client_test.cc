@@ -114,7 +114,9 @@ TEST(Client, Addresses) {
   EXPECT_NE(none.error().message().find("SPACE_API"), std::string::npos);
   // https: the same, before any TLS (tests/unit/tls and test_tls.py cover the handshake), from
   // the helper space-https.
-  ::setenv("SPACE_HTTPS_BIN", SPACE_HTTPS_BIN_DEFAULT, 1);
+  // It is built next to space-agent (tests/CMakeLists.txt makes both).
+  std::string agent = SPACE_AGENT_BIN_DEFAULT;
+  ::setenv("SPACE_HTTPS_BIN", (agent.substr(0, agent.rfind('/') + 1) + "space-https").c_str(), 1);
   auto none_tls = Connection::open("https://127.0.0.1:1");
   ASSERT_FALSE(none_tls);
   EXPECT_EQ(none_tls.error().code(), Code::kUnavailable);
