@@ -1,6 +1,7 @@
 // The API server's socket, accept loop and per-connection request loop (see server.h).
 #include "api/server.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
@@ -18,6 +19,7 @@
 #include "api/exchange.h"
 #include "api/router.h"
 #include "common/fd_stream.h"
+#include "tls/tunnel.h"
 
 namespace space::api {
 namespace {
@@ -120,21 +122,33 @@ bool unix_peer_allowed(int fd, uid_t& uid) {
 
 }  // namespace
 
-Result<ListenAddress> parse_listen_address(std::string_view text) {
+Result<ListenAddress> parse_listen_address(std::string_view text, bool with_tls) {
   const std::string quoted = "api_listen \"" + std::string(text.substr(0, 100)) + "\"";
   auto a = parse_host_port(text);
   if (!a)
+    return fail(
+        Code::kInvalidArgument,
+        quoted + (with_tls ? ": expected ADDRESS:PORT, e.g. 0.0.0.0:7443, [::]:7443 or "
+                             "127.0.0.1:7443"
+                           : ": expected HOST:PORT with a loopback HOST, e.g. 127.0.0.1:7070 "
+                             "or [::1]:7070"));
+  if (!a->loopback && !with_tls)
     return fail(Code::kInvalidArgument,
                 quoted +
-                    ": expected HOST:PORT with a loopback HOST, e.g. 127.0.0.1:7070 or "
-                    "[::1]:7070");
-  if (!a->loopback)
-    return fail(Code::kInvalidArgument,
-                quoted +
-                    " is not a loopback address: spaced serves plain HTTP and only on "
+                    " is not a loopback address: without TLS spaced serves plain HTTP only on "
                     "127.0.0.0/8 or [::1], so that API tokens never cross a network "
-                    "unencrypted. To reach the API from other hosts, listen on loopback "
-                    "and put a TLS-terminating proxy (nginx, Caddy, Envoy) in front of it");
+                    "unencrypted. To serve other hosts, add \"api_tls\": \"auto\" (spaced "
+                    "makes its own CA) or \"api_tls\": {\"cert\": ..., \"key\": ...} to the "
+                    "config (docs/api-auth.md, \"Remote access\")");
+  if (!a->loopback) {
+    unsigned char addr[16];
+    if (::inet_pton(a->family, a->host.c_str(), addr) != 1)
+      return fail(Code::kInvalidArgument,
+                  quoted +
+                      ": the host must be a numeric address (0.0.0.0 for every IPv4 "
+                      "interface, [::] for every IPv6 one, or one interface's address), "
+                      "not a name");
+  }
   return std::move(*a);
 }
 
@@ -145,10 +159,11 @@ Result<std::unique_ptr<ApiServer>> ApiServer::listen(const fs::path& socket_path
   UniqueFd tcp_fd;
   uint16_t tcp_port = 0;
   if (!options.tcp_listen.empty()) {
-    ListenAddress a = TRY(parse_listen_address(options.tcp_listen));
+    ListenAddress a = TRY(parse_listen_address(options.tcp_listen, options.tls != nullptr));
     std::tie(tcp_fd, tcp_port) = TRY(listen_tcp(a));
-    spdlog::info("api: listening on {}:{} (TCP; every request needs an API token)",
-                 a.family == AF_INET6 ? "[" + a.host + "]" : a.host, tcp_port);
+    spdlog::info("api: listening on {}:{} ({}; every request needs an API token)",
+                 a.family == AF_INET6 ? "[" + a.host + "]" : a.host, tcp_port,
+                 options.tls ? "TLS, " + options.tls->describe() : std::string("TCP"));
   }
   const std::string where = "listening on " + socket_path.native();
   sockaddr_un addr = TRY_CTX(unix_address(socket_path), where);
@@ -205,7 +220,7 @@ void ApiServer::stop() {
 
 void ApiServer::wait_connections() {
   std::unique_lock lock(mu_);
-  idle_cv_.wait(lock, [&] { return active_ == 0; });
+  idle_cv_.wait(lock, [&] { return active_ == 0 && tls_threads_ == 0; });
 }
 
 void ApiServer::serve() {
@@ -227,7 +242,7 @@ void ApiServer::serve() {
   std::unique_lock lock(mu_);
   stopping_ = true;
   work_cv_.notify_all();
-  idle_cv_.wait(lock, [&] { return active_ == 0 && threads_ == 0; });
+  idle_cv_.wait(lock, [&] { return active_ == 0 && threads_ == 0 && tls_threads_ == 0; });
 }
 
 void ApiServer::accept_one(int listen_fd, Transport transport) {
@@ -239,12 +254,28 @@ void ApiServer::accept_one(int listen_fd, Transport transport) {
     }
     return;  // EAGAIN, EINTR, ECONNABORTED: nothing to do
   }
+  const bool with_tls = transport == Transport::kTcp && options_.tls;
   {
     std::lock_guard lock(mu_);
     if (active_ >= options_.max_connections) {
-      reject(std::move(conn));
+      if (with_tls) {
+        metrics_.connection_rejected();  // closed: it expects a handshake, not a 503
+      } else {
+        reject(std::move(conn));
+      }
       return;
     }
+  }
+  if (with_tls) {
+    auto plain = start_tls(std::move(conn));
+    if (!plain) {
+      spdlog::warn("api: {}", plain.error().message());
+      return;
+    }
+    conn = std::move(*plain);
+  }
+  {
+    std::lock_guard lock(mu_);
     ++active_;
     metrics_.connection_opened();
     if (idle_ > handoff_.size()) {  // a waiting thread takes it
@@ -292,6 +323,55 @@ void ApiServer::connection_thread(UniqueFd fd, Transport transport) {
     idle_cv_.notify_all();  // under the lock: the server may be destroyed right after
     return;
   }
+}
+
+Result<UniqueFd> ApiServer::start_tls(UniqueFd tcp) {
+  auto [relay_end, app_end] = TRY_CTX(tls::plaintext_pair(), "starting a TLS connection");
+  std::string reload_error;
+  std::shared_ptr<SSL_CTX> ctx = options_.tls->context(&reload_error);
+  if (!reload_error.empty())
+    spdlog::warn("api: reloading the TLS certificate failed; still serving the previous one: {}",
+                 reload_error);
+  // The real TCP peer, for the log (the plaintext side only sees a socketpair).
+  std::string peer = "?";
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  char host[INET6_ADDRSTRLEN] = "";
+  if (::getpeername(tcp.get(), reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+    if (ss.ss_family == AF_INET) {
+      auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
+      ::inet_ntop(AF_INET, &sin->sin_addr, host, sizeof host);
+      peer = std::string(host) + ":" + std::to_string(ntohs(sin->sin_port));
+    } else if (ss.ss_family == AF_INET6) {
+      auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
+      ::inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof host);
+      peer = "[" + std::string(host) + "]:" + std::to_string(ntohs(sin6->sin6_port));
+    }
+  }
+  tls::TunnelOptions o;
+  o.handshake_timeout = options_.tls_handshake_timeout;
+  o.stall_timeout = options_.body_timeout;
+  o.cancel_fd = stop_fd_.get();
+  {
+    std::lock_guard lock(mu_);
+    ++tls_threads_;
+  }
+  try {
+    std::thread([this, ctx = std::move(ctx), o, peer = std::move(peer), tcp = std::move(tcp),
+                 relay_end = std::move(relay_end)]() mutable {
+      auto r = tls::serve_tls(std::move(tcp), std::move(relay_end), ctx.get(), o);
+      if (!r) spdlog::debug("api: TLS connection from {}: {}", peer, r.error().message());
+      std::lock_guard lock(mu_);
+      --tls_threads_;
+      idle_cv_.notify_all();  // under the lock: the server may be destroyed right after
+    }).detach();
+  } catch (const std::system_error& e) {
+    std::lock_guard lock(mu_);
+    --tls_threads_;
+    return fail(Code::kResourceExhausted,
+                std::string("cannot start a TLS connection thread: ") + e.what());
+  }
+  return std::move(app_end);
 }
 
 void ApiServer::reject(UniqueFd fd) {

@@ -1,7 +1,7 @@
-// The REST API server of spaced: HTTP/1.1 over a Unix domain socket (and optionally a loopback
-// TCP port), a thread per connection. A thread whose connection ended waits a while for the
-// next one (at most kMaxIdleThreads wait), so a client that opens a connection per request
-// does not pay a thread's creation and teardown each time.
+// The REST API server of spaced: HTTP/1.1 over a Unix domain socket (and optionally a TCP
+// port: loopback in plain HTTP, any address with TLS), a thread per connection. A thread whose
+// connection ended waits a while for the next one (at most kMaxIdleThreads wait), so a client that
+// opens a connection per request does not pay a thread's creation and teardown each time.
 //
 //   auto server = TRY(api::ApiServer::listen("/run/space/space.sock", service));
 //   std::thread t([&] { server->serve(); });   // or serve() on the main thread
@@ -19,6 +19,12 @@
 // Who may call (docs/api-auth.md): on the Unix socket, only peers whose uid (SO_PEERCRED) is
 // root's or spaced's own are served at all (others get a 403); without an Authorization header
 // they are the root operator. On the TCP listener every request needs an API token.
+//
+// With TLS (Options::tls) each accepted TCP connection gets a terminator thread of its own
+// (tls/tunnel.h): it completes the handshake within tls_handshake_timeout and relays plaintext
+// to a socketpair whose other end is served like any connection, so exec's two threads and the
+// ports' raw relay never share an SSL object. A TLS connection counts against max_connections
+// from its accept on; over the limit it is closed (a plaintext 503 would mean nothing to it).
 #pragma once
 
 #include <sys/types.h>
@@ -41,14 +47,17 @@
 #include "common/tcp_listen.h"
 #include "daemon/service.h"
 #include "daemon/tokens.h"
+#include "tls/api_certs.h"
 
 namespace space::api {
 
 using space::ListenAddress;
-// "127.0.0.1:7070", "[::1]:7070", "localhost:7070" (= 127.0.0.1). Anything that is not a
-// loopback address is refused with a message saying to put a TLS proxy in front: spaced
-// speaks plain HTTP, and bearer tokens must not cross a network unencrypted.
-Result<ListenAddress> parse_listen_address(std::string_view text);
+// "127.0.0.1:7070", "[::1]:7070", "localhost:7070" (= 127.0.0.1). Without `with_tls`, anything that
+// is not a loopback address is refused with a message saying to add api_tls: bearer tokens
+// must not cross a network unencrypted. With it, any numeric address ("0.0.0.0:7443",
+// "[::]:7443", "10.0.0.5:7443"); a host name is refused (it would bind to nothing in
+// particular).
+Result<ListenAddress> parse_listen_address(std::string_view text, bool with_tls = false);
 
 class ApiServer {
  public:
@@ -59,8 +68,11 @@ class ApiServer {
     uint32_t header_limit = 16 * 1024;
     // The most a connection's read buffer holds (at least twice header_limit is used).
     size_t buffer_limit = 64 * 1024;
-    // Also listen on this loopback TCP address (see parse_listen_address); "" = Unix socket only.
+    // Also listen on this TCP address (see parse_listen_address); "" = Unix socket only.
     std::string tcp_listen;
+    // Serve TLS on tcp_listen with these credentials (null: plain HTTP, loopback only).
+    std::shared_ptr<tls::ServerCredentials> tls;
+    std::chrono::milliseconds tls_handshake_timeout{10'000};
     // API tokens; null: no tokens, only the root operator on the Unix socket may call.
     daemon::TokenStore* tokens = nullptr;
     // The profiles tokens may be scoped to (the daemon's configured profiles).
@@ -99,6 +111,8 @@ class ApiServer {
   void serve_connection(UniqueFd fd, Transport transport);
   void accept_one(int listen_fd, Transport transport);
   void reject(UniqueFd fd);
+  // Starts the TLS terminator of an accepted TCP connection; the plaintext end to serve.
+  Result<UniqueFd> start_tls(UniqueFd tcp);
   void wait_connections();
   // A connection thread: serves `fd`, then, while fewer than kMaxIdleThreads wait, waits up to
   // kIdleThreadLinger for another handed over by accept_one.
@@ -122,11 +136,12 @@ class ApiServer {
   ApiMetrics metrics_;
 
   std::mutex mu_;
-  std::condition_variable idle_cv_;  // active_ or threads_ went down
+  std::condition_variable idle_cv_;  // active_, threads_ or tls_threads_ went down
   std::condition_variable work_cv_;  // handoff_ got a connection, or stopping_
   size_t active_ = 0;                // connections being served; guarded by mu_
   size_t threads_ = 0;               // connection threads alive (serving or idle); guarded by mu_
   size_t idle_ = 0;                  // of those, waiting for a connection; guarded by mu_
+  size_t tls_threads_ = 0;           // TLS terminators running; guarded by mu_
   std::vector<Handoff> handoff_;     // accepted, for an idle thread to take; guarded by mu_
   bool stopping_ = false;            // guarded by mu_
 };

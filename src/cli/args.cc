@@ -142,7 +142,8 @@ Commands define_commands(Args& a, const std::string& only) {
   c.app = std::make_unique<CLI::App>(
       "space: disposable, isolated sandboxes for agent code.\n"
       "Talks to spaced over $SPACE_SOCKET (default /run/space/space.sock), or over\n"
-      "$SPACE_API (http://127.0.0.1:PORT, its TCP listener); sends $SPACE_TOKEN if set.",
+      "$SPACE_API (http://127.0.0.1:PORT, its TCP listener, or https://HOST:PORT with\n"
+      "api_tls; $SPACE_CA names a CA file to trust); sends $SPACE_TOKEN if set.",
       "space");
   CLI::App& app = *c.app;
   app.set_version_flag("--version", "space 0.1.0");

@@ -1,14 +1,25 @@
-// HTTP client over the daemon's Unix socket or TCP listener (see client.h).
+// HTTP client over the daemon's Unix socket or TCP listener, plain or TLS (see client.h).
 #include "cli/client.h"
 
-#include <netdb.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "cli/tcp_url.h"
 
 namespace space::cli {
 namespace {
@@ -97,59 +108,155 @@ Connection::Connection(UniqueFd fd, std::string socket_path)
 
 namespace {
 
-// "http://HOST:PORT" (HOST a name, an IPv4 address or [IPv6]) -> a connected TCP socket.
-Result<UniqueFd> connect_tcp(const std::string& url) {
-  const std::string hint =
-      "; set SPACE_API to the daemon's api_listen address, e.g. "
-      "http://127.0.0.1:7070";
-  if (url.starts_with("https://"))
-    return fail(Code::kInvalidArgument,
-                "SPACE_API=" + url +
-                    ": the CLI speaks plain HTTP to spaced's loopback "
-                    "listener only (a TLS proxy in front is for other clients)");
-  std::string_view rest = std::string_view(url).substr(7);
-  while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
-  size_t colon = rest.rfind(':');
-  if (colon == std::string_view::npos || colon == 0 || colon + 1 == rest.size() ||
-      rest.find('/') != std::string_view::npos)
-    return fail(Code::kInvalidArgument, "SPACE_API=" + url + " is not http://HOST:PORT" + hint);
-  std::string host(rest.substr(0, colon));
-  std::string port(rest.substr(colon + 1));
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
-  if (rc != 0)
-    return fail(Code::kInvalidArgument,
-                "SPACE_API=" + url + ": cannot resolve " + host + ": " + ::gai_strerror(rc) + hint);
-  int err = ECONNREFUSED;
-  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-    UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
-    if (!fd) {
-      err = errno;
-      continue;
+// --- https: the helper executable space-https (src/cli/https_main.cc) holds the TLS client, so
+// that `space` itself links no OpenSSL (its relocations cost every CLI start ~1.7 ms).
+
+// Helpers whose Connection is gone but that had not exited yet (finishing close_notify); reaped
+// without waiting on each new spawn, so long-running commands (space mcp, space port) leave no
+// zombies behind.
+std::mutex g_reap_mu;
+std::vector<pid_t> g_unreaped;
+
+void reap_finished() {
+  std::lock_guard lock(g_reap_mu);
+  std::erase_if(g_unreaped, [](pid_t pid) {
+    int status;
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    return r == pid || (r < 0 && errno == ECHILD);
+  });
+}
+
+void reap_later(pid_t pid) {
+  int status;
+  if (::waitpid(pid, &status, WNOHANG) != 0) return;  // gone (or not ours)
+  std::lock_guard lock(g_reap_mu);
+  g_unreaped.push_back(pid);
+}
+
+// $SPACE_HTTPS_BIN, else space-https next to this executable, else /usr/lib/space/space-https.
+Result<std::string> https_helper_path() {
+  const char* env = std::getenv("SPACE_HTTPS_BIN");
+  if (env != nullptr && *env != '\0') return std::string(env);
+  std::string next_to;
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    std::string_view exe(self, static_cast<size_t>(n));
+    size_t slash = exe.rfind('/');
+    if (slash != std::string_view::npos) {
+      next_to = std::string(exe.substr(0, slash + 1)) + "space-https";
+      if (::access(next_to.c_str(), X_OK) == 0) return next_to;
     }
-    if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0) {
-      ::freeaddrinfo(res);
-      return fd;
-    }
-    err = errno;
   }
-  ::freeaddrinfo(res);
-  if (err == ECONNREFUSED)
-    return fail(Code::kUnavailable,
-                "no daemon answers at " + url +
-                    " (SPACE_API); is spaced running with api_listen "
-                    "set to that address?",
-                err);
-  return fail(Error::sys("connect", "\"" + url + "\"", err));
+  static constexpr const char* kInstalled = "/usr/lib/space/space-https";
+  if (::access(kInstalled, X_OK) == 0) return std::string(kInstalled);
+  return fail(Code::kUnavailable,
+              "https:// (SPACE_API) needs the helper space-https, found neither at " +
+                  (next_to.empty() ? std::string("<space's own directory>") : next_to) +
+                  " nor at " + kInstalled + "; install it next to space");
+}
+
+// Waits for the child and says how it ended ("exited with status 1", "killed by signal 9").
+std::string wait_status(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "was killed by signal " + std::to_string(WTERMSIG(status));
+  return "ended";
+}
+
+// Starts `space-https URL` on one end of a socketpair (its fd 3) and reads its status line:
+// on "ok" the other end carries plaintext HTTP to the daemon; on "error CODE MESSAGE" that
+// Error. `stop_fd` (Ctrl-C) ends the wait and the helper.
+Result<std::pair<UniqueFd, pid_t>> open_https(const std::string& url, int stop_fd) {
+  reap_finished();
+  std::string helper = TRY(https_helper_path());
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    return fail_sys("socketpair", "https helper");
+  UniqueFd mine(sv[0]), theirs(sv[1]);
+  if (theirs.get() == 3) {  // dup2(3, 3) would leave close-on-exec set
+    theirs = UniqueFd(::fcntl(3, F_DUPFD_CLOEXEC, 10));
+    if (!theirs) return fail_sys("fcntl", "F_DUPFD_CLOEXEC");
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, theirs.get(), 3);
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  // Its own process group: the terminal's Ctrl-C goes to the CLI, which decides (exec forwards
+  // it to the sandbox); the helper ends when the CLI closes its end.
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  const char* argv[] = {"space-https", url.c_str(), nullptr};
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, helper.c_str(), &fa, &attr, const_cast<char* const*>(argv), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return fail(Error::sys("posix_spawn", helper, rc));
+  theirs.reset();
+  auto give_up = [&](Error e) -> Error {
+    ::kill(pid, SIGTERM);
+    (void)wait_status(pid);
+    return e;
+  };
+  std::string line;
+  for (;;) {
+    pollfd fds[2] = {{mine.get(), POLLIN, 0}, {stop_fd, POLLIN, 0}};
+    int n = ::poll(fds, stop_fd >= 0 ? 2 : 1, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail(give_up(Error::sys("poll", "https helper", errno)));
+    }
+    if (stop_fd >= 0 && fds[1].revents != 0)
+      return fail(give_up(Error(Code::kUnavailable, "connecting to " + url + ": interrupted")));
+    char ch;
+    ssize_t got = ::read(mine.get(), &ch, 1);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (got <= 0) {
+      return fail(Code::kUnavailable, "connecting to " + url + " (SPACE_API): " + helper + " " +
+                                          wait_status(pid) + " without saying why");
+    }
+    if (ch == '\n') break;
+    if (line.size() >= 64 * 1024)
+      return fail(give_up(Error(Code::kProtocol, helper + " sent a status line too long")));
+    line += ch;
+  }
+  if (line == "ok") return std::pair{std::move(mine), pid};
+  // "error CODE MESSAGE"
+  Code code = Code::kUnavailable;
+  std::string message = line;
+  if (line.starts_with("error ")) {
+    std::string_view rest = std::string_view(line).substr(6);
+    size_t sp = rest.find(' ');
+    if (auto c = code_from_name(rest.substr(0, sp))) code = *c;
+    message = sp == std::string_view::npos ? std::string() : std::string(rest.substr(sp + 1));
+  }
+  mine.reset();
+  (void)wait_status(pid);
+  return fail(code, message);
 }
 
 }  // namespace
+
+Connection::Helper& Connection::Helper::operator=(Helper&& o) noexcept {
+  if (this != &o) {
+    if (pid > 0) reap_later(pid);
+    pid = std::exchange(o.pid, -1);
+  }
+  return *this;
+}
+
+Connection::Helper::~Helper() {
+  if (pid > 0) reap_later(pid);
+}
 
 Result<Connection> Connection::open(const std::string& socket_path, int stop_fd,
                                     std::string token) {
@@ -162,8 +269,16 @@ Result<Connection> Connection::open(const std::string& socket_path, int stop_fd,
                   "characters); copy the token printed by `space token create` again");
   }
   if (is_tcp_address(socket_path)) {
-    UniqueFd fd = TRY(connect_tcp(socket_path));
+    TcpUrl u = TRY(parse_url(socket_path));
+    UniqueFd fd;
+    pid_t helper = -1;
+    if (u.https) {
+      std::tie(fd, helper) = TRY(open_https(socket_path, stop_fd));
+    } else {
+      fd = TRY(connect_tcp(socket_path, u));
+    }
     Connection c(std::move(fd), socket_path);
+    c.helper_.pid = helper;
     c.stream_->set_stop_fd(stop_fd);
     c.token_ = std::move(token);
     return c;

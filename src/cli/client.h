@@ -1,11 +1,19 @@
-// The CLI's HTTP/1.1 client for the daemon's REST API over its Unix socket, or over its loopback
-// TCP listener when $SPACE_API names one (Beast on a raw fd, see common/fd_stream.h). With
+// The CLI's HTTP/1.1 client for the daemon's REST API over its Unix socket, or over its TCP
+// listener when $SPACE_API names one (Beast on a raw fd, see common/fd_stream.h): plain
+// http:// on loopback, or https:// with api_tls. For https the helper executable space-https
+// (next to space, else /usr/lib/space; src/cli/https_main.cc) ends TLS next to the connection
+// and the HTTP code reads and writes plaintext on a socketpair to it, so exec's full duplex and
+// the ports' raw relay work unchanged and `space` links no OpenSSL; the daemon's certificate is
+// verified against $SPACE_CA (a PEM file) if set, else the system's trust store, and must
+// name the host of $SPACE_API. With
 // $SPACE_TOKEN set every request carries "Authorization: Bearer $SPACE_TOKEN"
 // (docs/api-auth.md). Two levels: Connection sends one request and reads its response
 // incrementally (streams: exec events, file bodies, chunked uploads, and full duplex for exec
 // stdin); Client::call does a whole JSON round trip and turns an API error body
 // {"error":{"code","message"}} back into a space::Error.
 #pragma once
+
+#include <sys/types.h>
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
@@ -15,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "common/error.h"
 #include "common/fd_stream.h"
@@ -25,12 +34,12 @@ inline constexpr const char* kDefaultSocket = "/run/space/space.sock";
 
 // $SPACE_SOCKET, or /run/space/space.sock.
 std::string socket_path_from_env();
-// Where the daemon is: $SPACE_API ("http://127.0.0.1:7070", the TCP listener) if set, else
-// socket_path_from_env().
+// Where the daemon is: $SPACE_API ("http://127.0.0.1:7070" or "https://host:7443", the TCP
+// listener) if set, else socket_path_from_env().
 std::string address_from_env();
 // $SPACE_TOKEN, "" when unset.
 std::string token_from_env();
-// Whether `address` is an http:// URL rather than a socket path.
+// Whether `address` is an http:// or https:// URL rather than a socket path.
 bool is_tcp_address(std::string_view address);
 
 // Percent-encodes a query value or path segment.
@@ -42,7 +51,8 @@ Error api_error(int status, std::string_view body);
 
 class Connection {
  public:
-  // Connects to the daemon at `address` (a socket path or "http://HOST:PORT"). No daemon ->
+  // Connects to the daemon at `address` (a socket path, "http://HOST:PORT" or
+  // "https://HOST:PORT"). No daemon ->
   // kUnavailable naming the address and what to do. `stop_fd` (an eventfd, -1 = none) aborts
   // any wait once readable (Ctrl-C). A non-empty `token` goes with every request.
   static Result<Connection> open(const std::string& address, int stop_fd = -1,
@@ -92,6 +102,17 @@ class Connection {
 
   std::string socket_path_;
   std::string token_;
+  // https only: the space-https helper process; reaped once it exited (without waiting for it:
+  // a later connection or the CLI's exit takes what is left). Declared before stream_ so that it
+  // goes after it: closing the plaintext end first lets the helper send close_notify and end.
+  struct Helper {
+    pid_t pid = -1;
+    Helper() = default;
+    Helper(Helper&& o) noexcept : pid(std::exchange(o.pid, -1)) {}
+    Helper& operator=(Helper&& o) noexcept;
+    ~Helper();
+  };
+  Helper helper_;
   std::unique_ptr<FdStream> stream_;
   std::unique_ptr<boost::beast::flat_buffer> buffer_;
   std::unique_ptr<boost::beast::http::response_parser<boost::beast::http::buffer_body>> parser_;
@@ -99,7 +120,7 @@ class Connection {
 
 class Client {
  public:
-  // `socket_path`: a socket path, or "http://HOST:PORT" for the TCP listener.
+  // `socket_path`: a socket path, or "http(s)://HOST:PORT" for the TCP listener.
   explicit Client(std::string socket_path, int stop_fd = -1, std::string token = "")
       : socket_path_(std::move(socket_path)), stop_fd_(stop_fd), token_(std::move(token)) {}
 

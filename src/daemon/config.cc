@@ -37,6 +37,8 @@ Result<void> Config::load(const std::filesystem::path& file) {
       log_level = TRY(str("log_level"));
     else if (k == "api_listen")
       api_listen = TRY(str("api_listen"));
+    else if (k == "api_tls")
+      TRY_VOID_CTX(load_api_tls(v), file.string() + ": api_tls");
     else if (k == "max_sandboxes" && v.is_number_unsigned())
       max_sandboxes = v.get<size_t>();
     else if (k == "destroyed_retention_days" && v.is_number())
@@ -114,6 +116,11 @@ Result<void> Config::load(const std::filesystem::path& file) {
                         std::to_string(i) + "] have the same template; merge them into one size");
     }
   }
+  if (api_tls.mode != ApiTlsConfig::Mode::kOff && api_listen.empty())
+    return fail(Code::kInvalidArgument,
+                file.string() +
+                    ": api_tls needs api_listen, the TCP address to serve TLS on (e.g. "
+                    "\"api_listen\": \"0.0.0.0:7443\")");
   for (auto& [name, def] : secrets)
     for (auto& p : def.profiles)
       if (!profiles.count(p))
@@ -173,7 +180,8 @@ Result<void> Config::load_profiles(const nlohmann::json& v) {
 // "gc_interval": "60s"}.
 Result<void> Config::load_snapshots(const nlohmann::json& v) {
   auto duration = [](const nlohmann::json& d, const std::string& what) -> Result<double> {
-    if (!d.is_string()) return fail(Code::kInvalidArgument, what + ": expected a duration such as \"1h\"");
+    if (!d.is_string())
+      return fail(Code::kInvalidArgument, what + ": expected a duration such as \"1h\"");
     return TRY_CTX(parse_duration(d.get<std::string>()), what);
   };
   for (auto& [k, sv] : v.items()) {
@@ -185,9 +193,12 @@ Result<void> Config::load_snapshots(const nlohmann::json& v) {
                       "retention: each tier is {\"for\": \"1d\", \"every\": \"1h\"}");
         RetentionTier tier;
         for (auto& [tk, tv] : t.items()) {
-          if (tk == "for") tier.for_s = TRY(duration(tv, "retention.for"));
-          else if (tk == "every") tier.every_s = TRY(duration(tv, "retention.every"));
-          else return fail(Code::kInvalidArgument, "retention: unknown key \"" + tk + "\"");
+          if (tk == "for")
+            tier.for_s = TRY(duration(tv, "retention.for"));
+          else if (tk == "every")
+            tier.every_s = TRY(duration(tv, "retention.every"));
+          else
+            return fail(Code::kInvalidArgument, "retention: unknown key \"" + tk + "\"");
         }
         if (!tiers.empty() && tier.for_s <= tiers.back().for_s)
           return fail(Code::kInvalidArgument,
@@ -199,7 +210,8 @@ Result<void> Config::load_snapshots(const nlohmann::json& v) {
       snapshots.keep_manual_s = TRY(duration(sv, "keep_manual"));
     } else if (k == "gc_interval") {
       snapshots.gc_interval_s = TRY(duration(sv, "gc_interval"));
-      if (snapshots.gc_interval_s < 1) return fail(Code::kInvalidArgument, "gc_interval: at least 1s");
+      if (snapshots.gc_interval_s < 1)
+        return fail(Code::kInvalidArgument, "gc_interval: at least 1s");
     } else {
       return fail(Code::kInvalidArgument, "unknown or mistyped key \"" + k + "\"");
     }
@@ -319,6 +331,63 @@ Result<runtime::VmDevices> Config::load_vm_devices(const nlohmann::json& v) {
     }
   }
   return d;
+}
+
+// "api_tls": "auto" | {"auto": true, "names": ["host.example", "10.0.0.5"]} |
+//            {"cert": "/etc/space/tls/cert.pem", "key": "/etc/space/tls/key.pem"}.
+Result<void> Config::load_api_tls(const nlohmann::json& v) {
+  constexpr const char* kForms =
+      " (expected \"auto\", {\"auto\": true, \"names\": [\"host.example\"]} or "
+      "{\"cert\": \"/path/cert.pem\", \"key\": \"/path/key.pem\"})";
+  api_tls = ApiTlsConfig{};
+  if (v.is_string() && v.get<std::string>() == "auto") {
+    api_tls.mode = ApiTlsConfig::Mode::kAuto;
+    return {};
+  }
+  if (!v.is_object())
+    return fail(Code::kInvalidArgument, "not a valid value" + std::string(kForms));
+  bool auto_on = false;
+  bool names_given = false;
+  for (auto& [k, x] : v.items()) {
+    if ((k == "cert" || k == "key") && x.is_string()) {
+      std::filesystem::path p = x.get<std::string>();
+      if (!p.is_absolute())
+        return fail(Code::kInvalidArgument,
+                    k + " \"" + p.string() + "\": an absolute path, please");
+      (k == "cert" ? api_tls.cert : api_tls.key) = p;
+    } else if (k == "auto" && x.is_boolean()) {
+      auto_on = x.get<bool>();
+    } else if (k == "names" && x.is_array()) {
+      names_given = true;
+      for (auto& n : x) {
+        if (!n.is_string() || n.get<std::string>().empty())
+          return fail(Code::kInvalidArgument,
+                      "names: expected an array of host names and addresses");
+        api_tls.names.push_back(n.get<std::string>());
+      }
+    } else {
+      return fail(Code::kInvalidArgument, "unknown or mistyped key \"" + k + "\"" + kForms);
+    }
+  }
+  bool files = !api_tls.cert.empty() || !api_tls.key.empty();
+  if (auto_on && files)
+    return fail(
+        Code::kInvalidArgument,
+        "either \"auto\": true (spaced's own CA) or \"cert\" and \"key\" (yours), not both");
+  if (files) {
+    if (api_tls.cert.empty() || api_tls.key.empty())
+      return fail(Code::kInvalidArgument, "\"cert\" and \"key\" go together: give both files");
+    if (names_given)
+      return fail(Code::kInvalidArgument,
+                  "\"names\" is for \"auto\" only: your certificate already names its hosts");
+    api_tls.mode = ApiTlsConfig::Mode::kFiles;
+  } else if (auto_on) {
+    api_tls.mode = ApiTlsConfig::Mode::kAuto;
+  } else {
+    return fail(Code::kInvalidArgument,
+                "neither \"auto\": true nor \"cert\" and \"key\"" + std::string(kForms));
+  }
+  return {};
 }
 
 // "vm": {"kernel": PATH, "initrd": PATH, "qemu": PATH, "accel": "auto|kvm|tcg",

@@ -63,7 +63,7 @@ struct VmConfig {
   std::filesystem::path kernel;  // uncompressed vmlinux
   std::filesystem::path initrd;  // initramfs with space-vminit as /init
   std::filesystem::path qemu = "qemu-system-x86_64";
-  std::string accel = "auto";    // auto, kvm, tcg
+  std::string accel = "auto";  // auto, kvm, tcg
   double boot_timeout_s = 60;
   // The firecracker runtime (docs/firecracker-runtime.md): the user's binaries, looked up in
   // PATH when not absolute; templates = restore every sandbox from its image's template.
@@ -72,11 +72,20 @@ struct VmConfig {
   bool templates = true;
 };
 
+// api_tls (docs/api-auth.md, "Remote access"): TLS on the api_listen address, with spaced's own
+// CA under <state_dir>/tls/ ("auto") or the operator's certificate and key files.
+struct ApiTlsConfig {
+  enum class Mode { kOff, kAuto, kFiles };
+  Mode mode = Mode::kOff;
+  std::filesystem::path cert, key;  // kFiles: absolute paths
+  std::vector<std::string> names;   // kAuto: extra names for the server certificate
+};
+
 struct Config {
   std::filesystem::path state_dir = "/var/lib/space";
   std::filesystem::path socket = "/run/space/space.sock";
-  std::filesystem::path agent;            // space-agent binary; default: next to spaced
-  std::string cgroup_name = "space";      // cgroups live at <controller root>/<name>/<id>
+  std::filesystem::path agent;        // space-agent binary; default: next to spaced
+  std::string cgroup_name = "space";  // cgroups live at <controller root>/<name>/<id>
   runtime::Limits default_limits;
   // Lifetimes (defaults.timeout, defaults.max_timeout): a create without "timeout" gets
   // default_timeout_s; no sandbox may live longer than max_timeout_s. 0 = none.
@@ -101,9 +110,10 @@ struct Config {
   std::vector<std::string> upstream_ca_files;
   std::vector<std::string> sandbox_ca_files;
   std::string log_level = "info";
-  // Also serve the API on this loopback TCP address ("127.0.0.1:7070"); every request there
-  // needs an API token (docs/api-auth.md). "" = the Unix socket only.
+  // Also serve the API on this TCP address ("127.0.0.1:7070"; loopback unless api_tls is
+  // set); every request there needs an API token (docs/api-auth.md). "" = the Unix socket only.
   std::string api_listen;
+  ApiTlsConfig api_tls;  // with TLS, api_listen may be any address, not only loopback
   SnapshotConfig snapshots;
   std::map<std::string, ProfileSnapshots> profile_snapshots;
   std::map<std::string, runtime::VmDevices> profile_vm;  // profiles.NAME.vm
@@ -123,6 +133,7 @@ struct Config {
   Result<void> load_gateway(const nlohmann::json& v);
   Result<void> load_snapshots(const nlohmann::json& v);
   Result<void> load_vm(const nlohmann::json& v);
+  Result<void> load_api_tls(const nlohmann::json& v);
   static Result<runtime::VmDevices> load_vm_devices(const nlohmann::json& v);
   Result<void> load_pools(const nlohmann::json& v, std::vector<std::array<bool, 4>>& given);
 };

@@ -1,9 +1,14 @@
 // spaced: the SPACE daemon. Parses flags and the config file, sets up structured logging,
 // takes the state directory's lock, starts the runtimes and the daemon core (which reconciles
-// sandboxes left by a previous run), then serves the REST API on its Unix socket until SIGTERM
-// or SIGINT. Sandboxes keep running when spaced stops; the next spaced reattaches to them.
+// sandboxes left by a previous run), then serves the REST API on its Unix socket (and on
+// api_listen, in TLS with api_tls) until SIGTERM or SIGINT. Sandboxes keep running when spaced
+// stops; the next spaced reattaches to them.
 #include <fcntl.h>
 #include <signal.h>
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/rotating_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/sysinfo.h>
@@ -14,18 +19,14 @@
 #include <iostream>
 #include <thread>
 
-#include <spdlog/pattern_formatter.h>
-#include <spdlog/sinks/rotating_file_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
-
 #include "api/server.h"
 #include "daemon/daemon.h"
 #include "daemon/tokens.h"
 #include "egress/gateway.h"
-#include "runtime/linux/linux_runtime.h"
 #include "runtime/firecracker/firecracker_runtime.h"
+#include "runtime/linux/linux_runtime.h"
 #include "runtime/qemu/qemu_runtime.h"
+#include "tls/api_certs.h"
 
 namespace fs = std::filesystem;
 using namespace space;
@@ -77,6 +78,23 @@ fs::path self_dir() {
   return ec ? fs::path(".") : p.parent_path();
 }
 
+// api_tls: the operator's certificate files, or spaced's own CA under <state_dir>/tls/ with a
+// server certificate for this host's names and `listen_host`.
+Result<std::shared_ptr<tls::ServerCredentials>> open_api_tls(const daemon::Config& cfg,
+                                                             const std::string& listen_host) {
+  tls::ServerCredentials::Source source;
+  if (cfg.api_tls.mode == daemon::ApiTlsConfig::Mode::kFiles) {
+    source.cert_file = cfg.api_tls.cert;
+    source.key_file = cfg.api_tls.key;
+  } else {
+    char hostname[256] = "";
+    (void)::gethostname(hostname, sizeof hostname - 1);
+    source.auto_certs.dir = cfg.state_dir / "tls";
+    source.auto_certs.names = TRY(tls::server_names(hostname, listen_host, cfg.api_tls.names));
+  }
+  return std::shared_ptr<tls::ServerCredentials>(TRY(tls::ServerCredentials::open(source)));
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"spaced — the SPACE daemon: runs untrusted agent code in disposable sandboxes"};
   std::string config_file, state_dir, socket, agent, log_format = "json", log_level;
@@ -84,7 +102,8 @@ int run(int argc, char** argv) {
   app.add_option("--state-dir", state_dir, "state directory (default /var/lib/space)");
   app.add_option("--socket", socket, "API socket (default /run/space/space.sock)");
   app.add_option("--agent", agent, "space-agent binary (default: next to spaced)");
-  app.add_option("--log-format", log_format, "json or text")->check(CLI::IsMember({"json", "text"}));
+  app.add_option("--log-format", log_format, "json or text")
+      ->check(CLI::IsMember({"json", "text"}));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   app.set_version_flag("--version", std::string("spaced ") + SPACE_VERSION);
   CLI11_PARSE(app, argc, argv);
@@ -124,12 +143,34 @@ int run(int argc, char** argv) {
   // One daemon per state directory.
   std::error_code ec;
   fs::create_directories(cfg.state_dir, ec);
-  int lock_fd = ::open((cfg.state_dir / "spaced.lock").c_str(),
-                       O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  int lock_fd = ::open((cfg.state_dir / "spaced.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     spdlog::error("another spaced is using state dir {}; stop it or use --state-dir",
                   cfg.state_dir.string());
     return 1;
+  }
+
+  // The API listener's address and, with api_tls, its certificates: checked (and spaced's own
+  // CA made) now, so that a bad address or certificate file stops spaced before anything starts.
+  std::shared_ptr<tls::ServerCredentials> api_tls;
+  if (!cfg.api_listen.empty()) {
+    const bool with_tls = cfg.api_tls.mode != daemon::ApiTlsConfig::Mode::kOff;
+    auto where = api::parse_listen_address(cfg.api_listen, with_tls);
+    if (!where) {
+      spdlog::error("{}", where.error().message());
+      return 1;
+    }
+    if (with_tls) {
+      auto creds = open_api_tls(cfg, where->host);
+      if (!creds) {
+        spdlog::error("{}", creds.error().message());
+        return 1;
+      }
+      api_tls = std::move(*creds);
+      if (api_tls->ca_created())
+        spdlog::info("api: made a new CA for the TLS listener; clients trust {} (SPACE_CA)",
+                     (cfg.state_dir / "tls" / "ca.pem").string());
+    }
   }
 
   // Signals are handled by one thread with sigwait; block them before any thread starts.
@@ -202,6 +243,7 @@ int run(int argc, char** argv) {
   }
   api::ApiServer::Options api_options;
   api_options.tcp_listen = cfg.api_listen;
+  api_options.tls = api_tls;
   api_options.tokens = tokens->get();
   api_options.profiles = cfg.profiles;
   auto server = api::ApiServer::listen(cfg.socket, **d, api_options);

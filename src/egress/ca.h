@@ -6,6 +6,8 @@
 // sandbox means nothing to any other sandbox or to the host.
 #pragma once
 
+#include <openssl/ssl.h>
+
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -13,17 +15,14 @@
 #include <mutex>
 #include <string>
 
-#include <openssl/ssl.h>
-
 #include "common/error.h"
+#include "tls/x509.h"
 
 namespace space::egress {
 
-// An owned key + certificate pair (EVP_PKEY, X509), moved around as one value.
-struct KeyCert {
-  std::shared_ptr<EVP_PKEY> key;
-  std::shared_ptr<X509> cert;
-};
+using tls::KeyCert;
+// server_context(kc): a TLS server context presenting a leaf (TLS 1.2+, ALPN http/1.1 only).
+using tls::server_context;
 
 class SandboxCa {
  public:
@@ -36,7 +35,7 @@ class SandboxCa {
   Result<void> save(const std::filesystem::path& dir) const;
   static Result<std::unique_ptr<SandboxCa>> load(const std::filesystem::path& dir);
 
-  std::string cert_pem() const;   // what goes into the sandbox's trust store
+  std::string cert_pem() const;  // what goes into the sandbox's trust store
   const KeyCert& ca() const { return ca_; }
 
   // A leaf for `host` (a normalized DNS name, or an IP address in text form): subjectAltName
@@ -50,8 +49,5 @@ class SandboxCa {
   std::mutex mu_;
   std::map<std::string, KeyCert> leaves_;
 };
-
-// A TLS server context presenting `kc` (TLS 1.2+, ALPN http/1.1 only). Returned owned.
-Result<std::shared_ptr<SSL_CTX>> server_context(const KeyCert& kc);
 
 }  // namespace space::egress

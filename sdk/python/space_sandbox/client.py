@@ -1,8 +1,12 @@
 """The connection to spaced: HTTP/1.1 over its Unix socket (the default) or its TCP listener.
 
 Where to connect, in order: the arguments of :class:`Client`, then ``$SPACE_API``
-(``http://127.0.0.1:7070``: the TCP listener, which needs a token), then ``$SPACE_SOCKET``,
-then ``/run/space/space.sock``. The token comes from ``token=`` or ``$SPACE_TOKEN``.
+(``http://127.0.0.1:7070``: the TCP listener, which needs a token; ``https://host:7443`` when
+spaced serves TLS there), then ``$SPACE_SOCKET``, then ``/run/space/space.sock``. The token
+comes from ``token=`` or ``$SPACE_TOKEN``. For https the daemon's certificate is verified
+against ``ca_file=`` or ``$SPACE_CA`` (a PEM file: spaced's own CA is
+``<state_dir>/tls/ca.pem`` on its host), else the system's trust store; ``ssl_context=``
+replaces all of that.
 """
 
 from __future__ import annotations
@@ -98,7 +102,8 @@ class Client:
 
     def __init__(self, *, socket_path: Optional[str] = None, api_url: Optional[str] = None,
                  token: Optional[str] = None, timeout: float = 60.0,
-                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 ca_file: Optional[str] = None) -> None:
         if socket_path is None and api_url is None:
             api_url = os.environ.get("SPACE_API") or None
             if api_url is None:
@@ -107,13 +112,20 @@ class Client:
         self.api_url = api_url
         self.token = token if token is not None else (os.environ.get("SPACE_TOKEN") or None)
         self.timeout = timeout
+        self.ca_file = ca_file if ca_file is not None else (os.environ.get("SPACE_CA") or None)
         self._ssl = ssl_context
         if api_url is not None:
             u = urllib.parse.urlsplit(api_url)
             if u.scheme not in ("http", "https") or not u.hostname:
-                raise ValueError("api_url must look like http://127.0.0.1:7070, not %r" % api_url)
+                raise ValueError("api_url must look like http://127.0.0.1:7070 or "
+                                 "https://host:7443, not %r" % api_url)
             self._scheme, self._host, self._port = u.scheme, u.hostname, u.port
             self._prefix = u.path.rstrip("/")
+            if self._scheme == "https" and self._ssl is None:
+                # Only ca_file when given (spaced's own CA), else the system's trust store;
+                # the host name is checked either way.
+                self._ssl = ssl.create_default_context(cafile=self.ca_file)
+                self._ssl.set_alpn_protocols(["http/1.1"])
         else:
             self._prefix = ""
 
@@ -176,6 +188,17 @@ class Client:
             conn.close()
             raise error_for("timeout", "no answer from spaced at %s within %ss"
                             % (self.where(), conn.timeout)) from e
+        except ssl.SSLCertVerificationError as e:
+            conn.close()
+            if self.ca_file:
+                hint = ("ca_file/$SPACE_CA %s does not hold the CA that signed it, or the "
+                        "certificate does not name %s" % (self.ca_file, self._host))
+            else:
+                hint = ("when spaced makes its own CA (api_tls \"auto\"), pass ca_file= or set "
+                        "$SPACE_CA to a copy of <state_dir>/tls/ca.pem (default "
+                        "/var/lib/space/tls/ca.pem) from the daemon's host")
+            raise error_for("permission_denied", "spaced's TLS certificate at %s is not trusted "
+                            "(%s); %s" % (self.where(), e.verify_message or e, hint)) from e
         except OSError as e:
             conn.close()
             raise UnavailableError("cannot reach spaced at %s: %s" % (self.where(), e),

@@ -1,9 +1,13 @@
 // The connection to spaced: HTTP/1.1 over its Unix socket (the default) or its TCP listener.
 //
 // Where to connect, in order: the options of `new Client(...)`, then $SPACE_API
-// (http://127.0.0.1:7070: the TCP listener, which needs a token), then $SPACE_SOCKET, then
-// /run/space/space.sock. The token comes from `token` or $SPACE_TOKEN.
+// (http://127.0.0.1:7070: the TCP listener, which needs a token; https://host:7443 when spaced
+// serves TLS there), then $SPACE_SOCKET, then /run/space/space.sock. The token comes from
+// `token` or $SPACE_TOKEN. For https the daemon's certificate is verified against `ca`,
+// `caFile` or $SPACE_CA (PEM; spaced's own CA is <state_dir>/tls/ca.pem on its host), else
+// Node's trusted roots; the host name is checked either way.
 
+import * as fs from "node:fs";
 import * as http from "node:http";
 import * as https from "node:https";
 import { errorFor, SpaceError, UnavailableError } from "./errors.js";
@@ -13,8 +17,13 @@ export const DEFAULT_SOCKET = "/run/space/space.sock";
 export interface ClientOptions {
   /** The Unix socket of spaced (default $SPACE_SOCKET, then /run/space/space.sock). */
   socketPath?: string;
-  /** The TCP listener, e.g. http://127.0.0.1:7070 (default $SPACE_API). */
+  /** The TCP listener, e.g. http://127.0.0.1:7070 or https://host:7443 (default $SPACE_API). */
   apiUrl?: string;
+  /** https: the CA certificate(s) to trust, PEM (instead of Node's trusted roots). */
+  ca?: string | Buffer;
+  /** https: a PEM file of the CA to trust (default $SPACE_CA), e.g. a copy of spaced's
+   * <state_dir>/tls/ca.pem. */
+  caFile?: string;
   /** An API token (default $SPACE_TOKEN). */
   token?: string;
   /** How long a call may wait for spaced's answer, in ms (default 60000; streams: none). */
@@ -81,6 +90,8 @@ export class Client {
   readonly apiUrl?: string;
   readonly token?: string;
   readonly timeoutMs: number;
+  readonly caFile?: string;
+  private readonly ca?: string | Buffer;
 
   constructor(opts: ClientOptions = {}) {
     let { socketPath, apiUrl } = opts;
@@ -91,7 +102,11 @@ export class Client {
     if (apiUrl !== undefined) {
       const u = new URL(apiUrl);
       if (u.protocol !== "http:" && u.protocol !== "https:")
-        throw new TypeError(`apiUrl must look like http://127.0.0.1:7070, not ${apiUrl}`);
+        throw new TypeError(`apiUrl must look like http://127.0.0.1:7070 or https://host:7443, not ${apiUrl}`);
+      if (u.protocol === "https:") {
+        this.caFile = opts.ca === undefined ? (opts.caFile ?? (process.env.SPACE_CA || undefined)) : undefined;
+        this.ca = opts.ca ?? (this.caFile !== undefined ? fs.readFileSync(this.caFile) : undefined);
+      }
     }
     this.socketPath = socketPath;
     this.apiUrl = apiUrl;
@@ -127,9 +142,14 @@ export class Client {
     let req: http.ClientRequest;
     if (this.apiUrl !== undefined) {
       const u = new URL(this.apiUrl);
-      const mod = u.protocol === "https:" ? https : http;
-      req = mod.request({ host: u.hostname, port: u.port, method, headers,
-                          path: u.pathname.replace(/\/$/, "") + target });
+      const options: https.RequestOptions = { host: u.hostname.replace(/^\[(.*)\]$/, "$1"),
+        port: u.port, method, headers, path: u.pathname.replace(/\/$/, "") + target };
+      if (u.protocol === "https:") {
+        if (this.ca !== undefined) options.ca = this.ca;
+        req = https.request(options);
+      } else {
+        req = http.request(options);
+      }
     } else {
       req = http.request({ socketPath: this.socketPath, method, headers, path: target });
     }
@@ -151,6 +171,14 @@ export class Client {
         if (e.code === "EACCES")
           return reject(new UnavailableError(`cannot open ${this.where()}: permission denied (the socket is root's; ` +
             "run as root or use the TCP listener with a token)", "unavailable"));
+        if (e.code !== undefined && TLS_TRUST_ERRORS.has(e.code)) {
+          const hint = this.caFile !== undefined
+            ? `$SPACE_CA/caFile ${this.caFile} does not hold the CA that signed it, or the certificate does not name this host`
+            : "when spaced makes its own CA (api_tls \"auto\"), pass caFile or set $SPACE_CA to a copy of " +
+              "<state_dir>/tls/ca.pem (default /var/lib/space/tls/ca.pem) from the daemon's host";
+          return reject(errorFor("permission_denied",
+            `spaced's TLS certificate at ${this.where()} is not trusted (${e.code}: ${e.message}); ${hint}`));
+        }
         if (e.code === "EPIPE" || e.code === "ECONNRESET") {
           // spaced may have answered early (an error) and closed: give that answer a moment.
           setTimeout(() => reject(new UnavailableError(`spaced at ${this.where()} closed the connection: ${e.message}`,
@@ -186,6 +214,13 @@ export class Client {
     return (await this.request(method, path, opts)).json<T>();
   }
 }
+
+// Node's codes for a certificate it does not trust or that names another host.
+const TLS_TRUST_ERRORS = new Set([
+  "SELF_SIGNED_CERT_IN_CHAIN", "DEPTH_ZERO_SELF_SIGNED_CERT", "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE", "UNABLE_TO_GET_ISSUER_CERT", "CERT_UNTRUSTED",
+  "CERT_HAS_EXPIRED", "CERT_NOT_YET_VALID", "ERR_TLS_CERT_ALTNAME_INVALID",
+]);
 
 function errorFromBody(status: number, body: Buffer): SpaceError {
   try {

@@ -191,6 +191,20 @@ TEST(ListenAddress, LoopbackOnly) {
   }
 }
 
+TEST(ListenAddress, AnyNumericAddressWithTls) {
+  for (const char* text : {"0.0.0.0:7443", "10.0.0.1:7443", "[::]:7443", "127.0.0.1:7443"}) {
+    auto r = parse_listen_address(text, true);
+    EXPECT_TRUE(r) << text << ": " << (r ? "" : r.error().message());
+  }
+  auto name = parse_listen_address("example.com:7443", true);
+  ASSERT_FALSE(name);
+  EXPECT_NE(name.error().message().find("numeric address"), std::string::npos);
+  auto plain = parse_listen_address("0.0.0.0:7070");
+  ASSERT_FALSE(plain);
+  EXPECT_NE(plain.error().message().find("api_tls"), std::string::npos);
+  EXPECT_FALSE(parse_listen_address("0.0.0.0", true));
+}
+
 // --- the scoped service over the fake -------------------------------------------------------
 
 TEST(ScopedService, OtherProfilesDoNotExist) {

@@ -100,8 +100,9 @@ TEST(Client, Addresses) {
   ::unsetenv("SPACE_TOKEN");
   EXPECT_EQ(token_from_env(), "");
 
-  for (const char* bad :
-       {"http://127.0.0.1", "http://:80", "http://127.0.0.1:80/v1", "https://127.0.0.1:7070"}) {
+  EXPECT_TRUE(is_tcp_address("https://host.example:7443"));
+  for (const char* bad : {"http://127.0.0.1", "http://:80", "http://127.0.0.1:80/v1",
+                          "https://127.0.0.1", "https://[::1]:7443/v1"}) {
     auto c = Connection::open(bad);
     ASSERT_FALSE(c) << bad;
     EXPECT_EQ(c.error().code(), Code::kInvalidArgument) << bad << ": " << c.error().message();
@@ -111,6 +112,23 @@ TEST(Client, Addresses) {
   ASSERT_FALSE(none);
   EXPECT_EQ(none.error().code(), Code::kUnavailable);
   EXPECT_NE(none.error().message().find("SPACE_API"), std::string::npos);
+  // https: the same, before any TLS (tests/unit/tls and test_tls.py cover the handshake), from
+  // the helper space-https.
+  // It is built next to space-agent (tests/CMakeLists.txt makes both).
+  std::string agent = SPACE_AGENT_BIN_DEFAULT;
+  ::setenv("SPACE_HTTPS_BIN", (agent.substr(0, agent.rfind('/') + 1) + "space-https").c_str(), 1);
+  auto none_tls = Connection::open("https://127.0.0.1:1");
+  ASSERT_FALSE(none_tls);
+  EXPECT_EQ(none_tls.error().code(), Code::kUnavailable);
+  EXPECT_NE(none_tls.error().message().find("SPACE_API"), std::string::npos)
+      << none_tls.error().message();
+  // No helper: an error that names where it was looked for.
+  ::setenv("SPACE_HTTPS_BIN", "/nonexistent/space-https", 1);
+  auto no_helper = Connection::open("https://127.0.0.1:1");
+  ASSERT_FALSE(no_helper);
+  EXPECT_NE(no_helper.error().message().find("/nonexistent/space-https"), std::string::npos)
+      << no_helper.error().message();
+  ::unsetenv("SPACE_HTTPS_BIN");
 }
 
 }  // namespace
