@@ -219,22 +219,12 @@ bool Exchange::wants_upgrade(std::string_view protocol) const {
 
 Result<void> Exchange::tunnel(std::string_view protocol, int peer,
                               std::function<Result<void>()> still_allowed) {
-  keep_alive_ = false;
-  status_ = 101;
-  TRY_VOID(
-      write_raw("HTTP/1.1 101 Switching Protocols\r\nServer: spaced\r\nConnection: Upgrade\r\n"
-                "Upgrade: " +
-                std::string(protocol) + "\r\n\r\n"));
-  // Bytes the client sent after its request head are the tunnel's first.
-  std::string early(static_cast<const char*>(buffer_.data().data()), buffer_.size());
-  buffer_.consume(buffer_.size());
   RelayOptions o;
+  // Bytes the client sent after its request head are the tunnel's first.
+  o.a_pending = TRY(switch_protocols(protocol));
   o.stop_fd = stream_.stop_fd();
-  o.a_pending = std::move(early);
   o.still_allowed = std::move(still_allowed);
-  auto r = relay(stream_.fd(), peer, std::move(o));
-  broken_ = true;  // nothing more goes on this connection
-  return r;
+  return relay(stream_.fd(), peer, std::move(o));
 }
 
 Result<std::string> Exchange::switch_protocols(std::string_view protocol) {

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <functional>
 #include <thread>
 
 #include "api/base64.h"
@@ -128,6 +129,62 @@ Result<void> exec_detached(Exchange& ex, daemon::ExecSession& session) {
   }
 }
 
+// The watcher (tokens only): an exec's next() may block for as long as its process is quiet,
+// so the token is checked from another thread once a second, until `done` fires; killing the
+// process tree unblocks next().
+std::thread watch_token(StreamAuth& auth, daemon::ExecSession& session, int done) {
+  if (!auth.watching()) return {};
+  return std::thread([&auth, &session, done] {
+    for (;;) {
+      pollfd p{done, POLLIN, 0};
+      int rc = ::poll(&p, 1, 1000);
+      if (rc > 0 || (rc < 0 && errno != EINTR)) return;  // the exec's stream is over
+      if (!auth.check()) {
+        session.signal(SIGKILL);
+        return;
+      }
+    }
+  });
+}
+
+// Writes the exec's events as JSON lines through `emit` until it ends. `finished` is set once
+// its exit is known: from then on a client that hangs up (the CLI does as soon as it reads the
+// exit event) must not make the caller kill what the command left running in the background.
+// True when the stream's last line ("exit" or "error") was written.
+bool stream_events(daemon::ExecSession& session, StreamAuth& auth, const std::string& what,
+                   std::atomic<bool>& finished,
+                   const std::function<Result<void>(std::string_view)>& emit) {
+  using Kind = daemon::ExecSession::Event::Kind;
+  for (;;) {
+    auto ev = session.next();
+    if (auto valid = auth.check(); !valid) {
+      // Nothing more for this caller. The process tree is killed and its end awaited (output
+      // meanwhile is dropped), so that when the client reads why, nothing of it runs on.
+      session.signal(SIGKILL);
+      while (ev && ev->kind != Kind::kExit) {
+        session.consumed(ev->data.size());
+        ev = session.next();
+      }
+      Error e = std::move(valid.error()).wrap(what + " (its process tree was killed)");
+      return emit(line({{"type", "error"}, {"error", error_body(e)["error"]}})).has_value();
+    }
+    if (!ev)
+      return emit(line({{"type", "error"}, {"error", error_body(ev.error())["error"]}}))
+          .has_value();
+    if (ev->kind == Kind::kStarted) {
+      if (!emit(line(started_event(*ev)))) return false;
+    } else if (ev->kind == Kind::kStdout || ev->kind == Kind::kStderr) {
+      json j = {{"type", ev->kind == Kind::kStdout ? "stdout" : "stderr"},
+                {"data", base64_encode(ev->data)}};
+      if (!emit(line(j))) return false;
+      session.consumed(ev->data.size());
+    } else {
+      finished = true;
+      return emit(line(exit_event_json(ev->exit))).has_value();
+    }
+  }
+}
+
 // POST .../exec with "Upgrade: space-terminal": the command runs on a terminal, and the
 // connection carries JSON lines both ways: the exec's events from spaced ("started", "stdout",
 // then "exit" or "error"), and from the client {"type": "stdin", "data": base64},
@@ -211,51 +268,9 @@ Result<void> exec_terminal(Exchange& ex, ApiContext& ctx, const std::string& id,
     }
   });
   StreamAuth auth(ctx.principal, ctx.tokens);
-  std::thread watcher;
-  if (auth.watching()) {
-    watcher = std::thread([&auth, &session, &done] {
-      for (;;) {
-        pollfd p{done.get(), POLLIN, 0};
-        int rc = ::poll(&p, 1, 1000);
-        if (rc > 0 || (rc < 0 && errno != EINTR)) return;
-        if (!auth.check()) {
-          session->signal(SIGKILL);
-          return;
-        }
-      }
-    });
-  }
-  for (;;) {
-    auto ev = session->next();
-    if (auto valid = auth.check(); !valid) {
-      session->signal(SIGKILL);
-      while (ev && ev->kind != daemon::ExecSession::Event::Kind::kExit) {
-        session->consumed(ev->data.size());
-        ev = session->next();
-      }
-      Error e =
-          std::move(valid.error()).wrap("terminal in " + id + " (its process tree was killed)");
-      (void)ex.raw_write(line({{"type", "error"}, {"error", error_body(e)["error"]}}));
-      break;
-    }
-    if (!ev) {
-      (void)ex.raw_write(line({{"type", "error"}, {"error", error_body(ev.error())["error"]}}));
-      break;
-    }
-    using Kind = daemon::ExecSession::Event::Kind;
-    if (ev->kind == Kind::kStarted) {
-      if (!ex.raw_write(line(started_event(*ev)))) break;
-    } else if (ev->kind == Kind::kStdout || ev->kind == Kind::kStderr) {
-      json j = {{"type", ev->kind == Kind::kStdout ? "stdout" : "stderr"},
-                {"data", base64_encode(ev->data)}};
-      if (!ex.raw_write(line(j))) break;
-      session->consumed(ev->data.size());
-    } else {
-      finished = true;
-      (void)ex.raw_write(line(exit_event_json(ev->exit)));
-      break;
-    }
-  }
+  std::thread watcher = watch_token(auth, *session, done.get());
+  (void)stream_events(*session, auth, "terminal in " + id, finished,
+                      [&ex](std::string_view l) { return ex.raw_write(l); });
   finished = true;
   ex.raw_shutdown_write();
   uint64_t one = 1;
@@ -333,61 +348,11 @@ Result<void> exec(Exchange& ex, ApiContext& ctx) {
     if (!finished) s.signal(SIGKILL);
   });
 
-  // The watcher (tokens only): next() below may block for as long as the process is quiet, so
-  // the token is checked from here, once a second; killing the process tree unblocks next().
   StreamAuth auth(ctx.principal, ctx.tokens);
-  std::thread watcher;
-  if (auth.watching()) {
-    watcher = std::thread([&auth, &session, &done] {
-      for (;;) {
-        pollfd p{done.get(), POLLIN, 0};
-        int rc = ::poll(&p, 1, 1000);
-        if (rc > 0 || (rc < 0 && errno != EINTR)) return;  // the exec's stream is over
-        if (!auth.check()) {
-          session->signal(SIGKILL);
-          return;
-        }
-      }
-    });
-  }
-
-  bool complete = false;
-  for (;;) {
-    auto ev = session->next();
-    if (auto valid = auth.check(); !valid) {
-      // Nothing more for this caller. The process tree is killed and its end awaited (output
-      // meanwhile is dropped), so that when the client reads why, nothing of it runs on.
-      session->signal(SIGKILL);
-      while (ev && ev->kind != daemon::ExecSession::Event::Kind::kExit) {
-        session->consumed(ev->data.size());
-        ev = session->next();
-      }
-      Error e = std::move(valid.error()).wrap("exec in " + id + " (its process tree was killed)");
-      json err = {{"type", "error"}, {"error", error_body(e)["error"]}};
-      if (ex.write_chunk(line(err)) && ex.end_chunked()) complete = true;
-      break;
-    }
-    if (!ev) {
-      json err = {{"type", "error"}, {"error", error_body(ev.error())["error"]}};
-      if (ex.write_chunk(line(err)) && ex.end_chunked()) complete = true;
-      break;
-    }
-    using Kind = daemon::ExecSession::Event::Kind;
-    if (ev->kind == Kind::kStarted) {
-      if (!ex.write_chunk(line(started_event(*ev)))) break;
-    } else if (ev->kind == Kind::kStdout || ev->kind == Kind::kStderr) {
-      json j = {{"type", ev->kind == Kind::kStdout ? "stdout" : "stderr"},
-                {"data", base64_encode(ev->data)}};
-      if (!ex.write_chunk(line(j))) break;
-      session->consumed(ev->data.size());
-    } else {
-      // Ended: from here a client that hangs up (the CLI does as soon as it reads the exit
-      // event) must not make the helper kill what the command left running in the background.
-      finished = true;
-      if (ex.write_chunk(line(exit_event_json(ev->exit))) && ex.end_chunked()) complete = true;
-      break;
-    }
-  }
+  std::thread watcher = watch_token(auth, *session, done.get());
+  bool complete = stream_events(*session, auth, "exec in " + id, finished,
+                                [&ex](std::string_view l) { return ex.write_chunk(l); }) &&
+                  ex.end_chunked().has_value();
 
   finished = true;
   uint64_t one = 1;

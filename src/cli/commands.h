@@ -32,7 +32,7 @@ Result<int> cmd_ps(const Args& a, const Client& c);
 Result<int> cmd_kill(const Args& a, const Client& c);
 Result<int> cmd_logs(const Args& a, const Client& c);
 // `space exec -t`: the command on a terminal in the sandbox (commands_terminal.cc).
-Result<int> terminal_exec(const Client& c, const std::string& id, nlohmann::json body);
+Result<int> cmd_exec_terminal(const Args& a, const Client& c);
 Result<int> cmd_wait(const Args& a, const Client& c);
 Result<int> cmd_doctor(const Args& a, const Client& c);
 

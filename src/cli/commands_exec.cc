@@ -195,12 +195,6 @@ Result<int> stream_exec(Connection conn, const std::string& id, json body, bool 
 
 Result<int> cmd_exec(const Args& a, const Client& c) {
   json body = TRY(exec_body(a));
-  if (a.tty) {
-    if (a.detach)
-      return fail(Code::kInvalidArgument,
-                  "--tty and --detach do not go together: a terminal needs this CLI attached");
-    return terminal_exec(c, a.id, std::move(body));
-  }
   if (a.detach) {
     json res = TRY(c.call("POST", sandbox_target(a.id, "/exec"), body));
     report_snapshot(res);

@@ -63,7 +63,12 @@ std::optional<std::pair<int, int>> window_size() {
 
 }  // namespace
 
-Result<int> terminal_exec(const Client& c, const std::string& id, json body) {
+Result<int> cmd_exec_terminal(const Args& a, const Client& c) {
+  if (a.detach)
+    return fail(Code::kInvalidArgument,
+                "--tty and --detach do not go together: a terminal needs this CLI attached");
+  json body = TRY(exec_body(a));
+  const std::string& id = a.id;
   if (auto size = window_size()) {
     body["rows"] = size->first;
     body["cols"] = size->second;

@@ -22,7 +22,7 @@ Result<int> run_command(const Args& a, const Client& c) {
   const std::string& cmd = a.command;
   if (cmd == "run") return cmd_run(a, c);
   if (cmd == "create") return cmd_create(a, c);
-  if (cmd == "exec") return cmd_exec(a, c);
+  if (cmd == "exec") return a.tty ? cmd_exec_terminal(a, c) : cmd_exec(a, c);
   if (cmd == "ps") return cmd_ps(a, c);
   if (cmd == "kill") return cmd_kill(a, c);
   if (cmd == "logs") return cmd_logs(a, c);

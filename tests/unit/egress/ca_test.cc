@@ -18,6 +18,8 @@
 #include <set>
 #include <thread>
 
+#include "../temp_dir.h"
+
 namespace space::egress {
 namespace {
 
@@ -25,22 +27,8 @@ namespace fs = std::filesystem;
 using std::chrono::hours;
 
 // A temporary directory, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/space-ca-test-XXXXXX";
-    char* p = mkdtemp(tmpl);
-    EXPECT_NE(p, nullptr);
-    path_ = p ? p : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+struct TempDir : test_support::TempDir {
+  TempDir() : test_support::TempDir("space-ca-test") {}
 };
 
 // The error code of a result that must have failed.

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <thread>
 
+#include "../temp_dir.h"
 #include "tls/tunnel.h"
 
 namespace space::tls {
@@ -25,22 +26,9 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::hours;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/space-tls-test-XXXXXX";
-    char* p = mkdtemp(tmpl);
-    EXPECT_NE(p, nullptr);
-    path_ = p ? p : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+// A temporary directory, removed with everything in it.
+struct TempDir : test_support::TempDir {
+  TempDir() : test_support::TempDir("space-tls-test") {}
 };
 
 std::string slurp(const fs::path& p) {
