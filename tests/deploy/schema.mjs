@@ -37,7 +37,7 @@ export function validateObject(obj) {
   const Model = modelOf(obj.apiVersion, obj.kind);
   if (Model instanceof Error) return [Model.message];
 
-  const read = new WeakMap();  // object -> keys the validator read
+  const read = new WeakMap(); // object -> keys the validator read
   const proxies = new WeakMap();
   const wrap = (value) => {
     if (value === null || typeof value !== "object") return value;

