@@ -138,14 +138,59 @@ bool Principal::allows_profile(std::string_view profile) const {
 }
 
 std::string Principal::describe() const {
-  return root ? "root" : "token " + token.id + " (" + token.name + ")";
+  if (root) return "root";
+  return "token " + token.id + " (" + token.name + ")" + (forwarded ? " via a gateway" : "");
+}
+
+Result<Principal> forwarded_principal(std::string_view header,
+                                      const std::set<std::string>& profiles, double now) {
+  auto bad = [](std::string why) {
+    return fail(Code::kUnauthenticated,
+                std::string(kPrincipalHeader) + " is not valid: " + std::move(why) +
+                    " (expected {\"id\", \"name\", \"profiles\": [...], \"ops\": [...], "
+                    "\"expires_at\"})");
+  };
+  if (header.size() > 8192) return bad("longer than 8 KiB");
+  json j = json::parse(header, nullptr, false);
+  if (!j.is_object()) return bad("not a JSON object");
+  Principal p;
+  p.forwarded = true;
+  daemon::TokenRecord& t = p.token;
+  if (!j.contains("id") || !j["id"].is_string() || !daemon::is_token_id(j["id"].get<std::string>()))
+    return bad("\"id\" is not a token id (12 hex digits)");
+  t.id = j["id"].get<std::string>();
+  t.name = j.value("name", std::string());
+  if (!j.contains("expires_at") || !j["expires_at"].is_number()) return bad("no \"expires_at\"");
+  t.expires_at = j["expires_at"].get<double>();
+  for (const char* key : {"profiles", "ops"}) {
+    if (!j.contains(key) || !j[key].is_array() || j[key].empty())
+      return bad(std::string("\"") + key + "\" is not a non-empty array");
+    for (auto& v : j[key]) {
+      if (!v.is_string()) return bad(std::string("\"") + key + "\" holds a non-string");
+      std::string s = v.get<std::string>();
+      if (std::string_view(key) == "ops") {
+        if (!parse_op(s) || s == "none") return bad("unknown operation \"" + s.substr(0, 32) + "\"");
+        t.ops.push_back(s);
+      } else {
+        if (s != "*" && !profiles.count(s))
+          return bad("profile \"" + s.substr(0, 64) + "\" is not configured on this node");
+        t.profiles.push_back(s);
+      }
+    }
+  }
+  if (t.expired(now))
+    return fail(Code::kUnauthenticated, "API token " + t.id + " (" + t.name + ") expired at " +
+                                            daemon::rfc3339(t.expires_at) +
+                                            "; create a new one");
+  return p;
 }
 
 Result<Principal> authenticate(Transport transport, std::string_view authorization,
                                daemon::TokenStore* tokens, double now) {
   authorization = trim(authorization);
   if (authorization.empty()) {
-    if (transport == Transport::kUnix) return Principal{.root = true};
+    if (transport == Transport::kUnix || transport == Transport::kMutualTls)
+      return Principal{.root = true};
     return fail(Code::kUnauthenticated,
                 "this API listener needs an API token: send \"Authorization: Bearer spt_...\" "
                 "(`space token create` makes one; the CLI sends $SPACE_TOKEN)");
@@ -183,6 +228,8 @@ Result<void> StreamAuth::check() {
     ok = fail(Code::kUnauthenticated, "API token " + t.id + " (" + t.name + ") expired at " +
                                           daemon::rfc3339(t.expires_at) +
                                           "; create a new one with `space token create`");
+  } else if (principal_->forwarded) {
+    // Not in this node's store: the gateway that forwarded it ends the stream on revocation.
   } else if (auto at = std::chrono::steady_clock::now(); at >= next_store_check_) {
     next_store_check_ = at + interval_;
     if (tokens_ == nullptr) {
@@ -566,5 +613,12 @@ json ScopedService::health() {
 }
 std::string ScopedService::metrics() { return inner_.metrics(); }
 json ScopedService::doctor() { return inner_.doctor(); }
+Result<json> ScopedService::drain() {
+  // A drain ends sandboxes of every profile: only a caller who sees them all may ask.
+  return fail(Code::kPermissionDenied,
+              principal_.describe() +
+                  " is limited to some profiles; draining a node ends the sandboxes of every "
+                  "profile and needs a token for all of them (\"*\")");
+}
 
 }  // namespace space::api

@@ -41,12 +41,21 @@ const std::vector<Op>& all_ops();
 // "read, create, exec, files, lifecycle, images, admin"
 std::string op_list();
 
-// How a request reached the server.
-enum class Transport { kUnix, kTcp };
+// How a request reached the server. kMutualTls: the TCP listener with api_tls.client_ca, whose
+// every client presented a certificate of the cluster CA (a gateway or a node, docs/cluster.md).
+enum class Transport { kUnix, kTcp, kMutualTls };
+
+// The header a gateway names the caller it acts for with, on a mutual-TLS connection:
+// {"id": "<12 hex>", "name": "...", "profiles": [...], "ops": [...], "expires_at": unix s}.
+inline constexpr std::string_view kPrincipalHeader = "Space-Principal";
 
 struct Principal {
   bool root = false;
   daemon::TokenRecord token;  // when !root
+  // A gateway's caller (kPrincipalHeader): the gateway checked the token; this node enforces
+  // its profiles, operations and expiry again, but cannot look it up (it is not in this node's
+  // token store).
+  bool forwarded = false;
 
   bool allows_op(Op op) const;
   bool all_profiles() const;  // root, or a token with profile "*"
@@ -60,9 +69,14 @@ struct Principal {
 // Who sends a request. `authorization` is the Authorization header, "" when absent. Without a
 // header a Unix-socket request is the root operator; on TCP it is refused. A header must be
 // "Bearer <token>" naming a valid token of `tokens` (null: this server has no tokens).
-// Failures are kUnauthenticated and never repeat the header.
+// Failures are kUnauthenticated and never repeat the header. On kMutualTls a request without
+// one is the cluster (a gateway's own calls, GET /v1/node): root, like the Unix socket's owner.
 Result<Principal> authenticate(Transport transport, std::string_view authorization,
                                daemon::TokenStore* tokens, double now);
+// The principal a gateway forwards (kPrincipalHeader's value): profiles and ops as a token
+// holds them, checked like one (ops known, profiles configured or "*"), not expired.
+Result<Principal> forwarded_principal(std::string_view header,
+                                      const std::set<std::string>& profiles, double now);
 
 // kPermissionDenied naming the operation `route` needs, unless `p` has it.
 Result<void> authorize(const Principal& p, Op op, std::string_view route);
@@ -175,6 +189,8 @@ class ScopedService : public daemon::SandboxService {
   nlohmann::json health() override;
   std::string metrics() override;
   nlohmann::json doctor() override;
+  Result<nlohmann::json> node_info() override { return inner_.node_info(); }
+  Result<nlohmann::json> drain() override;
 
  private:
   enum class Missing { kSandbox, kAuditLog };

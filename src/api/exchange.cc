@@ -58,6 +58,11 @@ std::string_view Exchange::header(http::field f) const {
   return std::string_view(v.data(), v.size());
 }
 
+std::string_view Exchange::header(std::string_view name) const {
+  auto v = parser_.get()[boost::beast::string_view(name.data(), name.size())];
+  return std::string_view(v.data(), v.size());
+}
+
 const std::string& Exchange::param(std::string_view name) const {
   static const std::string kEmpty;
   for (const auto& [k, v] : params_) {

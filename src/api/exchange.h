@@ -48,6 +48,7 @@ class Exchange {
   }
   const Target& target() const { return target_; }
   std::string_view header(http::field f) const;
+  std::string_view header(std::string_view name) const;  // a field Beast has no enum for
   // A placeholder of the matched route ("id" for /v1/sandboxes/{id}); set by the router.
   const std::string& param(std::string_view name) const;
   void set_params(std::vector<std::pair<std::string, std::string>> params) {

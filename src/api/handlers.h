@@ -61,6 +61,8 @@ Result<void> revoke_token(Exchange& ex, ApiContext& ctx);
 
 Result<void> health(Exchange& ex, ApiContext& ctx);
 Result<void> doctor(Exchange& ex, ApiContext& ctx);
+Result<void> node_info(Exchange& ex, ApiContext& ctx);
+Result<void> drain_node(Exchange& ex, ApiContext& ctx);
 Result<void> metrics(Exchange& ex, ApiContext& ctx);
 
 }  // namespace space::api::handlers

@@ -641,8 +641,9 @@ Result<void> check_snapshot_name(std::string_view name) {
 }
 
 Result<void> check_snapshot_ref(std::string_view ref, std::string_view what) {
-  // Ids ("snap_" + 24 hex digits) and names share one alphabet and fit in 64 characters.
-  if (!is_name(ref, 64)) {
+  // Ids ("snap_" + 24 hex digits, and "-<node>" in a cluster) and names share one alphabet and
+  // fit in 128 characters.
+  if (!is_name(ref, 128)) {
     return invalid("bad " + std::string(what) + " " + shown(ref) +
                    ": give a snapshot id (snap_...) or name; `space snapshots ID` lists a "
                    "sandbox's snapshots");

@@ -69,6 +69,8 @@ const std::vector<Route>& routes() {
       {verb::get, "/v1/tokens", h::list_tokens, Op::kAdmin},
       {verb::delete_, "/v1/tokens/{id}", h::revoke_token, Op::kAdmin},
       {verb::get, "/v1/health", h::health, Op::kNone},
+      {verb::get, "/v1/node", h::node_info, Op::kRead},
+      {verb::post, "/v1/node/drain", h::drain_node, Op::kAdmin},
       {verb::get, "/v1/doctor", h::doctor, Op::kAdmin},
       {verb::get, "/metrics", h::metrics, Op::kAdmin},
   };
@@ -102,8 +104,17 @@ void dispatch(Exchange& ex, ApiContext& ctx) {
   // without a valid token.
   double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  auto principal =
-      authenticate(ctx.transport, ex.header(http::field::authorization), ctx.tokens, now);
+  std::string_view forwarded = ex.header(kPrincipalHeader);
+  Result<Principal> principal =
+      forwarded.empty()
+          ? authenticate(ctx.transport, ex.header(http::field::authorization), ctx.tokens, now)
+      : ctx.transport != Transport::kMutualTls
+          ? Result<Principal>(fail(Code::kPermissionDenied,
+                                   std::string(kPrincipalHeader) +
+                                       " is taken only from a cluster member over mutual TLS "
+                                       "(api_tls.client_ca, docs/cluster.md); send an API token"))
+          : forwarded_principal(forwarded, ctx.profiles ? *ctx.profiles : std::set<std::string>{},
+                                now);
   if (!principal) {
     r = fail(std::move(principal.error()));
   } else if (!match) {

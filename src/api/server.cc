@@ -273,6 +273,8 @@ void ApiServer::accept_one(int listen_fd, Transport transport) {
       return;
     }
     conn = std::move(*plain);
+    // With a client CA the handshake refuses every client without a cluster certificate.
+    if (options_.tls->mutual()) transport = Transport::kMutualTls;
   }
   {
     std::lock_guard lock(mu_);
@@ -391,7 +393,7 @@ void ApiServer::reject(UniqueFd fd) {
 
 void ApiServer::serve_connection(UniqueFd fd, Transport transport) {
   uid_t peer_uid = 0;
-  bool peer_allowed = transport == Transport::kTcp || unix_peer_allowed(fd.get(), peer_uid);
+  bool peer_allowed = transport != Transport::kUnix || unix_peer_allowed(fd.get(), peer_uid);
   FdStream stream(std::move(fd));
   stream.set_stop_fd(stop_fd_.get());
   // Bounded, as the egress gateway's: a request head is bounded by header_limit, but a chunk

@@ -1,8 +1,13 @@
 // Handlers about the daemon itself: health, doctor (what this host supports), and Prometheus
 // metrics (the daemon's own, then the API server's).
+#include <signal.h>
+#include <unistd.h>
+
 #include "api/handlers.h"
+#include "api/request.h"
 
 namespace space::api::handlers {
+using nlohmann::json;
 
 Result<void> health(Exchange& ex, ApiContext& ctx) {
   return ex.respond_json(http::status::ok, ctx.service.health());
@@ -10,6 +15,22 @@ Result<void> health(Exchange& ex, ApiContext& ctx) {
 
 Result<void> doctor(Exchange& ex, ApiContext& ctx) {
   return ex.respond_json(http::status::ok, ctx.service.doctor());
+}
+
+Result<void> node_info(Exchange& ex, ApiContext& ctx) {
+  return ex.respond_json(http::status::ok, TRY(ctx.service.node_info()));
+}
+
+// POST /v1/node/drain[?exit=true]: the drain report; with exit, spaced then stops (SIGTERM to
+// itself, the same orderly shutdown), as `spaced drain` asks.
+Result<void> drain_node(Exchange& ex, ApiContext& ctx) {
+  bool exit_after = TRY(parse_bool_param(ex.target(), "exit", false));
+  (void)TRY(ex.read_body(0));
+  json report = TRY(ctx.service.drain());
+  report["exiting"] = exit_after;
+  auto r = ex.respond_json(http::status::ok, report);
+  if (exit_after) ::kill(::getpid(), SIGTERM);
+  return r;
 }
 
 Result<void> metrics(Exchange& ex, ApiContext& ctx) {

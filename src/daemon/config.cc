@@ -39,6 +39,10 @@ Result<void> Config::load(const std::filesystem::path& file) {
       api_listen = TRY(str("api_listen"));
     else if (k == "api_tls")
       TRY_VOID_CTX(load_api_tls(v), file.string() + ": api_tls");
+    else if (k == "node")
+      TRY_VOID_CTX(load_node(v), file.string() + ": node");
+    else if (k == "cluster")
+      TRY_VOID_CTX(load_cluster(v), file.string() + ": cluster");
     else if (k == "max_sandboxes" && v.is_number_unsigned())
       max_sandboxes = v.get<size_t>();
     else if (k == "destroyed_retention_days" && v.is_number())
@@ -357,6 +361,11 @@ Result<void> Config::load_api_tls(const nlohmann::json& v) {
       (k == "cert" ? api_tls.cert : api_tls.key) = p;
     } else if (k == "auto" && x.is_boolean()) {
       auto_on = x.get<bool>();
+    } else if (k == "client_ca" && x.is_string()) {
+      api_tls.client_ca = x.get<std::string>();
+      if (!api_tls.client_ca.is_absolute())
+        return fail(Code::kInvalidArgument, "client_ca \"" + api_tls.client_ca.string() +
+                                                "\": an absolute path, please");
     } else if (k == "names" && x.is_array()) {
       names_given = true;
       for (auto& n : x) {
@@ -386,6 +395,80 @@ Result<void> Config::load_api_tls(const nlohmann::json& v) {
   } else {
     return fail(Code::kInvalidArgument,
                 "neither \"auto\": true nor \"cert\" and \"key\"" + std::string(kForms));
+  }
+  return {};
+}
+
+// "node": {"name": "n1", "url": "https://10.0.0.5:7443", "labels": {"zone": "a"}}
+Result<void> Config::load_node(const nlohmann::json& v) {
+  if (!v.is_object())
+    return fail(Code::kInvalidArgument,
+                "expected {\"name\": \"n1\", \"url\": \"https://ADDRESS:7443\", \"labels\": {}}");
+  node = NodeConfig{};
+  for (auto& [k, x] : v.items()) {
+    if (k == "name" && x.is_string()) {
+      node.name = x.get<std::string>();
+    } else if (k == "url" && x.is_string()) {
+      node.url = x.get<std::string>();
+    } else if (k == "labels" && x.is_object()) {
+      for (auto& [lk, lv] : x.items()) {
+        if (!lv.is_string() || lk.empty() || lk.size() > 63)
+          return fail(Code::kInvalidArgument,
+                      "labels: string values and keys of 1 to 63 characters, please");
+        node.labels[lk] = lv.get<std::string>();
+      }
+    } else {
+      return fail(Code::kInvalidArgument, "unknown or mistyped key \"" + k + "\"");
+    }
+  }
+  return check_node(node);
+}
+
+Result<void> check_node(const NodeConfig& node) {
+  if (!node.name.empty() && !cluster::is_valid_node_name(node.name))
+    return fail(Code::kInvalidArgument,
+                "node name \"" + node.name +
+                    "\" is not a valid node name: lower-case letters, digits, '-' and '.', at most 63, "
+                    "starting and ending with a letter or digit");
+  if (!node.url.empty() && node.url.rfind("https://", 0) != 0 &&
+      node.url.rfind("http://", 0) != 0)
+    return fail(Code::kInvalidArgument,
+                "node url \"" + node.url + "\": give https://ADDRESS:PORT (the api_listen address)");
+  if (!node.url.empty() && node.name.empty())
+    return fail(Code::kInvalidArgument, "a node url needs a node name");
+  return {};
+}
+
+// "cluster": {"snapshot_key_file", "store", "store_credentials_file", "push_snapshots",
+//             "etcd": {"endpoints": [...], "prefix": "/space/nodes/", "ttl_s": 10}}
+Result<void> Config::load_cluster(const nlohmann::json& v) {
+  if (!v.is_object()) return fail(Code::kInvalidArgument, "expected an object (docs/cluster.md)");
+  cluster = ClusterConfig{};
+  for (auto& [k, x] : v.items()) {
+    if ((k == "snapshot_key_file" || k == "store_credentials_file") && x.is_string()) {
+      std::filesystem::path p = x.get<std::string>();
+      if (!p.is_absolute())
+        return fail(Code::kInvalidArgument, k + " \"" + p.string() + "\": an absolute path, please");
+      (k == "snapshot_key_file" ? cluster.snapshot_key_file : cluster.store_credentials_file) = p;
+    } else if (k == "store" && x.is_string()) {
+      cluster.store = x.get<std::string>();
+      if (cluster.store.rfind("file:///", 0) != 0 && cluster.store.rfind("s3://", 0) != 0)
+        return fail(Code::kInvalidArgument,
+                    "store \"" + cluster.store +
+                        "\": give file:///DIR (a shared volume) or s3://BUCKET/PREFIX?endpoint=URL");
+    } else if (k == "push_snapshots" && x.is_boolean()) {
+      cluster.push_snapshots = x.get<bool>();
+    } else if (k == "etcd") {
+      cluster.etcd = TRY_CTX(cluster::parse_etcd_config(x), "etcd");
+    } else {
+          return fail(Code::kInvalidArgument,
+                      "etcd: unknown or mistyped key \"" + ek +
+                          "\" (endpoints: [URL, ...], prefix: \"/space/nodes/\", ttl_s: >= 2)");
+        }
+      }
+    } else {
+      return fail(Code::kInvalidArgument, "unknown or mistyped key \"" + k + "\"");
+    }
   }
   return {};
 }

@@ -5,11 +5,14 @@
 #include <array>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
+#include "cluster/discovery.h"
 #include "egress/credentials.h"
 #include "egress/policy.h"
 #include "runtime/runtime.h"
@@ -79,6 +82,32 @@ struct ApiTlsConfig {
   Mode mode = Mode::kOff;
   std::filesystem::path cert, key;  // kFiles: absolute paths
   std::vector<std::string> names;   // kAuto: extra names for the server certificate
+  // Mutual TLS (docs/cluster.md): clients must present a certificate signed by this CA file.
+  std::filesystem::path client_ca;
+};
+
+// This host as a node of a cluster (docs/cluster.md): its name (a DNS label), carried by every
+// sandbox and snapshot id it makes ("sb_<hex>-<name>"), the URL gateways reach its API at, and
+// labels placement may filter on. An empty name: a single host, ids without a node.
+struct NodeConfig {
+  std::string name;
+  std::string url;
+  std::map<std::string, std::string> labels;
+};
+// kInvalidArgument unless the name (if any) is valid and the url (if any) is http(s)://.
+Result<void> check_node(const NodeConfig& node);
+
+// What a node shares with the rest of its cluster (docs/cluster.md).
+struct ClusterConfig {
+  // Replaces <state_dir>/snapshot.key: every node of a cluster seals snapshots with the same
+  // key, so a snapshot taken on one restores on another.
+  std::filesystem::path snapshot_key_file;
+  // The shared snapshot store: "file:///dir" or "s3://bucket/prefix?endpoint=...&region=...".
+  std::string store;
+  std::filesystem::path store_credentials_file;
+  bool push_snapshots = true;  // push every snapshot to `store` once taken
+  // etcd registration: the node record under <prefix><name> with a lease of ttl_s.
+  std::optional<cluster::EtcdConfig> etcd;
 };
 
 struct Config {
@@ -114,6 +143,8 @@ struct Config {
   // set); every request there needs an API token (docs/api-auth.md). "" = the Unix socket only.
   std::string api_listen;
   ApiTlsConfig api_tls;  // with TLS, api_listen may be any address, not only loopback
+  NodeConfig node;
+  ClusterConfig cluster;
   SnapshotConfig snapshots;
   std::map<std::string, ProfileSnapshots> profile_snapshots;
   std::map<std::string, runtime::VmDevices> profile_vm;  // profiles.NAME.vm
@@ -134,6 +165,8 @@ struct Config {
   Result<void> load_snapshots(const nlohmann::json& v);
   Result<void> load_vm(const nlohmann::json& v);
   Result<void> load_api_tls(const nlohmann::json& v);
+  Result<void> load_node(const nlohmann::json& v);
+  Result<void> load_cluster(const nlohmann::json& v);
   static Result<runtime::VmDevices> load_vm_devices(const nlohmann::json& v);
   Result<void> load_pools(const nlohmann::json& v, std::vector<std::array<bool, 4>>& given);
 };

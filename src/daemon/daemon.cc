@@ -28,6 +28,26 @@ namespace space::daemon {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// The cluster's snapshot key (cluster.snapshot_key_file): 32 bytes every node shares, never
+// made here (a node with a key of its own would seal snapshots no other node can open). A
+// Kubernetes Secret volume presents it through a symlink, so one is followed.
+static Result<std::string> load_cluster_key(const fs::path& file) {
+  constexpr std::string_view kHow = "; make one with `head -c 32 /dev/urandom > FILE` and give every node the same file";
+  UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return fail(Error::sys("open", file.string()).wrap("cluster.snapshot_key_file"));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 0077) != 0)
+    return fail(Code::kInvalidArgument,
+                "cluster.snapshot_key_file " + file.string() +
+                    " must be a regular file readable by its owner only (mode 0600 or 0400)");
+  char buf[33];
+  ssize_t n = ::read(fd.get(), buf, sizeof buf);
+  if (n != 32)
+    return fail(Code::kInvalidArgument, "cluster.snapshot_key_file " + file.string() +
+                                            " must hold exactly 32 bytes" + std::string(kHow));
+  return std::string(buf, 32);
+}
+
 std::string random_id(std::string_view prefix, size_t bytes) {
   unsigned char b[32];
   bytes = std::min(bytes, sizeof b);
@@ -131,9 +151,14 @@ Result<std::unique_ptr<Daemon>> Daemon::start(Config cfg, Runtimes runtimes) {
   (void)d->store_->prune_destroyed(now_s() - d->cfg_.destroyed_retention_s);
   if (auto r = d->audit_->prune_destroyed(now_s() - d->cfg_.audit_retention_s); r && *r > 0)
     spdlog::info("audit log: removed {} events of sandboxes destroyed over the retention", *r);
-  d->snap_key_ = TRY_CTX(audit::load_or_create_key(d->cfg_.state_dir / "snapshot.key"),
-                         "opening the snapshot key");
+  if (!d->cfg_.cluster.snapshot_key_file.empty()) {
+    d->snap_key_ = TRY(load_cluster_key(d->cfg_.cluster.snapshot_key_file));
+  } else {
+    d->snap_key_ = TRY_CTX(audit::load_or_create_key(d->cfg_.state_dir / "snapshot.key"),
+                           "opening the snapshot key");
+  }
   d->reconcile_snapshots();
+  TRY_VOID(d->start_cluster());
   d->reaper_ = std::thread([p = d.get()] { p->reaper(); });
   d->snapshotter_ = std::thread([p = d.get()] { p->snapshot_loop(); });
   for (auto& pc : d->cfg_.pools) {
@@ -171,6 +196,7 @@ void Daemon::shutdown() {
     pumps_cv_.wait(lock, [&] { return pumps_ == 0; });
   }
   if (gateway_) gateway_->stop();
+  stop_cluster();
   Janitor::instance().drain();
   if (audit_) (void)audit_->flush();
 }
@@ -297,7 +323,7 @@ Result<Daemon::Prepared> Daemon::prepare_sandbox(
   Sandbox& sb = *p.sb;
   sb.rt = rt;
   SandboxRecord& rec = sb.rec;
-  rec.id = random_id("sb_", 6);
+  rec.id = node_id(random_id("sb_", 6));
   rec.profile = t.profile;
   rec.runtime = t.runtime;
   rec.image = t.image;
@@ -528,6 +554,11 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
   {
     std::lock_guard lock(mu_);
     if (stopping_) return fail(Code::kUnavailable, "spaced is shutting down");
+    if (draining_)
+      return fail(Code::kUnavailable,
+                  "node " + (cfg_.node.name.empty() ? std::string("(this host)") : cfg_.node.name) +
+                      " is draining: it takes no new sandboxes; create it through a gateway "
+                      "(another node) or on another host");
     if (sandboxes_.size() >= cfg_.max_sandboxes)
       return fail(Code::kResourceExhausted,
                   "this spaced already runs " + std::to_string(sandboxes_.size()) +

@@ -16,6 +16,8 @@
 #include <thread>
 
 #include "audit/audit_log.h"
+#include "cluster/etcd.h"
+#include "cluster/object_store.h"
 #include "common/clock.h"
 #include "daemon/agent_conn.h"
 #include "daemon/config.h"
@@ -87,6 +89,9 @@ class Daemon : public SandboxService {
   nlohmann::json health() override;
   std::string metrics() override;
   nlohmann::json doctor() override;
+  Result<nlohmann::json> node_info() override;
+  Result<nlohmann::json> drain() override;
+  bool draining() const { return draining_.load(); }
 
   // Appends to the audit log; blocks while the log is behind. A failure is logged (the log
   // only fails once closed at shutdown).
@@ -279,6 +284,23 @@ class Daemon : public SandboxService {
   void reconcile_snapshots();
   void schedule_snapshots(Sandbox& sb);
   void watch(const std::shared_ptr<Sandbox>& sb);
+  // The shared snapshot store (cluster.store, docs/cluster.md), src/daemon/cluster_sync.cc:
+  // pushes a snapshot (chunks the store lacks, then its manifest, then the sandbox's pointer
+  // to it), synchronously.
+  Result<void> push_to_cluster(const SnapshotRecord& rec);
+  // Where a snapshot id is unknown here: fetches it from the shared store (manifest checked
+  // against the cluster key first, then the chunks this node lacks) and records it, so that a
+  // restore on this node works. kNotFound when the store has none either.
+  Result<SnapshotRecord> pull_from_cluster(const std::string& snap_id);
+  Result<void> start_cluster();  // the shared store, the pusher, the etcd registration
+  void stop_cluster();           // pushes what is queued, revokes the registration
+  void queue_push(const SnapshotRecord& rec);  // after a snapshot: pushed in the background
+  void push_loop();
+  // `id` with this node's name appended ("sb_<hex>-<node>", docs/cluster.md); unchanged on a
+  // host with no node name.
+  std::string node_id(std::string id) const {
+    return cfg_.node.name.empty() ? id : id + "-" + cfg_.node.name;
+  }
 
   Config cfg_;
   Runtimes runtimes_;
@@ -293,6 +315,16 @@ class Daemon : public SandboxService {
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
   std::condition_variable reaper_cv_;
   bool stopping_ = false;
+  std::atomic<bool> draining_{false};  // drain(): no more creates or restores
+  // The cluster (cluster_sync.cc).
+  std::unique_ptr<cluster::ObjectStore> cluster_store_;
+  std::unique_ptr<cluster::Registration> registration_;
+  std::thread pusher_;
+  std::mutex push_mu_;  // guards push_queue_, push_stopping_
+  std::condition_variable push_cv_;
+  std::deque<SnapshotRecord> push_queue_;
+  bool push_stopping_ = false;
+  std::mutex push_one_mu_;
   std::thread reaper_;
   // Detached commands' pump threads (daemon/exec.cc): each moves one command's output into its
   // ExecLog until it ends; shutdown() waits for them once the agent channels are closed.

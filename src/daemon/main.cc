@@ -11,15 +11,19 @@
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/sysinfo.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <thread>
 
 #include "api/server.h"
+#include "common/fd.h"
 #include "daemon/daemon.h"
 #include "daemon/tokens.h"
 #include "egress/gateway.h"
@@ -92,12 +96,79 @@ Result<std::shared_ptr<tls::ServerCredentials>> open_api_tls(const daemon::Confi
     source.auto_certs.dir = cfg.state_dir / "tls";
     source.auto_certs.names = TRY(tls::server_names(hostname, listen_host, cfg.api_tls.names));
   }
+  source.client_ca = cfg.api_tls.client_ca;
   return std::shared_ptr<tls::ServerCredentials>(TRY(tls::ServerCredentials::open(source)));
+}
+
+// `spaced drain` / `spaced health`: one request to the local spaced on its Unix socket (as
+// root, so the root operator), the answer's body on stdout; exit 0 on a 2xx, 1 otherwise.
+int local_request(const fs::path& socket, const std::string& method, const std::string& target,
+                  std::chrono::seconds timeout) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (!fd || socket.native().size() >= sizeof sa.sun_path) {
+    std::cerr << "spaced: bad socket path " << socket << "\n";
+    return 1;
+  }
+  std::memcpy(sa.sun_path, socket.c_str(), socket.native().size());
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    std::cerr << "spaced: cannot reach spaced at " << socket.string() << ": "
+              << std::strerror(errno) << " (is it running? --socket names another one)\n";
+    return 1;
+  }
+  timeval tv{static_cast<time_t>(timeout.count()), 0};
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string req = method + " " + target +
+                    " HTTP/1.1\r\nHost: spaced\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  if (::send(fd.get(), req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+    std::cerr << "spaced: writing to " << socket.string() << ": " << std::strerror(errno) << "\n";
+    return 1;
+  }
+  std::string resp;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::recv(fd.get(), buf, sizeof buf, 0);
+    if (n > 0) {
+      resp.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      std::cerr << "spaced: no answer from " << socket.string() << " within "
+                << timeout.count() << " s: " << std::strerror(errno) << "\n";
+      return 1;
+    }
+    break;
+  }
+  // "HTTP/1.1 200 OK\r\n...\r\n\r\nbody": the status, then the body as sent (JSON, not
+  // chunked: these answers are small and have a Content-Length).
+  int status = resp.size() > 12 ? std::atoi(resp.c_str() + 9) : 0;
+  size_t body = resp.find("\r\n\r\n");
+  std::cout << (body == std::string::npos ? resp : resp.substr(body + 4));
+  if (status < 200 || status > 299) {
+    std::cerr << "spaced: " << method << " " << target << " answered " << status << "\n";
+    return 1;
+  }
+  return 0;
 }
 
 int run(int argc, char** argv) {
   CLI::App app{"spaced — the SPACE daemon: runs untrusted agent code in disposable sandboxes"};
   std::string config_file, state_dir, socket, agent, log_format = "json", log_level;
+  std::string node_name, node_url;
+  app.add_option("--node-name", node_name,
+                 "this host's name in a cluster (docs/cluster.md); overrides node.name");
+  app.add_option("--node-url", node_url,
+                 "the URL gateways reach this node's API at; overrides node.url");
+  std::string client_socket = "/run/space/space.sock";
+  auto* drain_cmd = app.add_subcommand(
+      "drain", "drain the local spaced: no new sandboxes, every sandbox snapshotted (and pushed "
+               "to the cluster's store), destroyed, then spaced exits (a preStop hook)");
+  drain_cmd->add_option("--socket", client_socket, "the spaced to drain");
+  auto* health_cmd =
+      app.add_subcommand("health", "exit 0 if the local spaced answers GET /v1/health (a probe)");
+  health_cmd->add_option("--socket", client_socket, "the spaced to ask");
   app.add_option("--config", config_file, "JSON config file (docs/configuration.md)");
   app.add_option("--state-dir", state_dir, "state directory (default /var/lib/space)");
   app.add_option("--socket", socket, "API socket (default /run/space/space.sock)");
@@ -107,6 +178,10 @@ int run(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   app.set_version_flag("--version", std::string("spaced ") + SPACE_VERSION);
   CLI11_PARSE(app, argc, argv);
+  if (drain_cmd->parsed())
+    return local_request(client_socket, "POST", "/v1/node/drain?exit=true", std::chrono::hours(1));
+  if (health_cmd->parsed())
+    return local_request(client_socket, "GET", "/v1/health", std::chrono::seconds(10));
 
   daemon::Config cfg;
   if (!config_file.empty()) {
@@ -119,6 +194,12 @@ int run(int argc, char** argv) {
   if (!socket.empty()) cfg.socket = socket;
   if (!agent.empty()) cfg.agent = agent;
   if (!log_level.empty()) cfg.log_level = log_level;
+  if (!node_name.empty()) cfg.node.name = node_name;
+  if (!node_url.empty()) cfg.node.url = node_url;
+  if (auto r = daemon::check_node(cfg.node); !r) {
+    std::cerr << "spaced: " << r.error().message() << "\n";
+    return 2;
+  }
   if (struct sysinfo si{}; ::sysinfo(&si) == 0)
     cfg.add_default_pool(static_cast<uint64_t>(si.totalram) * si.mem_unit);
   if (cfg.agent.empty()) {

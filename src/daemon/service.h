@@ -290,6 +290,19 @@ class SandboxService {
   virtual nlohmann::json health() = 0;
   virtual std::string metrics() = 0;  // Prometheus text exposition format
   virtual nlohmann::json doctor() = 0;
+
+  // This host as a cluster node (docs/cluster.md, GET /v1/node): name, url, labels, draining,
+  // runtimes, kvm, cpus/memory allocated and total, sandboxes running and max, warm sandboxes
+  // per template (schema Node).
+  virtual Result<nlohmann::json> node_info() {
+    return fail(Code::kUnimplemented, "this service is not a cluster node");
+  }
+  // Stops admitting creates and restores, snapshots every sandbox (pushing each to the shared
+  // store when one is configured) and destroys it; answers what became of each (schema
+  // DrainReport). Sandboxes that could not be snapshotted are left running and listed.
+  virtual Result<nlohmann::json> drain() {
+    return fail(Code::kUnimplemented, "this service is not a cluster node");
+  }
 };
 
 }  // namespace space::daemon

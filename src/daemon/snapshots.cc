@@ -195,10 +195,28 @@ Result<std::optional<SnapshotRecord>> Daemon::take_snapshot(Sandbox& sb, const s
   } else {
     tree = TRY(open_upper(*sb.inst, id));
   }
-  std::string snap_id = random_id("snap_", 12);
+  std::string snap_id = node_id(random_id("snap_", 12));
   std::map<std::string, std::string> labels = {
       {"sandbox", id}, {"profile", profile}, {"kind", kind}};
   if (!name.empty()) labels["name"] = name;
+  const json& s = sb.rec.spec;
+  json spec = {{"memory", s.value("memory", uint64_t{0})},
+               {"cpus", s.value("cpus", 1.0)},
+               {"pids", s.value("pids", 0)},
+               {"disk", s.value("disk", uint64_t{0})},
+               {"env", s.value("user_env", std::vector<std::string>{})},
+               {"workdir", s.value("workdir", std::string("/root"))},
+               {"allow", s.value("allow", std::vector<std::string>{})},
+               {"secrets", s.value("secrets", std::vector<std::string>{})},
+               {"snapshot_every", s.value("snapshot_every", 0.0)}};
+  // What a restore needs besides the files, sealed with them: another node of a cluster that
+  // pulls this snapshot from the shared store rebuilds its record from here
+  // (pull_from_cluster), trusting it as much as the manifest's MAC.
+  labels["record"] = json{{"runtime", sb.rec.runtime},
+                          {"image", sb.rec.image},
+                          {"spec", spec},
+                          {"uid_base", sb.rec.uid_base}}
+                         .dump();
 
   // Consistent: no process of the sandbox runs while its files are read (a VM stays stopped
   // from the start of its save to the end of the read).
@@ -246,16 +264,7 @@ Result<std::optional<SnapshotRecord>> Daemon::take_snapshot(Sandbox& sb, const s
   rec.parent = parent ? previous.front().id : "";
   rec.runtime = sb.rec.runtime;
   rec.image = sb.rec.image;
-  const json& s = sb.rec.spec;
-  rec.spec = {{"memory", s.value("memory", uint64_t{0})},
-              {"cpus", s.value("cpus", 1.0)},
-              {"pids", s.value("pids", 0)},
-              {"disk", s.value("disk", uint64_t{0})},
-              {"env", s.value("user_env", std::vector<std::string>{})},
-              {"workdir", s.value("workdir", std::string("/root"))},
-              {"allow", s.value("allow", std::vector<std::string>{})},
-              {"secrets", s.value("secrets", std::vector<std::string>{})},
-              {"snapshot_every", s.value("snapshot_every", 0.0)}};
+  rec.spec = spec;
   rec.uid_base = sb.rec.uid_base;
   rec.created_at = m->created_at;
   rec.files = m->entries.empty() ? 0 : m->entries.size() - 1;  // not the root
@@ -276,6 +285,7 @@ Result<std::optional<SnapshotRecord>> Daemon::take_snapshot(Sandbox& sb, const s
          {"frozen_ms", static_cast<int64_t>(frozen_s * 1000)}});
   spdlog::info("sandbox {}: snapshot {} ({}, {} files, {} new bytes, frozen {:.0f} ms)", id,
                snap_id, kind, rec.files, rec.new_bytes, frozen_s * 1000);
+  queue_push(rec);
   return std::optional<SnapshotRecord>(std::move(rec));
 }
 
@@ -409,7 +419,15 @@ Result<json> Daemon::diff_since(const std::string& id, const std::string& snap) 
 
 Result<SandboxInfo> Daemon::restore(const std::string& snap,
                                     const std::optional<std::string>& profile) {
-  auto rec = TRY(find_snapshot(snap, ""));
+  auto found = find_snapshot(snap, "");
+  if (!found && found.error().code() == Code::kNotFound && snap.starts_with("snap_") &&
+      cluster_store_) {
+    // Taken on another node of the cluster (or on this one before its state was lost): the
+    // shared store may have it.
+    auto pulled = pull_from_cluster(snap);
+    if (pulled || pulled.error().code() != Code::kNotFound) found = std::move(pulled);
+  }
+  auto rec = TRY(std::move(found));
   if (profile && *profile != rec.profile)
     return fail(Code::kPermissionDenied,
                 "snapshot " + rec.id + " belongs to profile " + rec.profile +

@@ -261,7 +261,7 @@ Result<std::shared_ptr<SSL_CTX>> ServerCredentials::load() {
     cert_left_ = time_left(kc.cert.get(), std::time(nullptr));
   }
   loaded_at_ = std::time(nullptr);
-  return server_context(kc);
+  return server_context(kc, source_.client_ca);
 }
 
 std::string ServerCredentials::file_stamp() const {
@@ -299,10 +299,13 @@ std::shared_ptr<SSL_CTX> ServerCredentials::context(std::string* reload_error) {
 }
 
 std::string ServerCredentials::describe() const {
-  if (!source_.cert_file.empty()) return "certificate " + source_.cert_file.string();
+  std::string mtls;
+  if (!source_.client_ca.empty())
+    mtls = "; clients need a certificate from " + source_.client_ca.string();
+  if (!source_.cert_file.empty()) return "certificate " + source_.cert_file.string() + mtls;
   const fs::path& d = source_.auto_certs.dir;
   return "certificate " + (d / "server.pem").string() + " from spaced's CA " +
-         (d / "ca.pem").string();
+         (d / "ca.pem").string() + mtls;
 }
 
 }  // namespace space::tls

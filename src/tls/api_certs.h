@@ -72,6 +72,9 @@ class ServerCredentials {
     // Given files (cert_file non-empty) or auto (auto_certs.dir non-empty).
     std::filesystem::path cert_file, key_file;
     AutoCertOptions auto_certs;
+    // Mutual TLS (a cluster node, docs/cluster.md): clients must present a certificate signed
+    // by a CA in this PEM file. Empty: any client (tokens authenticate it).
+    std::filesystem::path client_ca;
   };
   [[nodiscard]] static Result<std::unique_ptr<ServerCredentials>> open(Source source);
 
@@ -80,6 +83,8 @@ class ServerCredentials {
   std::string describe() const;
   // Set by open() in auto mode: whether it made a new CA / issued a server certificate.
   bool ca_created() const { return ca_created_; }
+  // Whether clients must present a certificate (Source::client_ca).
+  bool mutual() const { return !source_.client_ca.empty(); }
 
   static constexpr std::chrono::seconds kCheckInterval{60};
 

@@ -284,6 +284,17 @@ Result<std::shared_ptr<SSL_CTX>> client_context(const std::string& ca_file) {
   return std::shared_ptr<SSL_CTX>(ctx.release(), SSL_CTX_free);
 }
 
+Result<void> set_client_certificate(SSL_CTX* ctx, const KeyCert& kc) {
+  if (!kc.key || !kc.cert) return fail(Code::kInvalidArgument, "no client certificate or key");
+  if (SSL_CTX_use_certificate(ctx, kc.cert.get()) != 1) return fail_ossl("SSL_CTX_use_certificate");
+  for (const auto& c : kc.chain)
+    if (SSL_CTX_add1_chain_cert(ctx, c.get()) != 1) return fail_ossl("SSL_CTX_add1_chain_cert");
+  if (SSL_CTX_use_PrivateKey(ctx, kc.key.get()) != 1) return fail_ossl("SSL_CTX_use_PrivateKey");
+  if (SSL_CTX_check_private_key(ctx) != 1)
+    return fail(Code::kInvalidArgument, "the client key does not match its certificate");
+  return {};
+}
+
 Result<std::pair<std::unique_ptr<ClientTunnel>, UniqueFd>> ClientTunnel::start(
     UniqueFd tcp, std::shared_ptr<SSL_CTX> ctx, const std::string& host,
     const TunnelOptions& options) {

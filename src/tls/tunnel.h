@@ -27,6 +27,7 @@
 
 #include "common/error.h"
 #include "common/fd.h"
+#include "tls/x509.h"
 
 namespace space::tls {
 
@@ -52,6 +53,9 @@ struct TunnelOptions {
 // A client context: TLS 1.2+, peer verification on, ALPN http/1.1; trusting only the PEM
 // certificates in `ca_file`, or the system's trust store when it is empty.
 [[nodiscard]] Result<std::shared_ptr<SSL_CTX>> client_context(const std::string& ca_file);
+// Makes `ctx` present `kc` (and its chain) to servers that ask for a client certificate
+// (mutual TLS: a gateway calling a cluster node, docs/cluster.md).
+[[nodiscard]] Result<void> set_client_certificate(SSL_CTX* ctx, const KeyCert& kc);
 
 // The client side of a tunnel: the handshake on the caller's thread (verifying the server's
 // certificate for `host`, a DNS name or an IP address), then a relay thread. The caller speaks

@@ -291,7 +291,18 @@ Result<std::string> read_small_file(const fs::path& path, bool private_file, boo
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return fail_sys("fstat", path.string());
   if (!S_ISREG(st.st_mode)) return fail(Code::kInvalidArgument, path.string() + ": not a file");
-  if (private_file && (st.st_mode & 077) != 0) {
+  // Readable by others: refused. Readable by its group: only a group this process is in (the
+  // group a Kubernetes fsGroup gives a Secret volume, Debian's ssl-cert), which grants nobody
+  // else anything the process does not already have.
+  auto own_group = [&] {
+    if (st.st_gid == ::getegid()) return true;
+    gid_t groups[256];
+    int n = ::getgroups(256, groups);
+    for (int i = 0; i < n; ++i)
+      if (groups[i] == st.st_gid) return true;
+    return false;
+  };
+  if (private_file && ((st.st_mode & 007) != 0 || ((st.st_mode & 070) != 0 && !own_group()))) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
     return fail(Code::kPermissionDenied, path.string() +
@@ -314,7 +325,8 @@ Result<std::string> read_small_file(const fs::path& path, bool private_file, boo
   return out;
 }
 
-Result<std::shared_ptr<SSL_CTX>> server_context(const KeyCert& kc) {
+Result<std::shared_ptr<SSL_CTX>> server_context(const KeyCert& kc,
+                                                const std::filesystem::path& client_ca) {
   constexpr std::string_view ctx = "building the TLS server context";
   if (!kc.key || !kc.cert) return fail(Code::kInvalidArgument, std::string(ctx) + ": no key");
   CtxPtr ssl_ctx(SSL_CTX_new(TLS_server_method()));
@@ -340,6 +352,28 @@ Result<std::shared_ptr<SSL_CTX>> server_context(const KeyCert& kc) {
         ossl_error("the key does not match the certificate", Code::kInvalidArgument).wrap(ctx));
   }
   SSL_CTX_set_alpn_select_cb(ssl_ctx.get(), select_alpn, nullptr);
+  if (!client_ca.empty()) {
+    // The CA file is read whole and checked first so that a wrong path says which file.
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(client_ca, ec)) {
+      return fail(Code::kInvalidArgument,
+                  std::string(ctx) + ": client_ca " + client_ca.string() +
+                      " is not a readable file; give the cluster CA's certificate (PEM)");
+    }
+    if (SSL_CTX_load_verify_locations(ssl_ctx.get(), client_ca.c_str(), nullptr) != 1) {
+      return fail(ossl_error("reading client_ca " + client_ca.string(), Code::kInvalidArgument)
+                      .wrap(ctx));
+    }
+    STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(client_ca.c_str());
+    if (names == nullptr) {
+      return fail(ossl_error("no CA certificate in client_ca " + client_ca.string(),
+                             Code::kInvalidArgument)
+                      .wrap(ctx));
+    }
+    SSL_CTX_set_client_CA_list(ssl_ctx.get(), names);
+    SSL_CTX_set_verify(ssl_ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+    SSL_CTX_set_verify_depth(ssl_ctx.get(), 4);
+  }
   return std::shared_ptr<SSL_CTX>(ssl_ctx.release(), SSL_CTX_free);
 }
 

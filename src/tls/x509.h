@@ -89,7 +89,10 @@ std::string key_pem(EVP_PKEY* key);
 
 // A TLS server context presenting `kc` (and its chain): TLS 1.2 at least (1.3 preferred, as
 // OpenSSL does), no renegotiation, no compression, ALPN http/1.1 only. Returned owned.
-[[nodiscard]] Result<std::shared_ptr<SSL_CTX>> server_context(const KeyCert& kc);
+// With `client_ca` (a PEM file of one or more CA certificates), mutual TLS: every client must
+// present a certificate that chains to one of them, or the handshake fails.
+[[nodiscard]] Result<std::shared_ptr<SSL_CTX>> server_context(
+    const KeyCert& kc, const std::filesystem::path& client_ca = {});
 
 // Time left before `cert` expires (negative once it has).
 std::chrono::seconds time_left(X509* cert, time_t now);

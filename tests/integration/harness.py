@@ -35,7 +35,8 @@ SPACED = os.path.join(BUILD_DIR, "spaced")
 SPACE = os.path.join(BUILD_DIR, "space")
 LOG_DIR = os.path.join(BUILD_DIR, "Testing", "integration-logs")
 
-ID_RE = re.compile(r"\bsb_[0-9A-Za-z]+")
+# Sandbox ids; a cluster node's carry its name after a '-' (docs/cluster.md).
+ID_RE = re.compile(r"\bsb_[0-9A-Za-z]+(?:-[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?)?")
 MiB = 1 << 20
 
 

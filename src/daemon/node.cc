@@ -1,0 +1,144 @@
+// This host as a node of a cluster (docs/cluster.md): what it reports to gateways
+// (GET /v1/node) and how it drains (POST /v1/node/drain, `spaced drain`).
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "daemon/daemon.h"
+#include "runtime/kvm.h"
+
+namespace space::daemon {
+using nlohmann::json;
+
+namespace {
+
+// Whether microVMs can use KVM here, as `space doctor` decides it (a boot probe where the qemu
+// runtime made one, else the device's facts). Decided at most every 5 minutes: gateways ask
+// for node info every second.
+bool node_kvm_usable(const Daemon::Runtimes& runtimes) {
+  static std::mutex mu;
+  static std::chrono::steady_clock::time_point next;
+  static bool usable = false;
+  std::lock_guard lock(mu);
+  auto now = std::chrono::steady_clock::now();
+  if (now < next) return usable;
+  next = now + std::chrono::minutes(5);
+  auto it = runtimes.find("qemu");
+  if (it != runtimes.end()) {
+    json j = it->second->doctor();
+    if (j.contains("kvm") && j["kvm"].is_object()) {
+      usable = j["kvm"].value("usable", false);
+      return usable;
+    }
+  }
+  usable = runtime::vm::judge_kvm_facts(runtime::vm::gather_kvm_facts()).usable;
+  return usable;
+}
+
+}  // namespace
+
+Result<json> Daemon::node_info() {
+  double cpus_allocated = 0;
+  uint64_t mem_allocated = 0;
+  size_t running = 0, paused = 0;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, sb] : sandboxes_) {
+      (sb->paused ? paused : running)++;
+      cpus_allocated += sb->rec.spec.value("cpus", 0.0);
+      mem_allocated += sb->rec.spec.value("memory", uint64_t{0});
+    }
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  json rts = json::array();
+  for (auto& [name, rt] : runtimes_) rts.push_back(name);
+  json warm = json::array();
+  for (auto& p : pool_report())
+    warm.push_back({{"runtime", p["runtime"]},
+                    {"image", p["image"]},
+                    {"profile", p["profile"]},
+                    {"memory", p["memory"]},
+                    {"cpus", p["cpus"]},
+                    {"ready", p["ready"]}});
+  json labels = json::object();
+  for (auto& [k, v] : cfg_.node.labels) labels[k] = v;
+  return json{{"name", cfg_.node.name},
+              {"url", cfg_.node.url},
+              {"labels", labels},
+              {"draining", draining_.load()},
+              {"runtimes", rts},
+              {"kvm", node_kvm_usable(runtimes_)},
+              {"cpus", json{{"total", cpus > 0 ? cpus : 0L}, {"allocated", cpus_allocated}}},
+              {"memory",
+               json{{"total_bytes", pages > 0 && page > 0 ? static_cast<uint64_t>(pages) *
+                                                            static_cast<uint64_t>(page)
+                                                      : 0},
+                {"allocated_bytes", mem_allocated}}},
+              {"sandboxes",
+               json{{"running", running}, {"paused", paused}, {"max", cfg_.max_sandboxes}}},
+              {"warm", warm},
+              {"snapshot_store", cfg_.cluster.store.empty() ? json(nullptr)
+                                                            : json(cfg_.cluster.store)},
+              {"version", SPACE_VERSION}};
+}
+
+Result<json> Daemon::drain() {
+  bool was = draining_.exchange(true);
+  spdlog::info("node {}: draining{}", cfg_.node.name.empty() ? "(unnamed)" : cfg_.node.name,
+               was ? " (again)" : "");
+  audit("", "node.drain", {{"node", cfg_.node.name}});
+  drain_pools();  // warm sandboxes are not work: dropped, not snapshotted
+  std::vector<std::string> ids;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, sb] : sandboxes_) ids.push_back(id);
+  }
+  json out = json::array();
+  size_t left = 0;
+  for (const std::string& id : ids) {
+    json item = {{"id", id}};
+    auto sb = live(id);
+    if (!sb) continue;  // went away meanwhile
+    Result<std::optional<SnapshotRecord>> rec = [&]() -> Result<std::optional<SnapshotRecord>> {
+      std::lock_guard lock((*sb)->mu);
+      if ((*sb)->destroyed) return std::optional<SnapshotRecord>{};
+      return take_snapshot(**sb, "manual", "");
+    }();
+    if (!rec) {
+      item["error"] = rec.error().message();
+      item["destroyed"] = false;
+      ++left;
+      spdlog::warn("drain: sandbox {} left running: {}", id, rec.error().message());
+      out.push_back(std::move(item));
+      continue;
+    }
+    if (!*rec) continue;  // destroyed meanwhile
+    item["snapshot"] = (*rec)->id;
+    if (!cfg_.cluster.store.empty()) {
+      auto pushed = push_to_cluster(**rec);
+      item["pushed"] = static_cast<bool>(pushed);
+      if (!pushed) {
+        // Destroying it now would lose it: the snapshot is on this node only.
+        item["error"] = pushed.error().message();
+        item["destroyed"] = false;
+        ++left;
+        spdlog::warn("drain: sandbox {} left running: {}", id, pushed.error().message());
+        out.push_back(std::move(item));
+        continue;
+      }
+    }
+    auto gone = destroy_sandbox(*sb, "drained: its files are in snapshot " + (*rec)->id);
+    item["destroyed"] = static_cast<bool>(gone);
+    if (!gone) {
+      item["error"] = gone.error().message();
+      ++left;
+    }
+    out.push_back(std::move(item));
+  }
+  spdlog::info("node {}: drained {} sandboxes, {} left", cfg_.node.name, out.size() - left, left);
+  return json{{"node", cfg_.node.name}, {"sandboxes", out}, {"left_running", left}};
+}
+
+}  // namespace space::daemon
