@@ -24,9 +24,10 @@
 #include "tls/x509.h"
 
 namespace space::cluster {
-
+namespace {
 namespace http = boost::beast::http;
 using HttpClock = std::chrono::steady_clock;
+}  // namespace
 
 struct HttpStream::Conn {
   // Declared before the stream: the plaintext end closes first, so the relay can send

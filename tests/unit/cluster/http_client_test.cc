@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <openssl/x509v3.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <thread>
