@@ -62,6 +62,7 @@ TEST_PACKAGES=(
   qemu-system-x86 qemu-utils  # the qemu runtime (-M microvm; TCG where KVM cannot run the guest)
   cpio kmod               # scripts/guest-kernel.sh: the guest's initramfs, depmod for modules.dep
   busybox-static          # tests: the small static userland of the qemu runtime's test image
+  etcd-server etcd-client # tests/unit/cluster: etcd discovery against a real etcd on loopback
 )
 
 # Bench only: peers the benchmarks compare SPACE against. Installed by `make bench`
