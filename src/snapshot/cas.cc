@@ -27,7 +27,7 @@ using detail::ChunkWriter;
 namespace {
 
 constexpr size_t kMinKeyBytes = 32;
-constexpr size_t kMaxManifestBytes = size_t{1} << 30;
+constexpr size_t kMaxManifestBytes = Store::kMaxManifestFileBytes;
 
 Result<UniqueFd> open_subdir(int root, const char* name) {
   if (::mkdirat(root, name, 0700) < 0 && errno != EEXIST) return fail_sys("mkdirat", name);
@@ -118,8 +118,11 @@ Result<Manifest> Store::take(int dir_fd, const std::string& id, const Manifest* 
 }
 
 Result<void> Store::write_manifest(const Manifest& m) {
-  const std::string text = detail::seal(m, key_);
-  const std::string name = m.id + ".json";
+  return write_manifest_file(m.id, detail::seal(m, key_));
+}
+
+Result<void> Store::write_manifest_file(const std::string& id, const std::string& text) {
+  const std::string name = id + ".json";
   const std::string tmp = "." + name + "." + detail::random_suffix() + ".tmp";
   int fd = ::openat(manifests_.get(), tmp.c_str(),
                     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -143,7 +146,7 @@ Result<void> Store::write_manifest(const Manifest& m) {
   return detail::fsync_fd(manifests_.get(), "manifests");
 }
 
-Result<Manifest> Store::load(const std::string& id) const {
+Result<std::string> Store::read_manifest_file(const std::string& id) const {
   TRY_VOID(check_id(id));
   const std::string name = id + ".json";
   int fd = ::openat(manifests_.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -154,7 +157,96 @@ Result<Manifest> Store::load(const std::string& id) const {
   UniqueFd in(fd);
   auto text = detail::read_bounded(in.get(), kMaxManifestBytes);
   if (!text) return fail(std::move(text.error()).wrap("loading manifest " + id));
-  return detail::unseal(*text, id, key_, options_);
+  return text;
+}
+
+Result<Manifest> Store::load(const std::string& id) const {
+  std::string text = TRY(read_manifest_file(id));
+  return detail::unseal(text, id, key_, options_);
+}
+
+Result<Store::Sealed> Store::load_sealed(const std::string& id) const {
+  Sealed out;
+  out.file = TRY(read_manifest_file(id));
+  out.manifest = TRY(detail::unseal(out.file, id, key_, options_));
+  return out;
+}
+
+std::vector<std::string> Store::stored_chunks(const Manifest& m) {
+  std::vector<std::string> out;
+  std::unordered_set<std::string> seen{detail::zero_chunk().id};
+  for (const Entry& e : m.entries)
+    for (const std::string& id : e.chunks)
+      if (seen.insert(id).second) out.push_back(id);
+  return out;
+}
+
+Result<bool> Store::has_chunk(const std::string& chunk_id) const {
+  if (!detail::is_chunk_id(chunk_id))
+    return fail(Code::kInvalidArgument, "\"" + chunk_id.substr(0, 80) + "\" is not a chunk id");
+  return ChunkWriter(chunks_.get()).has(chunk_id);
+}
+
+Result<std::string> Store::chunk_file(const std::string& chunk_id) const {
+  if (!detail::is_chunk_id(chunk_id))
+    return fail(Code::kInvalidArgument, "\"" + chunk_id.substr(0, 80) + "\" is not a chunk id");
+  const std::string rel = chunk_id.substr(0, 2) + "/" + chunk_id.substr(2);
+  int fd = ::openat(chunks_.get(), rel.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return fail(Code::kNotFound, "chunk " + chunk_id + " is not in the store");
+    return fail_sys("openat", "chunks/" + rel);
+  }
+  UniqueFd in(fd);
+  struct stat st;
+  if (::fstat(in.get(), &st) < 0) return fail_sys("fstat", "chunks/" + rel);
+  if (!S_ISREG(st.st_mode))
+    return fail(Code::kProtocol, "chunk " + chunk_id + " is corrupt (not a regular file)");
+  auto data = detail::read_bounded(in.get(), kMaxChunkFileBytes);
+  if (!data) {
+    if (data.error().code() == Code::kProtocol)
+      return fail(Code::kProtocol, "chunk " + chunk_id + " is corrupt (larger than any chunk)");
+    return fail(std::move(data.error()).wrap("reading chunk " + chunk_id));
+  }
+  TRY_VOID(detail::check_chunk_file(chunk_id, *data));
+  return data;
+}
+
+Result<Store::ImportResult> Store::import(const std::string& id, const std::string& sealed_file,
+                                          const ChunkFetcher& fetch) {
+  TRY_VOID(check_id(id));
+  const std::string ctx = "importing snapshot " + id;
+  ImportResult out;
+  if (auto here = read_manifest_file(id); here) {
+    if (*here == sealed_file) {
+      out.already_present = true;
+      return out;
+    }
+    return fail(Code::kAlreadyExists, ctx + ": another snapshot with this id is stored here");
+  } else if (here.error().code() != Code::kNotFound) {
+    return fail(std::move(here.error()).wrap(ctx));
+  }
+  if (sealed_file.size() > kMaxManifestFileBytes)
+    return fail(Code::kProtocol, ctx + ": manifest " + id + " is larger than " +
+                                     std::to_string(kMaxManifestFileBytes) + " bytes");
+  // The MAC first: nothing of the manifest (not even its chunk list) is used before it holds.
+  Manifest m = TRY_CTX(detail::unseal(sealed_file, id, key_, options_), ctx);
+  // Shared with take(): gc() cannot free the chunks kept here before the manifest lands.
+  UniqueFd held = TRY_CTX(lock(false), ctx);
+  ChunkWriter writer(chunks_.get());
+  for (const std::string& chunk : stored_chunks(m)) {
+    if (TRY_CTX(writer.has(chunk), ctx)) {
+      ++out.chunks_present;
+      continue;
+    }
+    std::string file = TRY_CTX(fetch(chunk), ctx + ": fetching chunk " + chunk);
+    TRY_VOID_CTX(detail::check_chunk_file(chunk, file), ctx);
+    TRY_VOID_CTX(writer.put_file(chunk, file), ctx);
+    ++out.chunks_fetched;
+    out.bytes_fetched += file.size();
+  }
+  TRY_VOID_CTX(writer.sync(), ctx);
+  TRY_VOID_CTX(write_manifest_file(id, sealed_file), ctx);
+  return out;
 }
 
 std::vector<std::string> Store::list() const {

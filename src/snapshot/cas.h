@@ -106,6 +106,45 @@ class Store {
   // a restore will not fail on the data before they destroy what it replaces (rollback).
   Result<void> verify(const Manifest& m) const;
 
+  // --- Copying snapshots between stores (src/cluster/snapshot_push.h: a shared store that
+  // nodes push to and pull from). What travels is the files as this store keeps them: the
+  // sealed manifest byte for byte and each chunk's zstd file, so a store with the same key
+  // verifies them as its own.
+
+  // Bounds on the files a store accepts from elsewhere.
+  static constexpr size_t kMaxManifestFileBytes = size_t{1} << 30;
+  static constexpr size_t kMaxChunkFileBytes = (size_t{4} << 20) + (size_t{64} << 10);
+
+  // A manifest (loaded and verified as load() does) with the exact bytes of its sealed file.
+  struct Sealed {
+    Manifest manifest;
+    std::string file;
+  };
+  Result<Sealed> load_sealed(const std::string& id) const;
+  // The distinct chunks a manifest needs from a store, in order of first use: every chunk it
+  // references but the all-zero chunk of sparse files, which restore() and verify() never read.
+  static std::vector<std::string> stored_chunks(const Manifest& m);
+  // The file of chunk `chunk_id` as stored, checked (decompressed, hashed) before it is
+  // returned: kNotFound if absent, kProtocol if corrupt.
+  Result<std::string> chunk_file(const std::string& chunk_id) const;
+  Result<bool> has_chunk(const std::string& chunk_id) const;
+
+  // Installs a snapshot sealed elsewhere with this store's key: checks the MAC of
+  // `sealed_file` before parsing anything (kProtocol naming the manifest: altered, or sealed
+  // with another key), then fetches each chunk it needs that this store lacks, checks it
+  // (kProtocol naming the chunk) before keeping it, makes the chunks durable, and writes the
+  // manifest last, atomically. Nothing is visible unless everything arrived intact (chunks
+  // kept before a failure are unreferenced: gc() frees them). Idempotent: a manifest already
+  // here with the same bytes is success with `already_present`; different bytes are
+  // kAlreadyExists.
+  struct ImportResult {
+    uint64_t chunks_fetched = 0, chunks_present = 0, bytes_fetched = 0;
+    bool already_present = false;
+  };
+  using ChunkFetcher = std::function<Result<std::string>(const std::string& chunk_id)>;
+  Result<ImportResult> import(const std::string& id, const std::string& sealed_file,
+                              const ChunkFetcher& fetch);
+
   // Deletes chunks no stored manifest references (and stray temporary files). Returns the
   // number of chunks and bytes freed. If some manifest does not load (tampered, truncated), no
   // chunk is deleted and the result is kProtocol naming it: one bad file never costs data.
@@ -129,6 +168,8 @@ class Store {
         StoreOptions options);
   Result<UniqueFd> lock(bool exclusive) const;
   Result<void> write_manifest(const Manifest& m);
+  Result<void> write_manifest_file(const std::string& id, const std::string& text);
+  Result<std::string> read_manifest_file(const std::string& id) const;
 
   UniqueFd root_, chunks_, manifests_;  // O_RDONLY|O_DIRECTORY
   std::string key_;

@@ -52,6 +52,18 @@ Result<std::string> ChunkWriter::put(const uint8_t* data, size_t n) {
   if (ZSTD_isError(z))
     return fail(Code::kInternal, std::string("zstd compression: ") + ZSTD_getErrorName(z));
 
+  TRY_VOID(stage(id, zbuf_.data(), z));
+  return id;
+}
+
+Result<void> ChunkWriter::put_file(const std::string& id, std::string_view file) {
+  if (!is_chunk_id(id)) return fail(Code::kInvalidArgument, "not a chunk id");
+  if (TRY(has(id))) return {};
+  return stage(id, file.data(), file.size());
+}
+
+// Writes one chunk file (compressed bytes) to a temporary name and queues it for commit().
+Result<void> ChunkWriter::stage(const std::string& id, const void* file, size_t z) {
   const std::string sub = sub_of(id);
   if (!subdirs_.contains(sub)) {
     if (::mkdirat(dir_, sub.c_str(), 0700) < 0 && errno != EEXIST)
@@ -62,7 +74,7 @@ Result<std::string> ChunkWriter::put(const uint8_t* data, size_t n) {
   int fd = ::openat(dir_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return fail_sys("openat", "chunks/" + tmp);
   UniqueFd out(fd);
-  if (auto w = write_all(out.get(), zbuf_.data(), z); !w) {
+  if (auto w = write_all(out.get(), file, z); !w) {
     ::unlinkat(dir_, tmp.c_str(), 0);
     return fail(std::move(w.error()).wrap("writing chunk " + id));
   }
@@ -71,7 +83,7 @@ Result<std::string> ChunkWriter::put(const uint8_t* data, size_t n) {
   pending_bytes_ += z;
   ++new_chunks_;
   if (pending_.size() >= batch_chunks || pending_bytes_ >= batch_bytes) TRY_VOID(commit());
-  return id;
+  return {};
 }
 
 // One syncfs() for the batch (the daemon owns this file system's store; other writers' dirty
@@ -142,6 +154,27 @@ Result<size_t> ChunkReader::get(const std::string& id, const std::string& path, 
   if (ZSTD_isError(n)) return corrupt(std::string("truncated or damaged: ") + ZSTD_getErrorName(n));
   if (sha256_hex(out, n) != id) return corrupt("hash mismatch");
   return n;
+}
+
+Result<void> check_chunk_file(const std::string& id, std::string_view file) {
+  auto corrupt = [&](std::string_view why) {
+    return fail(Code::kProtocol,
+                "chunk " + id.substr(0, 64) + " is corrupt (" + std::string(why) + ")");
+  };
+  if (!is_chunk_id(id)) return corrupt("not a chunk id");
+  if (file.size() > ZSTD_compressBound(kMaxChunk)) return corrupt("larger than any chunk");
+  unsigned long long declared = ZSTD_getFrameContentSize(file.data(), file.size());
+  if (declared == ZSTD_CONTENTSIZE_ERROR) return corrupt("not zstd data");
+  if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared > kMaxChunk)
+    return corrupt("holds more than a chunk's " + std::to_string(kMaxChunk) + " bytes");
+  ZSTD_DCtx* dctx = ZSTD_createDCtx();
+  if (!dctx) return fail(Code::kInternal, "ZSTD_createDCtx failed");
+  std::vector<uint8_t> plain(kMaxChunk);
+  size_t n = ZSTD_decompressDCtx(dctx, plain.data(), plain.size(), file.data(), file.size());
+  ZSTD_freeDCtx(dctx);
+  if (ZSTD_isError(n)) return corrupt(std::string("truncated or damaged: ") + ZSTD_getErrorName(n));
+  if (sha256_hex(plain.data(), n) != id) return corrupt("hash mismatch");
+  return {};
 }
 
 }  // namespace space::snapshot::detail

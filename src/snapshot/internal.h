@@ -92,6 +92,9 @@ class ChunkWriter {
   ChunkWriter& operator=(const ChunkWriter&) = delete;
   // Stores one chunk unless a chunk with the same id is there (or pending); returns its id.
   Result<std::string> put(const uint8_t* data, size_t n);
+  // Stores a chunk file received as it is (zstd bytes, e.g. from another node's store) under
+  // `id`, unless present. The caller has checked it with check_chunk_file().
+  Result<void> put_file(const std::string& id, std::string_view file);
   Result<bool> has(const std::string& id) const;
   // Commits every pending chunk and makes it durable: call before writing the manifest.
   Result<void> sync();
@@ -110,6 +113,7 @@ class ChunkWriter {
     uint64_t bytes;
   };
   Result<void> commit();
+  Result<void> stage(const std::string& id, const void* file, size_t z);
 
   int dir_;
   ZSTD_CCtx* cctx_;
@@ -120,6 +124,11 @@ class ChunkWriter {
   uint64_t pending_bytes_ = 0, new_bytes_ = 0, new_chunks_ = 0;
   bool committed_ = false;
 };
+
+// Checks a chunk file's bytes (untrusted: from another store) before they are stored as `id`:
+// one zstd frame of at most kMaxChunk bytes whose SHA-256 is `id`. kProtocol "chunk <id> is
+// corrupt (...)" otherwise.
+Result<void> check_chunk_file(const std::string& id, std::string_view file);
 
 class ChunkReader {
  public:
