@@ -57,15 +57,17 @@ bool is_valid_node_name(std::string_view name) {
   if (name.empty() || name.size() > 63) return false;
   auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
   if (!alnum(name.front()) || !alnum(name.back())) return false;
-  return std::all_of(name.begin(), name.end(), [&](char c) { return alnum(c) || c == '-'; });
+  // Dots too: Kubernetes names nodes by their host names ("ip-10-0-1-2.ec2.internal").
+  return std::all_of(name.begin(), name.end(),
+                     [&](char c) { return alnum(c) || c == '-' || c == '.'; });
 }
 
 Result<void> validate_node_record(const NodeRecord& r) {
   if (!is_valid_node_name(r.name)) {
     return fail(Code::kInvalidArgument,
                 "node name \"" + r.name +
-                    "\" is not a DNS label (lower-case letters, digits and '-', 1..63, starting "
-                    "and ending with a letter or digit)");
+                    "\" is not a node name (lower-case letters, digits, '-' and '.', 1..63, "
+                    "starting and ending with a letter or digit)");
   }
   auto u = parse_http_url(r.url);
   if (!u) return fail(std::move(u.error()).wrap("node " + r.name + ": url"));

@@ -32,7 +32,7 @@
 
 namespace space::cluster {
 
-// A node name: a DNS label, [a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?.
+// A node name: [a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])? (a DNS label, or a host name of up to 63).
 bool is_valid_node_name(std::string_view name);
 
 struct NodeRecord {

@@ -68,7 +68,7 @@ void Daemon::push_loop() {
 }
 
 Result<void> Daemon::push_to_cluster(const SnapshotRecord& rec) {
-  if (!cluster_store_) return fail(Code::kFailedPrecondition, "no cluster.store is configured");
+  if (!cluster_store_) return fail(Code::kConflict, "no cluster.store is configured");
   auto* store = TRY(snapshot_store(rec.profile));
   auto t0 = std::chrono::steady_clock::now();
   std::lock_guard lock(push_one_mu_);  // one push at a time: the pusher and a drain

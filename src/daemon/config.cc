@@ -461,12 +461,6 @@ Result<void> Config::load_cluster(const nlohmann::json& v) {
     } else if (k == "etcd") {
       cluster.etcd = TRY_CTX(cluster::parse_etcd_config(x), "etcd");
     } else {
-          return fail(Code::kInvalidArgument,
-                      "etcd: unknown or mistyped key \"" + ek +
-                          "\" (endpoints: [URL, ...], prefix: \"/space/nodes/\", ttl_s: >= 2)");
-        }
-      }
-    } else {
       return fail(Code::kInvalidArgument, "unknown or mistyped key \"" + k + "\"");
     }
   }

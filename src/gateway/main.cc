@@ -80,7 +80,9 @@ int serve(const std::string& config_file) {
   }
   std::unique_ptr<cluster::ObjectStore> store;
   if (!cfg->store.empty()) {
-    auto s = cluster::open_object_store(cfg->store, cfg->store_credentials_file);
+    cluster::ObjectStoreOptions so;
+    so.credentials_file = cfg->store_credentials_file.string();
+    auto s = cluster::open_object_store(cfg->store, so);
     if (!s) {
       std::cerr << "space-gateway: store: " << s.error().message() << "\n";
       return 2;
@@ -126,10 +128,11 @@ int serve(const std::string& config_file) {
     if (!store) return nullptr;
     auto p = cluster::read_sandbox_pointer(*store, id);
     if (!p) {
-      spdlog::warn("gateway: reading the last snapshot of {}: {}", id, p.error().message());
+      if (p.error().code() != Code::kNotFound)
+        spdlog::warn("gateway: reading the last snapshot of {}: {}", id, p.error().message());
       return nullptr;
     }
-    return *p ? nlohmann::json(**p) : nlohmann::json();
+    return *p;
   };
   GatewayServer::Options so;
   so.listen = cfg->listen;

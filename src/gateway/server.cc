@@ -519,19 +519,21 @@ bool GatewayConnection::handle(Parser& p) {
   if (req.method() == http::verb::get && target->path == "/v1/health")
     return respond(200, {{"status", "ok"}, {"role", "gateway"},
                          {"nodes", s_.nodes_.active().size()}});
-  auto token = s_.tokens_.authenticate(req[http::field::authorization]);
+  auto auth = req[http::field::authorization];
+  auto token = s_.tokens_.authenticate(std::string_view(auth.data(), auth.size()));
   if (!token) {
     // Whatever body followed is not read: close after the answer.
     return respond(401, api::error_body(token.error()), false);
   }
   principal_ = api::Principal{};
   principal_.token = *token;
-  principal_header_ = json{{"id", token->id},
-                           {"name", token->name},
-                           {"profiles", token->profiles},
-                           {"ops", token->ops},
-                           {"expires_at", token->expires_at}}
-                          .dump();
+  json forwarded = json::object();
+  forwarded["id"] = token->id;
+  forwarded["name"] = token->name;
+  forwarded["profiles"] = token->profiles;
+  forwarded["ops"] = token->ops;
+  forwarded["expires_at"] = token->expires_at;
+  principal_header_ = forwarded.dump();
   next_token_check_ = Clock::now() + std::chrono::seconds(1);
   bool has_body = p.chunked() || p.content_length().value_or(0) > 0;
   bool keep = !has_body;  // an answer given before reading a body must close the connection
