@@ -49,6 +49,8 @@ struct ObjectStoreOptions {
   // (optional)}. Empty: the environment's AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and
   // AWS_SESSION_TOKEN).
   std::string credentials_file;
+  // S3 over https: PEM certificates to trust ("" = the system's trust store).
+  std::string ca_file;
   int timeout_ms = 30'000;    // S3: per request
   int list_page_keys = 1000;  // S3: keys per ListObjectsV2 page (max-keys; tests lower it)
 };
