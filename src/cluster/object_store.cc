@@ -76,4 +76,11 @@ Result<std::unique_ptr<ObjectStore>> open_object_store(const std::string& url,
                                           "s3://bucket/prefix?endpoint=URL&region=REGION");
 }
 
+Result<std::unique_ptr<ObjectStore>> open_object_store(const std::string& url,
+                                                       const std::string& credentials_file) {
+  ObjectStoreOptions options;
+  options.credentials_file = credentials_file;
+  return open_object_store(url, options);
+}
+
 }  // namespace space::cluster

@@ -59,5 +59,8 @@ struct ObjectStoreOptions {
 // or what to check (the directory's existence and mode, the credentials).
 Result<std::unique_ptr<ObjectStore>> open_object_store(const std::string& url,
                                                        const ObjectStoreOptions& options = {});
+// The same with only a credentials file ("" = the environment's), as the config names them.
+Result<std::unique_ptr<ObjectStore>> open_object_store(const std::string& url,
+                                                       const std::string& credentials_file);
 
 }  // namespace space::cluster
