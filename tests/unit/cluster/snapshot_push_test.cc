@@ -322,6 +322,22 @@ TEST_P(SnapshotPushTest, SwappedOrMissingChunkIsRefused) {
   expect_nothing_installed(b, "snap_1-a");
 }
 
+// A valid manifest stored under another snapshot's name (replayed, or renamed) is refused.
+TEST_P(SnapshotPushTest, ManifestUnderAnotherNameIsRefused) {
+  Node a(tmp_, "a"), b(tmp_, "b");
+  take(a, "snap_1-a", src_);
+  ASSERT_TRUE(push_snapshot(*a.store, kProfile, "snap_1-a", *remote_));
+  auto file = remote_->get("profiles/default/manifests/snap_1-a", 1 << 20);
+  ASSERT_TRUE(file);
+  ASSERT_TRUE(remote_->put("profiles/default/manifests/snap_2-a", *file));
+  auto pulled = pull_snapshot(*remote_, kProfile, "snap_2-a", *b.store);
+  ASSERT_FALSE(pulled);
+  EXPECT_EQ(pulled.error().code(), Code::kProtocol);
+  EXPECT_NE(pulled.error().message().find("holds snapshot snap_1-a"), std::string::npos)
+      << pulled.error().message();
+  expect_nothing_installed(b, "snap_2-a");
+}
+
 TEST_P(SnapshotPushTest, AnotherClustersKeyIsRefused) {
   Node a(tmp_, "a"), stranger(tmp_, "x", std::string(32, 'z'));
   take(a, "snap_1-a", src_);
