@@ -7,18 +7,18 @@
 namespace space::cluster {
 namespace {
 
-constexpr size_t kMaxKeyBytes = 1024;
-constexpr size_t kMaxKeyComponent = 255;
+constexpr size_t kStoreMaxKeyBytes = 1024;
+constexpr size_t kStoreMaxKeyComponent = 255;
 
-bool key_char(char c) {
+bool store_key_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
          c == '_' || c == '-';
 }
 
 // The reason `key` (a key, or with `prefix` a prefix) is refused, "" if it is not.
-std::string key_problem(std::string_view key, bool prefix) {
+std::string store_key_problem(std::string_view key, bool prefix) {
   if (key.empty()) return prefix ? "" : "it is empty";
-  if (key.size() > kMaxKeyBytes) return "it is longer than 1024 bytes";
+  if (key.size() > kStoreMaxKeyBytes) return "it is longer than 1024 bytes";
   if (key.front() == '/') return "it is absolute";
   size_t start = 0;
   while (start < key.size()) {
@@ -29,9 +29,9 @@ std::string key_problem(std::string_view key, bool prefix) {
     if (part.empty()) return "it has an empty component";
     if (part == "." || part == "..") return "it has a \".\" or \"..\" component";
     if (part.front() == '.') return "a component starts with '.'";
-    if (part.size() > kMaxKeyComponent) return "a component is longer than 255 bytes";
+    if (part.size() > kStoreMaxKeyComponent) return "a component is longer than 255 bytes";
     for (char c : part)
-      if (!key_char(c)) return "it has a character outside [A-Za-z0-9._-] and '/'";
+      if (!store_key_char(c)) return "it has a character outside [A-Za-z0-9._-] and '/'";
     start = slash + 1;
     if (!last && start == key.size()) {
       if (!prefix) return "it ends with '/'";
@@ -41,8 +41,8 @@ std::string key_problem(std::string_view key, bool prefix) {
   return "";
 }
 
-Result<void> key_result(std::string_view key, bool prefix) {
-  std::string why = key_problem(key, prefix);
+Result<void> store_key_result(std::string_view key, bool prefix) {
+  std::string why = store_key_problem(key, prefix);
   if (why.empty()) return {};
   std::string shown(key.substr(0, 200));
   for (char& c : shown)
@@ -53,8 +53,8 @@ Result<void> key_result(std::string_view key, bool prefix) {
 
 }  // namespace
 
-Result<void> check_key(std::string_view key) { return key_result(key, false); }
-Result<void> check_prefix(std::string_view prefix) { return key_result(prefix, true); }
+Result<void> check_key(std::string_view key) { return store_key_result(key, false); }
+Result<void> check_prefix(std::string_view prefix) { return store_key_result(prefix, true); }
 
 Result<std::unique_ptr<ObjectStore>> open_object_store(const std::string& url,
                                                        const ObjectStoreOptions& options) {
@@ -74,6 +74,13 @@ Result<std::unique_ptr<ObjectStore>> open_object_store(const std::string& url,
   return fail(Code::kInvalidArgument, "store URL \"" + url.substr(0, 200) +
                                           "\": use file:///abs/dir (a shared volume) or "
                                           "s3://bucket/prefix?endpoint=URL&region=REGION");
+}
+
+Result<std::unique_ptr<ObjectStore>> open_object_store(const std::string& url,
+                                                       const std::string& credentials_file) {
+  ObjectStoreOptions options;
+  options.credentials_file = credentials_file;
+  return open_object_store(url, options);
 }
 
 }  // namespace space::cluster

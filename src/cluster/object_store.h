@@ -49,6 +49,8 @@ struct ObjectStoreOptions {
   // (optional)}. Empty: the environment's AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and
   // AWS_SESSION_TOKEN).
   std::string credentials_file;
+  // S3 over https: PEM certificates to trust ("" = the system's trust store).
+  std::string ca_file;
   int timeout_ms = 30'000;    // S3: per request
   int list_page_keys = 1000;  // S3: keys per ListObjectsV2 page (max-keys; tests lower it)
 };
@@ -57,5 +59,8 @@ struct ObjectStoreOptions {
 // or what to check (the directory's existence and mode, the credentials).
 Result<std::unique_ptr<ObjectStore>> open_object_store(const std::string& url,
                                                        const ObjectStoreOptions& options = {});
+// The same with only a credentials file ("" = the environment's), as the config names them.
+Result<std::unique_ptr<ObjectStore>> open_object_store(const std::string& url,
+                                                       const std::string& credentials_file);
 
 }  // namespace space::cluster

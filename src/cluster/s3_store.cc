@@ -399,6 +399,7 @@ Result<std::unique_ptr<ObjectStore>> open_s3_store(const std::string& url,
   http.service = "S3";
   http.io_timeout = std::chrono::milliseconds(options.timeout_ms);
   http.body_limit = kS3ClientBodyLimit;
+  http.tls.ca_file = options.ca_file;
   auto client = HttpClient::create(loc.endpoint, http);
   if (!client) return fail(std::move(client.error()).wrap("store " + url + ": the endpoint"));
   return std::unique_ptr<ObjectStore>(new S3Store(std::move(loc), std::move(creds),

@@ -10,7 +10,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr size_t kMaxPointerBytes = 64 << 10;
+constexpr size_t kPushMaxPointerBytes = 64 << 10;
 
 bool push_valid_profile(const std::string& p) {
   return !p.empty() && p.size() <= 64 && std::all_of(p.begin(), p.end(), [](char c) {
@@ -193,7 +193,7 @@ Result<json> read_sandbox_pointer(ObjectStore& remote, const std::string& sandbo
   const std::string key = TRY(sandbox_pointer_key(sandbox_id));
   const std::string ctx =
       "reading the pointer of sandbox " + sandbox_id + " (" + key + " in " + remote.url() + ")";
-  auto text = remote.get(key, kMaxPointerBytes);
+  auto text = remote.get(key, kPushMaxPointerBytes);
   if (!text) {
     if (text.error().code() == Code::kNotFound)
       return fail(Code::kNotFound, ctx + ": the shared store has no snapshot of this sandbox");

@@ -245,7 +245,17 @@ Result<Store::ImportResult> Store::import(const std::string& id, const std::stri
     out.bytes_fetched += file.size();
   }
   TRY_VOID_CTX(writer.sync(), ctx);
-  TRY_VOID_CTX(write_manifest_file(id, sealed_file), ctx);
+  if (auto w = write_manifest_file(id, sealed_file); !w) {
+    // Another import of the same snapshot (a concurrent pull) landed first: the same bytes are
+    // success.
+    if (w.error().code() == Code::kAlreadyExists) {
+      if (auto here = read_manifest_file(id); here && *here == sealed_file) {
+        out.already_present = true;
+        return out;
+      }
+    }
+    return fail(std::move(w.error()).wrap(ctx));
+  }
   return out;
 }
 

@@ -148,6 +148,18 @@ TEST_F(S3StoreTest, CredentialsFromTheEnvironment) {
   EXPECT_EQ(*(*s)->get("a/b", 10), "c");
 }
 
+TEST_F(S3StoreTest, CredentialsFileAsTheConfigNamesIt) {
+  const std::string creds = tmp_ / "creds.json";
+  write_file(creds, R"({"access_key_id": "S3RVER", "secret_access_key": "S3RVER"})");
+  auto s = open_object_store(server_->url(), creds);
+  ASSERT_TRUE(s) << s.error().message();
+  ASSERT_TRUE((*s)->put("a/b", "c"));
+  write_file(creds, R"({"access_key_id": "S3RVER"})");
+  auto bad = open_object_store(server_->url(), creds);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("secret_access_key"), std::string::npos);
+}
+
 TEST(S3StoreUnreachable, ErrorNamesTheStore) {
   ::setenv("AWS_ACCESS_KEY_ID", "x", 1);
   ::setenv("AWS_SECRET_ACCESS_KEY", "y", 1);

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include <set>
+#include <thread>
 
 #include "cluster/object_store.h"
 #include "s3rver.h"
@@ -201,6 +202,24 @@ TEST_P(SnapshotPushTest, PushThenPullOnAnotherNodeRestoresTheTree) {
   EXPECT_NE(missing.error().message().find(remote_->url()), std::string::npos);
 }
 
+// Two pulls of one snapshot at once (two requests restoring it on the same node) both succeed.
+TEST_P(SnapshotPushTest, ConcurrentPullsOfOneSnapshotBothSucceed) {
+  Node a(tmp_, "a"), b(tmp_, "b");
+  take(a, "snap_1-a", src_);
+  ASSERT_TRUE(push_snapshot(*a.store, kProfile, "snap_1-a", *remote_));
+  for (int round = 0; round < 3; ++round) {
+    Node n(tmp_, "n" + std::to_string(round));
+    Result<PullResult> r1 = PullResult{}, r2 = PullResult{};
+    std::thread t1([&] { r1 = pull_snapshot(*remote_, kProfile, "snap_1-a", *n.store); });
+    std::thread t2([&] { r2 = pull_snapshot(*remote_, kProfile, "snap_1-a", *n.store); });
+    t1.join();
+    t2.join();
+    ASSERT_TRUE(r1) << r1.error().message();
+    ASSERT_TRUE(r2) << r2.error().message();
+    expect_restores(n, "snap_1-a", src_);
+  }
+}
+
 TEST_P(SnapshotPushTest, SiblingSnapshotUploadsOnlyItsNewChunks) {
   Node a(tmp_, "a"), b(tmp_, "b");
   snapshot::Manifest m1 = take(a, "snap_1-a", src_);
@@ -301,6 +320,22 @@ TEST_P(SnapshotPushTest, SwappedOrMissingChunkIsRefused) {
             std::string::npos)
       << pulled.error().message();
   expect_nothing_installed(b, "snap_1-a");
+}
+
+// A valid manifest stored under another snapshot's name (replayed, or renamed) is refused.
+TEST_P(SnapshotPushTest, ManifestUnderAnotherNameIsRefused) {
+  Node a(tmp_, "a"), b(tmp_, "b");
+  take(a, "snap_1-a", src_);
+  ASSERT_TRUE(push_snapshot(*a.store, kProfile, "snap_1-a", *remote_));
+  auto file = remote_->get("profiles/default/manifests/snap_1-a", 1 << 20);
+  ASSERT_TRUE(file);
+  ASSERT_TRUE(remote_->put("profiles/default/manifests/snap_2-a", *file));
+  auto pulled = pull_snapshot(*remote_, kProfile, "snap_2-a", *b.store);
+  ASSERT_FALSE(pulled);
+  EXPECT_EQ(pulled.error().code(), Code::kProtocol);
+  EXPECT_NE(pulled.error().message().find("holds snapshot snap_1-a"), std::string::npos)
+      << pulled.error().message();
+  expect_nothing_installed(b, "snap_2-a");
 }
 
 TEST_P(SnapshotPushTest, AnotherClustersKeyIsRefused) {
