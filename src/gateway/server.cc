@@ -82,13 +82,16 @@ class GatewayConnection {
   Result<void> read_node_head(NodeConn& c, NodeParser& rp);
   // Sends the answer's head and body to the client; false when the client connection must end.
   bool relay(NodeConn& c, NodeParser& rp, bool head_request, bool& node_reusable);
+  // Waits until the node has bytes for the client (true), or the client hung up, its token
+  // went, or the gateway is cutting connections (false).
+  bool wait_node_or_hangup(NodeConn& c);
   // Forwards one request whose body has a known length (or none), answer streamed back.
   bool forward(const Parser& p, const std::string& node, const std::string& body_override,
                bool has_override);
   // An exec, a port, a terminal or a chunked upload: a connection of its own, both ways.
   bool tunnel(const Parser& p, const std::string& node);
   bool create(Parser& p, const std::string& target);
-  bool fan_out_list(const Parser& p);
+  bool fan_out_list(const Parser& p, const std::string& key);
   bool lost_or_unknown(const std::string& id, const std::string& node);
   bool check_token();  // false once the token is no longer valid (streams end)
 
@@ -244,6 +247,7 @@ bool GatewayConnection::relay(NodeConn& c, NodeParser& rp, bool head_request,
   }
   char buf[64 * 1024];
   while (!rp.is_done()) {
+    if (c.buffer.size() == 0 && !wait_node_or_hangup(c)) return false;
     res.body().data = buf;
     res.body().size = sizeof buf;
     boost::system::error_code ec;
@@ -273,6 +277,23 @@ bool GatewayConnection::relay(NodeConn& c, NodeParser& rp, bool head_request,
   if (chunked && !gw_write(cs_, "0\r\n\r\n")) return false;
   node_reusable = res.keep_alive() && rp.is_done();
   return client_alive;
+}
+
+bool GatewayConnection::wait_node_or_hangup(NodeConn& c) {
+  // A followed log or a silent exec can send nothing for minutes: meanwhile the client may go
+  // (then the node connection is closed, and the node ends what it was streaming, as it does
+  // for its own clients) or its token may be revoked.
+  for (;;) {
+    pollfd p[2] = {{c.stream->fd(), POLLIN, 0}, {cs_.fd(), POLLRDHUP, 0}};
+    int n = ::poll(p, 2, 1000);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if ((p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) return false;
+    if (p[0].revents != 0) return true;
+    if (!check_token()) return false;
+    pollfd stop{s_.cut_fd_.get(), POLLIN, 0};
+    if (::poll(&stop, 1, 0) == 1) return false;
+  }
 }
 
 bool GatewayConnection::forward(const Parser& p, const std::string& node,
@@ -358,13 +379,15 @@ bool GatewayConnection::tunnel(const Parser& p, const std::string& node) {
   return false;  // the connection was the tunnel's
 }
 
-bool GatewayConnection::fan_out_list(const Parser& p) {
+bool GatewayConnection::fan_out_list(const Parser& p, const std::string& key) {
+  // Each node answers {"<key>": [...]}: the gateway's answer is the same with every node's.
   json all = json::array();
   std::string missing;
   std::string extra = principal_header_.empty() ? "" : "Space-Principal: " + principal_header_ + "\r\n";
   for (const std::string& node : s_.nodes_.active()) {
     auto a = s_.nodes_.call(node, "GET", std::string(p.get().target()), extra);
     json part = a && a->status == 200 ? json::parse(a->body, nullptr, false) : json();
+    if (part.is_object() && part.contains(key)) part = part[key];
     if (!part.is_array()) {
       missing += (missing.empty() ? "" : ", ") + node;
       continue;
@@ -372,7 +395,7 @@ bool GatewayConnection::fan_out_list(const Parser& p) {
     for (auto& x : part) all.push_back(std::move(x));
   }
   if (!missing.empty()) spdlog::warn("gateway: listing without nodes {} (no answer)", missing);
-  return respond(200, all);
+  return respond(200, json{{key, std::move(all)}});
 }
 
 bool GatewayConnection::lost_or_unknown(const std::string& id, const std::string& node) {
@@ -582,8 +605,10 @@ bool GatewayConnection::handle(Parser& p) {
     if (active.empty()) return respond_error(Error(Code::kUnavailable, "no node is active"), keep);
     return forward(p, active.front(), "", false);
   }
-  if (pattern == "/v1/sandboxes" && req.method() == http::verb::get) return fan_out_list(p);
-  if (pattern == "/v1/snapshots" && req.method() == http::verb::get) return fan_out_list(p);
+  if (pattern == "/v1/sandboxes" && req.method() == http::verb::get)
+    return fan_out_list(p, "sandboxes");
+  if (pattern == "/v1/snapshots" && req.method() == http::verb::get)
+    return fan_out_list(p, "snapshots");
   if (pattern == "/v1/sandboxes" && req.method() == http::verb::post)
     return create(p, target_text);
 
@@ -620,8 +645,9 @@ bool GatewayConnection::handle(Parser& p) {
                                "node " + node + " is not answering; retry in a moment (if it "
                                "stays away its sandboxes answer 410 node_lost)"),
                          keep);
-  bool streams_both_ways = p.chunked() || p.upgrade() || pattern.ends_with("/exec") ||
-                           pattern.ends_with("/ports/{port}");
+  // A body whose length is known is sent whole before the answer streams back: such an exec
+  // (no stdin, or stdin given whole) goes over a kept-alive connection like any request.
+  bool streams_both_ways = p.chunked() || p.upgrade() || pattern.ends_with("/ports/{port}");
   if (streams_both_ways) return tunnel(p, node);
   if (pattern == "/v1/snapshots/{snap}/restore") return create(p, target_text);
   return forward(p, node, "", false);

@@ -10,6 +10,7 @@ mid-work (its sandboxes answer 410 with a snapshot that restores elsewhere), a d
 request lost.
 """
 
+import base64
 import http.client
 import json
 import os
@@ -265,9 +266,10 @@ class ClusterTest(SpaceTestCase):
                                       {"cmd": cmd}, **kw)
         self.assertEqual(status, 200, raw[:500])
         events = decode_events(raw)
-        out = "".join(e.get("data", "") for e in events if e.get("type") == "stdout")
+        out = b"".join(base64.b64decode(e.get("data", "")) for e in events
+                       if e.get("type") == "stdout").decode()
         code = [e for e in events if e.get("type") == "exit"]
-        return out, code[0]["code"] if code else None
+        return out, code[0].get("exit_code") if code else None
 
     def cli(self, g, *args, token=None, timeout=60):
         env = dict(os.environ, SPACE_API="https://127.0.0.1:%d" % g.port,
@@ -315,7 +317,7 @@ class ClusterTest(SpaceTestCase):
         for g in self.gateways:
             status, items = self.gw_json(g, "GET", "/v1/sandboxes")
             self.assertEqual(status, 200)
-            self.assertEqual({s["id"] for s in items} & set(created), set(created))
+            self.assertEqual({s["id"] for s in items["sandboxes"]} & set(created), set(created))
         # Each node reports them in GET /v1/node.
         status, nodes = self.gw_json(self.gateways[0], "GET", "/v1/nodes")
         for n in nodes:
@@ -343,7 +345,7 @@ class ClusterTest(SpaceTestCase):
             self.assertEqual(status, 201, snap)
             self.assertTrue(snap["id"].endswith("-" + node), snap["id"])
             status, snaps = self.gw_json(g, "GET", "/v1/sandboxes/%s/snapshots" % sid)
-            self.assertIn(snap["id"], [s["id"] for s in snaps])
+            self.assertIn(snap["id"], [s["id"] for s in snaps["snapshots"]])
         # The CLI streams an exec through a gateway (its own node connection) and exits with
         # the command's code.
         sid = picks["n1"]
@@ -370,7 +372,7 @@ class ClusterTest(SpaceTestCase):
                                     token=self.token_test)
         self.assertEqual(status, 403, body)
         status, items = self.gw_json(g, "GET", "/v1/sandboxes", token=self.token_test)
-        self.assertNotIn(live["id"], [s["id"] for s in items])
+        self.assertNotIn(live["id"], [s["id"] for s in items["sandboxes"]])
         # A bad token: 401 at the gateway, before any node is asked.
         status, body = self.gw_json(g, "GET", "/v1/sandboxes", token="spt_" + "0" * 12 + "_" + "1" * 64)
         self.assertEqual(status, 401, body)
