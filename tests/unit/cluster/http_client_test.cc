@@ -49,7 +49,10 @@ TEST(HttpUrl, Parses) {
   u = parse_http_url("https://kubernetes.default.svc");
   ASSERT_TRUE(u);
   EXPECT_EQ(u->port, 443);
-  EXPECT_EQ(u->authority(), "kubernetes.default.svc:443");
+  EXPECT_EQ(u->authority(), "kubernetes.default.svc");
+  EXPECT_EQ(u->origin(), "https://kubernetes.default.svc:443");
+  EXPECT_EQ(parse_http_url("http://[::1]:80")->authority(), "[::1]");
+  EXPECT_EQ(parse_http_url("http://[::1]:443")->authority(), "[::1]:443");
   for (const char* bad :
        {"ftp://x", "http://", "http://h:0", "http://h:70000", "http://h:x", "http://u@h:1",
         "http://h:1/?q", "http://[::1", "http://[nothost]:1", "127.0.0.1:2379"}) {
