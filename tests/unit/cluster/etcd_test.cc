@@ -253,6 +253,11 @@ TEST_F(EtcdTest, LostLeaseIsGrantedAgain) {
   ASSERT_TRUE(etcd_wait_for(
       **d, [](const auto& n) { return etcd_has(n, "n3"); },
       std::chrono::seconds(config_.ttl_s + 3)));
+  // The watcher may see the put before the registration thread has counted it.
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while ((*r)->registrations() < 2 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   EXPECT_EQ((*r)->registrations(), 2u);
   EXPECT_NE((*r)->lease_id(), first);
   EXPECT_NE((*r)->lease_id(), 0);
