@@ -125,3 +125,8 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" apt-get update -q
 "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+# etcd-server's package starts a system etcd on localhost:2379 where systemd runs; the tests
+# start their own on free ports, so that service is only an open port nobody uses: stop it.
+if [[ " ${missing[*]} " == *" etcd-server "* ]] && [[ -d /run/systemd/system ]]; then
+  "${SUDO[@]}" systemctl disable --now etcd.service >/dev/null 2>&1 || true
+fi

@@ -210,10 +210,14 @@ Result<std::shared_ptr<SSL_CTX>> http_tls_context(const HttpTlsOptions& o,
 }  // namespace
 
 std::string HttpUrl::origin() const {
-  return std::string(https ? "https://" : "http://") + authority();
+  return std::string(https ? "https://" : "http://") + http_host_text(host) + ":" +
+         std::to_string(port);
 }
 
-std::string HttpUrl::authority() const { return http_host_text(host) + ":" + std::to_string(port); }
+std::string HttpUrl::authority() const {
+  if (port == (https ? 443 : 80)) return http_host_text(host);
+  return http_host_text(host) + ":" + std::to_string(port);
+}
 
 Result<HttpUrl> parse_http_url(std::string_view text) {
   auto bad = [&](std::string_view why) {

@@ -40,9 +40,10 @@ struct HttpUrl {
   std::string host;   // without brackets
   uint16_t port = 0;  // 80 / 443 when the URL has none
   std::string path;   // "" or "/..." without a trailing '/'
-  // "http://HOST:PORT" (IPv6 in brackets), for messages.
+  // "http://HOST:PORT" (IPv6 in brackets, the port always), for messages.
   std::string origin() const;
-  // "HOST:PORT" for the Host header (IPv6 in brackets).
+  // "HOST[:PORT]", what the Host header carries (and what S3 signs): IPv6 in brackets, the port
+  // left out when it is the scheme's default (80, 443), as curl and browsers send it.
   std::string authority() const;
 };
 // kInvalidArgument naming `url` for anything else (userinfo, query, fragment, a bad port).

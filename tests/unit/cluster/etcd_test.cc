@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/tcp_listen.h"
+#include "unit/cluster/fake_http_server.h"
 #include "unit/temp_dir.h"
 
 extern char** environ;
@@ -252,6 +253,11 @@ TEST_F(EtcdTest, LostLeaseIsGrantedAgain) {
   ASSERT_TRUE(etcd_wait_for(
       **d, [](const auto& n) { return etcd_has(n, "n3"); },
       std::chrono::seconds(config_.ttl_s + 3)));
+  // The watcher may see the put before the registration thread has counted it.
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while ((*r)->registrations() < 2 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   EXPECT_EQ((*r)->registrations(), 2u);
   EXPECT_NE((*r)->lease_id(), first);
   EXPECT_NE((*r)->lease_id(), 0);
@@ -292,6 +298,94 @@ TEST_F(EtcdTest, WatcherAndRegistrationSurviveAnEtcdRestart) {
   (*r2)->stop();
   ASSERT_TRUE(etcd_wait_for(
       **d, [](const auto& n) { return n.empty(); }, std::chrono::seconds(5)));
+}
+
+// EtcdDiscovery against a fake etcd gateway, for what a real etcd does not do on demand: a watch
+// canceled because its start revision was compacted starts over with a fresh range; a record
+// that is not JSON, or that names another node than its key, is left out.
+TEST(EtcdDiscoveryFake, CompactionStartsOverWithAFreshRange) {
+  using nlohmann::json;
+  using test_support::FakeConn;
+  using test_support::FakeRequest;
+  auto kv = [](const std::string& key, const std::string& value, int rev) {
+    return json{{"key", etcd_base64_encode(key)},
+                {"value", etcd_base64_encode(value)},
+                {"create_revision", std::to_string(rev)},
+                {"mod_revision", std::to_string(rev)},
+                {"version", "1"}};
+  };
+  const std::string rec1 = R"({"name":"n1","url":"https://127.0.0.2:7443","labels":{}})";
+  const std::string rec2 = R"({"name":"n2","url":"https://127.0.0.3:7443","labels":{}})";
+  std::mutex mu;
+  int ranges = 0;
+  std::vector<std::string> watch_starts;
+  test_support::FakeHttpServer server([&](const FakeRequest& r, FakeConn& c) {
+    json body = json::parse(r.body, nullptr, false);
+    if (r.target == "/v3/kv/range") {
+      int n;
+      {
+        std::lock_guard lock(mu);
+        n = ++ranges;
+      }
+      json kvs = json::array({kv("/space/nodes/n1", rec1, 3)});
+      if (n >= 2) kvs.push_back(kv("/space/nodes/n2", rec2, 8));
+      json answer = {{"header", {{"cluster_id", "1"}, {"revision", n == 1 ? "5" : "10"}}},
+                     {"kvs", kvs},
+                     {"count", std::to_string(kvs.size())}};
+      return c.write(test_support::fake_response(200, answer.dump()));
+    }
+    if (r.target != "/v3/watch") return c.write(test_support::fake_response(404, "{}"));
+    std::string start = body["create_request"]["start_revision"].get<std::string>();
+    {
+      std::lock_guard lock(mu);
+      watch_starts.push_back(start);
+    }
+    c.write(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n");
+    c.chunk(R"({"result":{"header":{"revision":"10"},"created":true}})"
+            "\n");
+    if (start == "6") {
+      c.chunk(R"({"result":{"header":{"revision":"10"},"compact_revision":"9","canceled":true,)"
+              R"("cancel_reason":"mvcc: required revision has been compacted"}})"
+              "\n");
+    } else {
+      json bad = {{"result",
+                   {{"header", {{"revision", "12"}}},
+                    {"events",
+                     {{{"kv", kv("/space/nodes/n3", "not json", 11)}},
+                      {{"kv", kv("/space/nodes/n4", rec2, 12)}}}}}}};
+      c.chunk(bad.dump() + "\n");
+      json del = {
+          {"result",
+           {{"header", {{"revision", "13"}}},
+            {"events",
+             {{{"type", "DELETE"},
+               {"kv",
+                {{"key", etcd_base64_encode("/space/nodes/n1")}, {"mod_revision", "13"}}}}}}}}};
+      c.chunk(del.dump() + "\n");
+    }
+    c.wait_client_gone(30'000);
+    return false;
+  });
+  EtcdConfig config;
+  config.endpoints = {server.url()};
+  auto d = EtcdDiscovery::create(config);
+  ASSERT_TRUE(d);
+  std::vector<std::vector<std::string>> history;
+  (*d)->on_change([&](const std::vector<NodeRecord>& nodes, uint64_t) {
+    std::lock_guard lock(mu);
+    history.push_back(etcd_names(nodes));
+  });
+  ASSERT_TRUE((*d)->start());
+  ASSERT_TRUE(etcd_wait_for(
+      **d, [](const auto& n) { return etcd_names(n) == std::vector<std::string>{"n2"}; },
+      std::chrono::seconds(10)));
+  (*d)->stop();
+  std::lock_guard lock(mu);
+  EXPECT_EQ(history, (std::vector<std::vector<std::string>>{{"n1"}, {"n1", "n2"}, {"n2"}}));
+  EXPECT_EQ(watch_starts, (std::vector<std::string>{"6", "11"}));
+  EXPECT_EQ((*d)->ranges(), 2u);
 }
 
 TEST(EtcdClientErrors, UnreachableEndpointsAreNamed) {

@@ -15,6 +15,7 @@
 #include "tls/api_certs.h"
 #include "tls/x509.h"
 #include "unit/cluster/fake_http_server.h"
+#include "unit/cluster/test_pki.h"
 #include "unit/temp_dir.h"
 
 namespace space::cluster {
@@ -24,6 +25,7 @@ using test_support::fake_response;
 using test_support::FakeConn;
 using test_support::FakeHttpServer;
 using test_support::FakeRequest;
+using test_support::make_pki;
 
 HttpOptions test_options(std::string service = "etcd") {
   HttpOptions o;
@@ -49,7 +51,10 @@ TEST(HttpUrl, Parses) {
   u = parse_http_url("https://kubernetes.default.svc");
   ASSERT_TRUE(u);
   EXPECT_EQ(u->port, 443);
-  EXPECT_EQ(u->authority(), "kubernetes.default.svc:443");
+  EXPECT_EQ(u->authority(), "kubernetes.default.svc");
+  EXPECT_EQ(u->origin(), "https://kubernetes.default.svc:443");
+  EXPECT_EQ(parse_http_url("http://[::1]:80")->authority(), "[::1]");
+  EXPECT_EQ(parse_http_url("http://[::1]:443")->authority(), "[::1]:443");
   for (const char* bad :
        {"ftp://x", "http://", "http://h:0", "http://h:70000", "http://h:x", "http://u@h:1",
         "http://h:1/?q", "http://[::1", "http://[nothost]:1", "127.0.0.1:2379"}) {
@@ -236,43 +241,6 @@ TEST(HttpClient, StreamEndsWithTheBody) {
 }
 
 // --- https
-
-struct TestPki {
-  test_support::TempDir dir{"space-http-tls"};
-  std::string ca_file;
-  tls::KeyCert server;
-  std::string client_cert, client_key;
-};
-
-// A CA and a server certificate for `names` (tls::ensure_auto_certs), and a client certificate
-// signed by the same CA.
-std::unique_ptr<TestPki> make_pki(const std::vector<std::string>& names) {
-  auto p = std::make_unique<TestPki>();
-  tls::AutoCertOptions o;
-  o.dir = p->dir.path() / "tls";
-  o.names = names;
-  auto certs = tls::ensure_auto_certs(o);
-  EXPECT_TRUE(certs) << (certs ? "" : certs.error().message());
-  if (!certs) return p;
-  p->ca_file = certs->ca_file;
-  p->server = certs->server;
-  auto ca_key = tls::parse_key_pem(*tls::read_small_file(o.dir / "ca.key", false));
-  auto ca_cert = tls::parse_certs_pem(*tls::read_small_file(o.dir / "ca.pem", false));
-  EXPECT_TRUE(ca_key && ca_cert);
-  auto key = tls::new_p256_key();
-  auto cert = tls::new_cert(key->get(), ::time(nullptr));
-  EXPECT_TRUE(cert);
-  X509_gmtime_adj(X509_getm_notAfter(cert->get()), 3600);
-  EXPECT_TRUE(tls::add_name_entry(X509_get_subject_name(cert->get()), "CN", "gateway"));
-  X509_set_issuer_name(cert->get(), X509_get_subject_name((*ca_cert)[0].get()));
-  EXPECT_TRUE(tls::add_ext(cert->get(), (*ca_cert)[0].get(), NID_ext_key_usage, "clientAuth"));
-  EXPECT_TRUE(tls::sign(cert->get(), ca_key->get()));
-  p->client_cert = p->dir.path() / "client.pem";
-  p->client_key = p->dir.path() / "client.key";
-  EXPECT_TRUE(tls::write_file_atomic(p->client_cert, tls::cert_pem(cert->get()), 0644));
-  EXPECT_TRUE(tls::write_file_atomic(p->client_key, tls::key_pem(key->get()), 0600));
-  return p;
-}
 
 bool ok_handler(const FakeRequest& r, FakeConn& c) {
   return c.write(fake_response(200, "secure " + r.target));

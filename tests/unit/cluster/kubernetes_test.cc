@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "unit/cluster/fake_http_server.h"
+#include "unit/cluster/test_pki.h"
 #include "unit/temp_dir.h"
 
 namespace space::cluster {
@@ -109,7 +110,9 @@ std::string k8s_param(const std::string& target, const std::string& name) {
 // 2000: stays open).
 class FakeApiServer {
  public:
-  FakeApiServer() : server_([this](const FakeRequest& r, FakeConn& c) { return handle(r, c); }) {}
+  explicit FakeApiServer(std::shared_ptr<SSL_CTX> tls = nullptr)
+      : server_([this](const FakeRequest& r, FakeConn& c) { return handle(r, c); },
+                std::move(tls)) {}
 
   std::string url() const { return server_.url(); }
   std::vector<FakeRequest> requests() { return server_.requests(); }
@@ -242,6 +245,29 @@ TEST(KubernetesDiscovery, WrongTokenKeepsRetryingWithoutNodes) {
   { std::ofstream(dir.path() / "token") << "test-token\n"; }
   EXPECT_TRUE((*d)->wait_for_version(0, std::chrono::seconds(15)));
   EXPECT_EQ((*d)->snapshot().size(), 3u);
+}
+
+// The API server over https, trusted through ca_file (as the service account's ca.crt).
+TEST(KubernetesDiscovery, OverHttpsWithTheClusterCa) {
+  auto pki = test_support::make_pki({"127.0.0.1"});
+  auto ctx = tls::server_context(pki->server);
+  ASSERT_TRUE(ctx) << ctx.error().message();
+  FakeApiServer api(*ctx);
+  test_support::TempDir dir("space-k8s");
+  { std::ofstream(dir.path() / "token") << "test-token"; }
+  KubernetesConfig config;
+  config.service = "space-nodes";
+  config.namespace_ = "space";
+  config.api_server = api.url();
+  ASSERT_TRUE(config.api_server.starts_with("https://"));
+  config.token_file = dir.path() / "token";
+  config.ca_file = pki->ca_file;
+  auto d = KubernetesDiscovery::create(config);
+  ASSERT_TRUE(d) << d.error().message();
+  ASSERT_TRUE((*d)->start());
+  ASSERT_TRUE((*d)->wait_for_version(0, std::chrono::seconds(10)));
+  EXPECT_EQ(k8s_names((*d)->snapshot()), (std::vector<std::string>{"n1", "n2", "space-node-4"}));
+  (*d)->stop();
 }
 
 TEST(KubernetesDiscovery, ConfigurationErrors) {
