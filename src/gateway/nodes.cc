@@ -172,6 +172,7 @@ void NodeTable::poll_once() {
         if (n.failing_since) spdlog::info("node {} answers again", name);
         n.failing_since.reset();
         n.info = std::move(info);
+        n.placed_since_poll = 0;
       } else if (!n.failing_since) {
         n.failing_since = Clock::now();
         spdlog::warn("node {} does not answer GET /v1/node: {}", name,
@@ -230,15 +231,20 @@ nlohmann::json NodeTable::describe() {
 }
 
 double NodeTable::load_of(const Node& n) const {
-  // The busier of CPU and memory, allocated (plus creates in flight, each counted as one CPU)
-  // over total; sandbox count over max as a floor. Unknown totals: by count alone.
+  // The busiest of CPU and memory allocated over total, and sandboxes over max_sandboxes; the
+  // creates this gateway has in flight or placed since the last poll count as one CPU and one
+  // sandbox each. Unknown totals: by count alone.
   const nlohmann::json& i = n.info;
-  double cpu_total = i.is_object() ? i["cpus"].value("total", 0.0) : 0.0;
-  double cpu = cpu_total > 0 ? (i["cpus"].value("allocated", 0.0) + n.inflight) / cpu_total : 0;
-  double mem_total = i.is_object() ? i["memory"].value("total_bytes", 0.0) : 0.0;
-  double mem = mem_total > 0 ? i["memory"].value("allocated_bytes", 0.0) / mem_total : 0;
-  double max = i.is_object() ? i["sandboxes"].value("max", 0.0) : 0.0;
-  double count = i.is_object() ? i["sandboxes"].value("running", 0.0) + n.inflight : n.inflight;
+  const double pending = n.inflight + n.placed_since_poll;
+  auto field = [&](const char* obj, const char* key) {
+    return i.is_object() && i.contains(obj) && i[obj].is_object() ? i[obj].value(key, 0.0) : 0.0;
+  };
+  double cpu_total = field("cpus", "total");
+  double cpu = cpu_total > 0 ? (field("cpus", "allocated") + pending) / cpu_total : 0;
+  double mem_total = field("memory", "total_bytes");
+  double mem = mem_total > 0 ? field("memory", "allocated_bytes") / mem_total : 0;
+  double max = field("sandboxes", "max");
+  double count = field("sandboxes", "running") + pending;
   double by_count = max > 0 ? count / max : count;
   return std::max({cpu, mem, by_count});
 }
@@ -301,10 +307,20 @@ void NodeTable::reserve(const std::string& node) {
   if (auto it = nodes_.find(node); it != nodes_.end()) it->second.inflight++;
 }
 
-void NodeTable::release(const std::string& node) {
+void NodeTable::release(const std::string& node, bool placed) {
   std::lock_guard lock(mu_);
-  if (auto it = nodes_.find(node); it != nodes_.end() && it->second.inflight > 0)
-    it->second.inflight--;
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return;
+  if (it->second.inflight > 0) it->second.inflight--;
+  if (placed) it->second.placed_since_poll++;
+}
+
+void NodeTable::set_info_for_test(const std::string& node, nlohmann::json info) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return;
+  it->second.info = std::move(info);
+  it->second.failing_since.reset();
 }
 
 Result<std::unique_ptr<NodeConn>> NodeTable::connect(const std::string& node) {

@@ -94,7 +94,11 @@ class NodeTable {
   // flight through this gateway (reserve/release).
   std::vector<std::string> place(const PlacementRequest& req);
   void reserve(const std::string& node);
-  void release(const std::string& node);
+  // `placed`: the node took the create; it counts towards the node's load until its next
+  // poll shows it, so that a burst between two polls does not pile onto one node.
+  void release(const std::string& node, bool placed = false);
+  // Tests: the node's GET /v1/node as if polled (it becomes active).
+  void set_info_for_test(const std::string& node, nlohmann::json info);
 
   // A connection to `node`: an idle one if any (fresh: a new TLS handshake otherwise).
   Result<std::unique_ptr<NodeConn>> connect(const std::string& node);
@@ -120,6 +124,7 @@ class NodeTable {
     std::optional<std::chrono::steady_clock::time_point> failing_since;
     std::chrono::steady_clock::time_point gone_at;  // when it left discovery
     int inflight = 0;
+    int placed_since_poll = 0;
     std::deque<std::unique_ptr<NodeConn>> idle;
   };
   void poll_loop();

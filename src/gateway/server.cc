@@ -522,7 +522,7 @@ bool GatewayConnection::create(Parser& p, const std::string& target) {
     }
     bool reusable = false;
     bool alive = relay(**conn, rp, false, reusable);
-    s_.nodes_.release(node);
+    s_.nodes_.release(node, status / 100 == 2);
     if (reusable) s_.nodes_.put_back(std::move(*conn));
     return alive;
   }

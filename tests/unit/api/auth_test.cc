@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "api/server.h"
@@ -90,6 +91,47 @@ TEST(Authenticate, HeadersAndTransports) {
       EXPECT_EQ(r.error().message().find("s3cr3t"), std::string::npos) << r.error().message();
     }
   }
+}
+
+TEST(Authenticate, MutualTlsAndForwardedPrincipals) {
+  // A cluster member over mutual TLS without a header acts as the node's root operator.
+  auto member = authenticate(Transport::kMutualTls, "", nullptr, kNow);
+  ASSERT_TRUE(member);
+  EXPECT_TRUE(member->root);
+  // What a gateway forwards: a token's scope, enforced as a token's.
+  const std::set<std::string> profiles = {"test", "live"};
+  json p = {{"id", "0123456789ab"}, {"name", "ci"}, {"profiles", {"test"}},
+            {"ops", {"read", "exec"}}, {"expires_at", kNow + 60}};
+  auto fwd = forwarded_principal(p.dump(), profiles, kNow);
+  ASSERT_TRUE(fwd) << fwd.error().message();
+  EXPECT_FALSE(fwd->root);
+  EXPECT_TRUE(fwd->forwarded);
+  EXPECT_TRUE(fwd->allows_profile("test"));
+  EXPECT_FALSE(fwd->allows_profile("live"));
+  EXPECT_TRUE(fwd->allows_op(Op::kExec));
+  EXPECT_FALSE(fwd->allows_op(Op::kAdmin));
+  EXPECT_NE(fwd->describe().find("via a gateway"), std::string::npos);
+  // Expired, unknown profiles and operations, malformed: refused, never root.
+  auto with = [&](const char* k, json v) {
+    json q = p;
+    if (v.is_null()) q.erase(k); else q[k] = v;
+    return forwarded_principal(q.dump(), profiles, kNow);
+  };
+  for (auto r : {with("expires_at", kNow - 1), with("expires_at", nullptr),
+                 with("profiles", json::array({"prod"})), with("profiles", json::array()),
+                 with("ops", json::array({"root"})), with("ops", json::array({"none"})),
+                 with("id", "not-a-token-id"), with("id", nullptr)}) {
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code(), Code::kUnauthenticated) << r.error().message();
+  }
+  for (std::string bad : std::vector<std::string>{"", "null", "[]", "{", std::string(9000, ' ')}) {
+    auto r = forwarded_principal(bad, profiles, kNow);
+    ASSERT_FALSE(r) << bad;
+  }
+  // "*" is every profile, as for a token.
+  auto all = with("profiles", json::array({"*"}));
+  ASSERT_TRUE(all);
+  EXPECT_TRUE(all->allows_profile("live"));
 }
 
 TEST(TokenRequests, ValidationListsWhatIsValid) {

@@ -17,11 +17,13 @@ using json = nlohmann::json;
 
 TEST(NodeRecord, Names) {
   for (const std::string& ok :
-       std::vector<std::string>{"n1", "a", "node-7", "0", std::string(63, 'x')}) {
+       std::vector<std::string>{"n1", "a", "node-7", "0", std::string(63, 'x'),
+                                "ip-10-0-1-2.ec2.internal"}) {
     EXPECT_TRUE(is_valid_node_name(ok)) << ok;
   }
   for (const std::string& bad :
-       std::vector<std::string>{"", "-a", "a-", "N1", "a_b", "a.b", std::string(64, 'x'), "é"}) {
+       std::vector<std::string>{"", "-a", "a-", ".a", "a.", "N1", "a_b", "a/b",
+                                std::string(64, 'x'), "é"}) {
     EXPECT_FALSE(is_valid_node_name(bad)) << bad;
   }
 }
@@ -43,7 +45,7 @@ TEST(NodeRecord, FromJson) {
   for (const Bad& b : std::initializer_list<Bad>{
            {R"([])", "object"},
            {R"({"url": "https://h:1"})", "\"name\" is required"},
-           {R"({"name": "Bad_Name", "url": "https://h:1"})", "not a DNS label"},
+           {R"({"name": "Bad_Name", "url": "https://h:1"})", "is not a node name"},
            {R"({"name": "n1"})", "\"url\" is required"},
            {R"({"name": "n1", "url": "ftp://h"})", "not an http:// or https:// URL"},
            {R"({"name": "n1", "url": "https://h:1/path"})", "without a path"},
