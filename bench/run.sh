@@ -17,7 +17,9 @@
 #           VM, and firecracker (restored from the image's template; KVM only), p50/p99 and
 #           where the time goes (vm_create.py -> bench/results/vm-<date>.md); a runtime that
 #           cannot run here gets a row with the reason
-# BENCH_ONLY=spawn, egress, snapshot or vm runs one of them.
+#   gateway what space-gateway adds to a call (GET, exec, create) against the same call made
+#           straight to the node, alternated (gateway.py -> bench/results/gateway-<date>.md)
+# BENCH_ONLY=spawn, egress, snapshot, vm or gateway runs one of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR="${BUILD_DIR:-build-release}"
@@ -34,8 +36,8 @@ cleanup() {
 trap cleanup EXIT
 only="${BENCH_ONLY:-}"
 case "$only" in
-  "" | spawn | egress | snapshot | vm) ;;
-  *) echo "bench: BENCH_ONLY must be spawn, egress, snapshot or vm, not '$only'" >&2; exit 2 ;;
+  "" | spawn | egress | snapshot | vm | gateway) ;;
+  *) echo "bench: BENCH_ONLY must be spawn, egress, snapshot, vm or gateway, not '$only'" >&2; exit 2 ;;
 esac
 mkdir -p bench/results
 if [[ -z "$only" || "$only" == spawn ]]; then
@@ -52,4 +54,7 @@ if [[ -z "$only" || "$only" == snapshot ]]; then
 fi
 if [[ -z "$only" || "$only" == vm ]]; then
   python3 bench/vm_create.py --work "$work/vm" --out "bench/results/vm-$(date +%Y-%m-%d).md"
+fi
+if [[ -z "$only" || "$only" == gateway ]]; then
+  python3 bench/gateway.py --work "$work/gateway" --out "bench/results/gateway-$(date +%Y-%m-%d).md"
 fi

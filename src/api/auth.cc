@@ -169,7 +169,8 @@ Result<Principal> forwarded_principal(std::string_view header,
       if (!v.is_string()) return bad(std::string("\"") + key + "\" holds a non-string");
       std::string s = v.get<std::string>();
       if (std::string_view(key) == "ops") {
-        if (!parse_op(s) || s == "none") return bad("unknown operation \"" + s.substr(0, 32) + "\"");
+        if (!parse_op(s) || s == "none")
+          return bad("unknown operation \"" + s.substr(0, 32) + "\"");
         t.ops.push_back(s);
       } else {
         if (s != "*" && !profiles.count(s))
@@ -180,8 +181,7 @@ Result<Principal> forwarded_principal(std::string_view header,
   }
   if (t.expired(now))
     return fail(Code::kUnauthenticated, "API token " + t.id + " (" + t.name + ") expired at " +
-                                            daemon::rfc3339(t.expires_at) +
-                                            "; create a new one");
+                                            daemon::rfc3339(t.expires_at) + "; create a new one");
   return p;
 }
 

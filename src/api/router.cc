@@ -131,7 +131,11 @@ void dispatch(Exchange& ex, ApiContext& ctx) {
     std::optional<ScopedService> scoped;
     if (!principal->all_profiles()) scoped.emplace(ctx.service, *principal);
     ApiContext hctx{scoped ? static_cast<daemon::SandboxService&>(*scoped) : ctx.service,
-                    ctx.metrics, ctx.transport, ctx.tokens, ctx.profiles, &*principal};
+                    ctx.metrics,
+                    ctx.transport,
+                    ctx.tokens,
+                    ctx.profiles,
+                    &*principal};
     daemon::CallerScope caller(daemon::Caller{principal->token_id()});
     try {
       r = match->route->handler(ex, hctx);

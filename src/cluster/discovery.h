@@ -1,4 +1,4 @@
-// Node discovery: how the gateway learns which spaced nodes exist (docs/cluster-contract.md).
+// Node discovery: how the gateway learns which spaced nodes exist (docs/cluster.md).
 // A node is a NodeRecord {name, url, labels}; a Discovery keeps the current list, sorted by
 // name, with a version that moves on every change and an optional listener called after it.
 // Three sources implement it:

@@ -7,7 +7,7 @@
 // resourceVersion on, ERROR (410 Gone: the version is too old; or any other) lists again. A watch
 // that the server ends (timeoutSeconds) is started again from the last resourceVersion.
 //
-// Mapping (docs/cluster-contract.md): every endpoint of every slice of the service whose
+// Mapping (docs/cluster.md): every endpoint of every slice of the service whose
 // conditions.ready is not false is a node; its name is nodeName (else targetRef.name), its url
 // https://<addresses[0]>:<the port named port_name> (an IPv6 address in brackets), its labels
 // {"zone": zone} when the endpoint has one. The same name in two slices (an endpoint moving

@@ -1,5 +1,5 @@
 // The shared store that nodes of a cluster push snapshots to and pull them from
-// (docs/cluster-contract.md, "Shared snapshot store"): a flat space of keys ("profiles/p/chunks/
+// (docs/cluster.md, "Shared snapshot store"): a flat space of keys ("profiles/p/chunks/
 // <hex>") holding whole objects, behind one interface with two back ends chosen by URL:
 //   file:///abs/dir                       a POSIX directory, local or a shared NFS/CephFS volume
 //   s3://bucket/prefix?endpoint=URL&region=R   an S3-compatible service (path-style, SigV4)

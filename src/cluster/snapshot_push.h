@@ -1,4 +1,4 @@
-// Snapshots that move between nodes (docs/cluster-contract.md, "Shared snapshot store"): a node
+// Snapshots that move between nodes (docs/cluster.md, "Shared snapshot store"): a node
 // pushes a snapshot of its local store (src/snapshot) to the shared object store, and any node
 // with the same sealing key pulls it into its own local store and restores it there. Keys:
 //   profiles/<profile>/chunks/<64 hex>     each chunk file exactly as the local store keeps it

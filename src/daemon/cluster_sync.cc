@@ -26,7 +26,8 @@ Result<void> Daemon::start_cluster() {
                   "cluster.etcd registers this node: give node.name and node.url (or "
                   "--node-name and --node-url)");
     cluster::NodeRecord self{cfg_.node.name, cfg_.node.url, cfg_.node.labels};
-    registration_ = TRY_CTX(cluster::Registration::create(*cfg_.cluster.etcd, self), "cluster.etcd");
+    registration_ =
+        TRY_CTX(cluster::Registration::create(*cfg_.cluster.etcd, self), "cluster.etcd");
     registration_->start();
   }
   return {};
@@ -74,27 +75,27 @@ Result<void> Daemon::push_to_cluster(const SnapshotRecord& rec) {
   std::lock_guard lock(push_one_mu_);  // one push at a time: the pusher and a drain
   auto pushed = TRY_CTX(cluster::push_snapshot(*store, rec.profile, rec.id, *cluster_store_),
                         "pushing snapshot " + rec.id + " to " + cluster_store_->url());
-  TRY_VOID_CTX(cluster::write_sandbox_pointer(*cluster_store_,
-                                              {{"sandbox", rec.sandbox_id},
-                                               {"snapshot", rec.id},
-                                               {"profile", rec.profile},
-                                               {"node", cfg_.node.name},
-                                               {"created_at", rec.created_at},
-                                               {"runtime", rec.runtime},
-                                               {"image", rec.image}}),
+  TRY_VOID_CTX(cluster::write_sandbox_pointer(*cluster_store_, {{"sandbox", rec.sandbox_id},
+                                                                {"snapshot", rec.id},
+                                                                {"profile", rec.profile},
+                                                                {"node", cfg_.node.name},
+                                                                {"created_at", rec.created_at},
+                                                                {"runtime", rec.runtime},
+                                                                {"image", rec.image}}),
                "recording snapshot " + rec.id + " as the latest of " + rec.sandbox_id);
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                  .count();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   audit(rec.sandbox_id, "snapshot.push",
         {{"snapshot", rec.id},
          {"store", cluster_store_->url()},
          {"chunks_uploaded", pushed.chunks_uploaded},
          {"chunks_skipped", pushed.chunks_skipped},
          {"bytes_uploaded", pushed.bytes_uploaded}});
-  spdlog::info("cluster: pushed snapshot {} of {} ({} chunks sent, {} already there, {} bytes, "
-               "{:.0f} ms)",
-               rec.id, rec.sandbox_id, pushed.chunks_uploaded, pushed.chunks_skipped,
-               pushed.bytes_uploaded, ms);
+  spdlog::info(
+      "cluster: pushed snapshot {} of {} ({} chunks sent, {} already there, {} bytes, "
+      "{:.0f} ms)",
+      rec.id, rec.sandbox_id, pushed.chunks_uploaded, pushed.chunks_skipped, pushed.bytes_uploaded,
+      ms);
   return {};
 }
 
@@ -110,9 +111,9 @@ Result<SnapshotRecord> Daemon::pull_from_cluster(const std::string& snap_id) {
     // The manifest's MAC was checked against this cluster's key: its labels are as sealed.
     snapshot::Manifest m = TRY(store->load(snap_id));
     json r = json::parse(m.labels.count("record") ? m.labels.at("record") : "", nullptr, false);
-    if (!r.is_object() || !r.contains("spec") || !r["spec"].is_object() ||
-        !r.contains("runtime") || !r["runtime"].is_string() || !r.contains("image") ||
-        !r["image"].is_string() || !r.contains("uid_base") || !r["uid_base"].is_number_unsigned())
+    if (!r.is_object() || !r.contains("spec") || !r["spec"].is_object() || !r.contains("runtime") ||
+        !r["runtime"].is_string() || !r.contains("image") || !r["image"].is_string() ||
+        !r.contains("uid_base") || !r["uid_base"].is_number_unsigned())
       return fail(Code::kProtocol, "snapshot " + snap_id +
                                        " in the shared store has no restore record (taken by a "
                                        "spaced older than the cluster form?)");
@@ -139,8 +140,8 @@ Result<SnapshotRecord> Daemon::pull_from_cluster(const std::string& snap_id) {
                  rec.sandbox_id, pulled->chunks_downloaded, pulled->bytes_downloaded);
     return rec;
   }
-  return fail(Code::kNotFound, "snapshot " + snap_id + " is neither on this node nor in " +
-                                   cluster_store_->url());
+  return fail(Code::kNotFound,
+              "snapshot " + snap_id + " is neither on this node nor in " + cluster_store_->url());
 }
 
 }  // namespace space::daemon

@@ -364,8 +364,8 @@ Result<void> Config::load_api_tls(const nlohmann::json& v) {
     } else if (k == "client_ca" && x.is_string()) {
       api_tls.client_ca = x.get<std::string>();
       if (!api_tls.client_ca.is_absolute())
-        return fail(Code::kInvalidArgument, "client_ca \"" + api_tls.client_ca.string() +
-                                                "\": an absolute path, please");
+        return fail(Code::kInvalidArgument,
+                    "client_ca \"" + api_tls.client_ca.string() + "\": an absolute path, please");
     } else if (k == "names" && x.is_array()) {
       names_given = true;
       for (auto& n : x) {
@@ -426,14 +426,15 @@ Result<void> Config::load_node(const nlohmann::json& v) {
 
 Result<void> check_node(const NodeConfig& node) {
   if (!node.name.empty() && !cluster::is_valid_node_name(node.name))
-    return fail(Code::kInvalidArgument,
-                "node name \"" + node.name +
-                    "\" is not a valid node name: lower-case letters, digits, '-' and '.', at most 63, "
-                    "starting and ending with a letter or digit");
-  if (!node.url.empty() && node.url.rfind("https://", 0) != 0 &&
-      node.url.rfind("http://", 0) != 0)
-    return fail(Code::kInvalidArgument,
-                "node url \"" + node.url + "\": give https://ADDRESS:PORT (the api_listen address)");
+    return fail(
+        Code::kInvalidArgument,
+        "node name \"" + node.name +
+            "\" is not a valid node name: lower-case letters, digits, '-' and '.', at most 63, "
+            "starting and ending with a letter or digit");
+  if (!node.url.empty() && node.url.rfind("https://", 0) != 0 && node.url.rfind("http://", 0) != 0)
+    return fail(
+        Code::kInvalidArgument,
+        "node url \"" + node.url + "\": give https://ADDRESS:PORT (the api_listen address)");
   if (!node.url.empty() && node.name.empty())
     return fail(Code::kInvalidArgument, "a node url needs a node name");
   return {};
@@ -448,14 +449,16 @@ Result<void> Config::load_cluster(const nlohmann::json& v) {
     if ((k == "snapshot_key_file" || k == "store_credentials_file") && x.is_string()) {
       std::filesystem::path p = x.get<std::string>();
       if (!p.is_absolute())
-        return fail(Code::kInvalidArgument, k + " \"" + p.string() + "\": an absolute path, please");
+        return fail(Code::kInvalidArgument,
+                    k + " \"" + p.string() + "\": an absolute path, please");
       (k == "snapshot_key_file" ? cluster.snapshot_key_file : cluster.store_credentials_file) = p;
     } else if (k == "store" && x.is_string()) {
       cluster.store = x.get<std::string>();
       if (cluster.store.rfind("file:///", 0) != 0 && cluster.store.rfind("s3://", 0) != 0)
-        return fail(Code::kInvalidArgument,
-                    "store \"" + cluster.store +
-                        "\": give file:///DIR (a shared volume) or s3://BUCKET/PREFIX?endpoint=URL");
+        return fail(
+            Code::kInvalidArgument,
+            "store \"" + cluster.store +
+                "\": give file:///DIR (a shared volume) or s3://BUCKET/PREFIX?endpoint=URL");
     } else if (k == "push_snapshots" && x.is_boolean()) {
       cluster.push_snapshots = x.get<bool>();
     } else if (k == "etcd") {

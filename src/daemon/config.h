@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/error.h"
 #include "cluster/discovery.h"
+#include "common/error.h"
 #include "egress/credentials.h"
 #include "egress/policy.h"
 #include "runtime/runtime.h"

@@ -32,7 +32,8 @@ using nlohmann::json;
 // made here (a node with a key of its own would seal snapshots no other node can open). A
 // Kubernetes Secret volume presents it through a symlink, so one is followed.
 static Result<std::string> load_cluster_key(const fs::path& file) {
-  constexpr std::string_view kHow = "; make one with `head -c 32 /dev/urandom > FILE` and give every node the same file";
+  constexpr std::string_view kHow =
+      "; make one with `head -c 32 /dev/urandom > FILE` and give every node the same file";
   UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return fail(Error::sys("open", file.string()).wrap("cluster.snapshot_key_file"));
   struct stat st {};
@@ -731,8 +732,8 @@ Result<UniqueFd> Daemon::connect_port(const std::string& id, uint16_t port) {
       return fail(Code::kUnavailable, "nothing listens on port " + std::to_string(port) +
                                           " in sandbox " + id +
                                           " (start a server there on 127.0.0.1 or 0.0.0.0 first)");
-    return fail(std::move(fd.error()).wrap("connecting to port " + std::to_string(port) +
-                                           " in sandbox " + id));
+    return fail(std::move(fd.error())
+                    .wrap("connecting to port " + std::to_string(port) + " in sandbox " + id));
   }
   return std::move(*fd);
 }
@@ -741,8 +742,8 @@ Result<SandboxInfo> Daemon::set_timeout(const std::string& id, double timeout_s)
   constexpr double kMaxExtension = 365 * 86400.0;  // its gateway CA lives at least a year
   if (!(timeout_s > 0))
     return fail(Code::kInvalidArgument, "\"timeout\" must be positive, e.g. \"30m\"");
-  const double limit = cfg_.max_timeout_s > 0 ? std::min(cfg_.max_timeout_s, kMaxExtension)
-                                              : kMaxExtension;
+  const double limit =
+      cfg_.max_timeout_s > 0 ? std::min(cfg_.max_timeout_s, kMaxExtension) : kMaxExtension;
   if (timeout_s > limit)
     return fail(Code::kInvalidArgument,
                 "timeout " + format_duration(timeout_s) + " is more than a sandbox may live (" +
@@ -872,10 +873,10 @@ Result<void> Daemon::destroy(const std::string& id, bool force, bool wait) {
   for (int attempt = 0;; ++attempt) {
     auto sb = TRY(live(id));
     if (int n = sb->open_execs.load(); !force && n > 0)
-      return fail(Code::kConflict,
-                  "sandbox " + id + " has " + std::to_string(n) + " command" + (n > 1 ? "s" : "") +
-                      " running with a client attached; `space rm --force " + id +
-                      "` (DELETE ?force=true) kills them");
+      return fail(Code::kConflict, "sandbox " + id + " has " + std::to_string(n) + " command" +
+                                       (n > 1 ? "s" : "") +
+                                       " running with a client attached; `space rm --force " + id +
+                                       "` (DELETE ?force=true) kills them");
     // Background teardowns are bounded: past kMaxTeardowns waiting, a destroy waits for its
     // own, so that a burst of deletes cannot pile up dead sandboxes faster than they go.
     if (wait || teardowns_pending_.load() >= kMaxTeardowns)
@@ -1137,11 +1138,8 @@ json Daemon::health() {
     std::lock_guard lock(mu_);
     n = sandboxes_.size();
   }
-  return {{"status", "ok"},
-          {"version", SPACE_VERSION},
-          {"sandboxes", n},
-          {"uptime_s", now_s() - started_at_},
-          {"pid", ::getpid()}};
+  return {{"status", "ok"}, {"version", SPACE_VERSION},          {"draining", draining_.load()},
+          {"sandboxes", n}, {"uptime_s", now_s() - started_at_}, {"pid", ::getpid()}};
 }
 
 std::string Daemon::metrics() {

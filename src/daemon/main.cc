@@ -103,7 +103,7 @@ Result<std::shared_ptr<tls::ServerCredentials>> open_api_tls(const daemon::Confi
 // `spaced drain` / `spaced health`: one request to the local spaced on its Unix socket (as
 // root, so the root operator), the answer's body on stdout; exit 0 on a 2xx, 1 otherwise.
 int local_request(const fs::path& socket, const std::string& method, const std::string& target,
-                  std::chrono::seconds timeout) {
+                  std::chrono::seconds timeout, std::string* body_out = nullptr) {
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_un sa{};
   sa.sun_family = AF_UNIX;
@@ -135,8 +135,8 @@ int local_request(const fs::path& socket, const std::string& method, const std::
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      std::cerr << "spaced: no answer from " << socket.string() << " within "
-                << timeout.count() << " s: " << std::strerror(errno) << "\n";
+      std::cerr << "spaced: no answer from " << socket.string() << " within " << timeout.count()
+                << " s: " << std::strerror(errno) << "\n";
       return 1;
     }
     break;
@@ -145,7 +145,9 @@ int local_request(const fs::path& socket, const std::string& method, const std::
   // chunked: these answers are small and have a Content-Length).
   int status = resp.size() > 12 ? std::atoi(resp.c_str() + 9) : 0;
   size_t body = resp.find("\r\n\r\n");
-  std::cout << (body == std::string::npos ? resp : resp.substr(body + 4));
+  std::string text = body == std::string::npos ? resp : resp.substr(body + 4);
+  std::cout << text;
+  if (body_out != nullptr) *body_out = text;
   if (status < 200 || status > 299) {
     std::cerr << "spaced: " << method << " " << target << " answered " << status << "\n";
     return 1;
@@ -163,8 +165,9 @@ int run(int argc, char** argv) {
                  "the URL gateways reach this node's API at; overrides node.url");
   std::string client_socket = "/run/space/space.sock";
   auto* drain_cmd = app.add_subcommand(
-      "drain", "drain the local spaced: no new sandboxes, every sandbox snapshotted (and pushed "
-               "to the cluster's store), destroyed, then spaced exits (a preStop hook)");
+      "drain",
+      "drain the local spaced: no new sandboxes, every sandbox snapshotted (and pushed "
+      "to the cluster's store), destroyed, then spaced exits (a preStop hook)");
   drain_cmd->add_option("--socket", client_socket, "the spaced to drain");
   auto* health_cmd =
       app.add_subcommand("health", "exit 0 if the local spaced answers GET /v1/health (a probe)");
@@ -180,8 +183,17 @@ int run(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (drain_cmd->parsed())
     return local_request(client_socket, "POST", "/v1/node/drain?exit=true", std::chrono::hours(1));
-  if (health_cmd->parsed())
-    return local_request(client_socket, "GET", "/v1/health", std::chrono::seconds(10));
+  if (health_cmd->parsed()) {
+    // A draining node is alive but takes no work: not ready (its Kubernetes endpoint goes).
+    std::string body;
+    int rc = local_request(client_socket, "GET", "/v1/health", std::chrono::seconds(10), &body);
+    auto h = nlohmann::json::parse(body, nullptr, false);
+    if (rc == 0 && h.is_object() && h.value("draining", false)) {
+      std::cerr << "spaced: draining (no new sandboxes)\n";
+      return 1;
+    }
+    return rc;
+  }
 
   daemon::Config cfg;
   if (!config_file.empty()) {

@@ -64,24 +64,22 @@ Result<json> Daemon::node_info() {
                     {"ready", p["ready"]}});
   json labels = json::object();
   for (auto& [k, v] : cfg_.node.labels) labels[k] = v;
-  return json{{"name", cfg_.node.name},
-              {"url", cfg_.node.url},
-              {"labels", labels},
-              {"draining", draining_.load()},
-              {"runtimes", rts},
-              {"kvm", node_kvm_usable(runtimes_)},
-              {"cpus", json{{"total", cpus > 0 ? cpus : 0L}, {"allocated", cpus_allocated}}},
-              {"memory",
-               json{{"total_bytes", pages > 0 && page > 0 ? static_cast<uint64_t>(pages) *
-                                                            static_cast<uint64_t>(page)
-                                                      : 0},
-                {"allocated_bytes", mem_allocated}}},
-              {"sandboxes",
-               json{{"running", running}, {"paused", paused}, {"max", cfg_.max_sandboxes}}},
-              {"warm", warm},
-              {"snapshot_store", cfg_.cluster.store.empty() ? json(nullptr)
-                                                            : json(cfg_.cluster.store)},
-              {"version", SPACE_VERSION}};
+  return json{
+      {"name", cfg_.node.name},
+      {"url", cfg_.node.url},
+      {"labels", labels},
+      {"draining", draining_.load()},
+      {"runtimes", rts},
+      {"kvm", node_kvm_usable(runtimes_)},
+      {"cpus", json{{"total", cpus > 0 ? cpus : 0L}, {"allocated", cpus_allocated}}},
+      {"memory", json{{"total_bytes", pages > 0 && page > 0 ? static_cast<uint64_t>(pages) *
+                                                                  static_cast<uint64_t>(page)
+                                                            : 0},
+                      {"allocated_bytes", mem_allocated}}},
+      {"sandboxes", json{{"running", running}, {"paused", paused}, {"max", cfg_.max_sandboxes}}},
+      {"warm", warm},
+      {"snapshot_store", cfg_.cluster.store.empty() ? json(nullptr) : json(cfg_.cluster.store)},
+      {"version", SPACE_VERSION}};
 }
 
 Result<json> Daemon::drain() {

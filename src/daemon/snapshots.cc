@@ -9,21 +9,20 @@
 // profile's store does not verify. Snapshots hold the writable layer only: on rollback and
 // restore the sandbox's processes start afresh (there is no CRIU support yet).
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <malloc.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <spdlog/spdlog.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include <linux/openat2.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <set>
-
-#include <spdlog/spdlog.h>
 
 #include "common/guard.h"
 #include "common/units.h"
@@ -42,10 +41,11 @@ Error unknown_snapshot(const std::string& ref) {
 }
 
 Result<void> check_name(const std::string& name) {
-  bool ok = !name.empty() && name.size() <= 64 && std::isalnum(static_cast<unsigned char>(name[0])) &&
-            name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
-                std::string::npos &&
-            !name.starts_with("snap_");
+  bool ok =
+      !name.empty() && name.size() <= 64 && std::isalnum(static_cast<unsigned char>(name[0])) &&
+      name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
+          std::string::npos &&
+      !name.starts_with("snap_");
   if (!ok)
     return fail(Code::kInvalidArgument,
                 "snapshot name \"" + name.substr(0, 64) +
@@ -212,11 +212,12 @@ Result<std::optional<SnapshotRecord>> Daemon::take_snapshot(Sandbox& sb, const s
   // What a restore needs besides the files, sealed with them: another node of a cluster that
   // pulls this snapshot from the shared store rebuilds its record from here
   // (pull_from_cluster), trusting it as much as the manifest's MAC.
-  labels["record"] = json{{"runtime", sb.rec.runtime},
-                          {"image", sb.rec.image},
-                          {"spec", spec},
-                          {"uid_base", sb.rec.uid_base}}
-                         .dump();
+  labels["record"] = json{
+      {"runtime", sb.rec.runtime},
+      {"image", sb.rec.image},
+      {"spec", spec},
+      {"uid_base",
+       sb.rec.uid_base}}.dump();
 
   // Consistent: no process of the sandbox runs while its files are read (a VM stays stopped
   // from the start of its save to the end of the read).
@@ -279,9 +280,13 @@ Result<std::optional<SnapshotRecord>> Daemon::take_snapshot(Sandbox& sb, const s
   }
   metrics_.snapshots++;
   audit(id, "snapshot.create",
-        {{"snapshot", snap_id}, {"kind", kind}, {"name", name.empty() ? json(nullptr) : json(name)},
-         {"files", rec.files}, {"logical_bytes", rec.logical_bytes},
-         {"new_bytes", rec.new_bytes}, {"reused_files", rec.reused_files},
+        {{"snapshot", snap_id},
+         {"kind", kind},
+         {"name", name.empty() ? json(nullptr) : json(name)},
+         {"files", rec.files},
+         {"logical_bytes", rec.logical_bytes},
+         {"new_bytes", rec.new_bytes},
+         {"reused_files", rec.reused_files},
          {"frozen_ms", static_cast<int64_t>(frozen_s * 1000)}});
   spdlog::info("sandbox {}: snapshot {} ({}, {} files, {} new bytes, frozen {:.0f} ms)", id,
                snap_id, kind, rec.files, rec.new_bytes, frozen_s * 1000);
@@ -347,7 +352,8 @@ Result<SnapshotInfo> Daemon::snapshot(const std::string& id, const SnapshotReque
   auto sb = TRY(live(id));
   std::lock_guard lock(sb->mu);
   if (sb->destroyed)
-    return fail(Code::kConflict, "sandbox " + id + " changed meanwhile (destroyed or rolled back); try again");
+    return fail(Code::kConflict,
+                "sandbox " + id + " changed meanwhile (destroyed or rolled back); try again");
   auto rec = TRY(take_snapshot(*sb, "manual", req.name));
   return snapshot_info(*rec);
 }
@@ -403,8 +409,8 @@ Result<json> Daemon::diff_since(const std::string& id, const std::string& snap) 
     open_how how{};
     how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    int fd = static_cast<int>(
-        ::syscall(SYS_openat2, lower.get(), abs.c_str() + 1, &how, sizeof how));
+    int fd =
+        static_cast<int>(::syscall(SYS_openat2, lower.get(), abs.c_str() + 1, &how, sizeof how));
     if (fd >= 0) ::close(fd);
     return fd >= 0;
   };
@@ -470,19 +476,18 @@ Result<SandboxInfo> Daemon::rollback(const std::string& id, const std::string& s
   auto old = TRY(live(id));
   std::unique_lock lock(old->mu);
   if (old->destroyed)
-    return fail(Code::kConflict, "sandbox " + id + " changed meanwhile (destroyed or rolled back); try again");
+    return fail(Code::kConflict,
+                "sandbox " + id + " changed meanwhile (destroyed or rolled back); try again");
   auto rec = TRY(find_snapshot(snap, ""));
   if (rec.profile != old->rec.profile)
-    return fail(Code::kPermissionDenied, "snapshot " + rec.id + " belongs to profile " +
-                                             rec.profile + " and sandbox " + id + " to " +
-                                             old->rec.profile +
-                                             ": a snapshot never restores into another profile");
+    return fail(Code::kPermissionDenied,
+                "snapshot " + rec.id + " belongs to profile " + rec.profile + " and sandbox " + id +
+                    " to " + old->rec.profile + ": a snapshot never restores into another profile");
   if (rec.image != old->rec.image || rec.runtime != old->rec.runtime)
     return fail(Code::kInvalidArgument,
                 "snapshot " + rec.id + " was taken of a " + rec.runtime + " sandbox of image " +
-                    rec.image + ", and " + id + " is a " + old->rec.runtime +
-                    " sandbox of image " + old->rec.image + "; `space restore " + rec.id +
-                    "` makes a sandbox of its own");
+                    rec.image + ", and " + id + " is a " + old->rec.runtime + " sandbox of image " +
+                    old->rec.image + "; `space restore " + rec.id + "` makes a sandbox of its own");
   auto* store = TRY(snapshot_store(rec.profile));
   // Everything the rollback needs is checked before the sandbox is touched: the manifest's MAC
   // and every chunk's hash.
@@ -559,7 +564,9 @@ Result<SandboxInfo> Daemon::rollback(const std::string& id, const std::string& s
     old->replaced = true;
     watch(fresh);
     audit(id, "sandbox.rollback",
-          {{"snapshot", rec.id}, {"saved_as", saved->id}, {"outcome", outcome},
+          {{"snapshot", rec.id},
+           {"saved_as", saved->id},
+           {"outcome", outcome},
            {"agent_pid", fresh->inst->agent_pid()}});
   };
 
@@ -578,23 +585,22 @@ Result<SandboxInfo> Daemon::rollback(const std::string& id, const std::string& s
                 r.error().message(), saved->id);
   if (auto back = start(before); back) {
     finish("failed; restored the state before");
-    return fail(std::move(r.error())
-                    .wrap("rolling back sandbox " + id + " to " + rec.id +
-                          " (the sandbox is back to its state before, kept as snapshot " +
-                          saved->id + ")"));
+    return fail(std::move(r.error()).wrap(
+        "rolling back sandbox " + id + " to " + rec.id +
+        " (the sandbox is back to its state before, kept as snapshot " + saved->id + ")"));
   }
   // Neither came up: the sandbox is gone, its state before is kept as a snapshot.
   record_destroyed(old->rec, "rollback to " + rec.id + " failed: " + r.error().message() +
-                                "; its state before is snapshot " + saved->id);
+                                 "; its state before is snapshot " + saved->id);
   {
     std::lock_guard l(mu_);
     sandboxes_.erase(id);
   }
   old->replacing = false;
-  return fail(std::move(r.error())
-                  .wrap("rolling back sandbox " + id + " to " + rec.id +
-                        " (the sandbox could not be restarted and was removed; `space restore " +
-                        saved->id + "` brings back its state before)"));
+  return fail(std::move(r.error()).wrap(
+      "rolling back sandbox " + id + " to " + rec.id +
+      " (the sandbox could not be restarted and was removed; `space restore " + saved->id +
+      "` brings back its state before)"));
 }
 
 // --- rolling snapshots, retention, garbage collection ---------------------------------------
@@ -631,8 +637,9 @@ void Daemon::run_retention(bool full) {
     if (!store) continue;
     if (auto g = store->gc(); g) {
       metrics_.gc_bytes_freed += g->bytes;
-      if (g->chunks) spdlog::info("snapshot store of profile {}: gc freed {} chunks ({})", p,
-                                  g->chunks, format_size(g->bytes));
+      if (g->chunks)
+        spdlog::info("snapshot store of profile {}: gc freed {} chunks ({})", p, g->chunks,
+                     format_size(g->bytes));
     } else {
       spdlog::warn("snapshot store of profile {}: gc: {}", p, g.error().message());
     }
@@ -679,8 +686,7 @@ void Daemon::snapshot_loop() {
       double every = sb->rec.spec.value("snapshot_every", 0.0);
       sb->next_snapshot_at = every > 0 ? now + every : 0;
       if (auto r = take_snapshot(*sb, "scheduled", "", true); !r)
-        spdlog::warn("sandbox {}: scheduled snapshot failed: {}", sb->rec.id,
-                     r.error().message());
+        spdlog::warn("sandbox {}: scheduled snapshot failed: {}", sb->rec.id, r.error().message());
     }
     if (now >= next_retention) {
       bool full = now - last_full > 3600;

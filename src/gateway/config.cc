@@ -33,18 +33,25 @@ Result<GatewayConfig> GatewayConfig::load(const std::filesystem::path& file) {
       c.listen = v.get<std::string>();
     } else if (k == "tls" && v.is_object()) {
       for (auto& [tk, tv] : v.items()) {
-        if (tk == "cert") c.tls_cert = TRY_CTX(gw_abs_path(tv, "tls.cert"), file.string());
-        else if (tk == "key") c.tls_key = TRY_CTX(gw_abs_path(tv, "tls.key"), file.string());
-        else return fail(Code::kInvalidArgument, where("unknown key tls." + tk + " (cert, key)"));
+        if (tk == "cert")
+          c.tls_cert = TRY_CTX(gw_abs_path(tv, "tls.cert"), file.string());
+        else if (tk == "key")
+          c.tls_key = TRY_CTX(gw_abs_path(tv, "tls.key"), file.string());
+        else
+          return fail(Code::kInvalidArgument, where("unknown key tls." + tk + " (cert, key)"));
       }
       if (c.tls_cert.empty() != c.tls_key.empty())
         return fail(Code::kInvalidArgument, where("tls: give both \"cert\" and \"key\""));
     } else if (k == "node_tls" && v.is_object()) {
       for (auto& [tk, tv] : v.items()) {
-        if (tk == "cert") c.node_cert = TRY_CTX(gw_abs_path(tv, "node_tls.cert"), file.string());
-        else if (tk == "key") c.node_key = TRY_CTX(gw_abs_path(tv, "node_tls.key"), file.string());
-        else if (tk == "ca") c.node_ca = TRY_CTX(gw_abs_path(tv, "node_tls.ca"), file.string());
-        else if (tk == "server_name" && tv.is_string()) c.node_server_name = tv.get<std::string>();
+        if (tk == "cert")
+          c.node_cert = TRY_CTX(gw_abs_path(tv, "node_tls.cert"), file.string());
+        else if (tk == "key")
+          c.node_key = TRY_CTX(gw_abs_path(tv, "node_tls.key"), file.string());
+        else if (tk == "ca")
+          c.node_ca = TRY_CTX(gw_abs_path(tv, "node_tls.ca"), file.string());
+        else if (tk == "server_name" && tv.is_string())
+          c.node_server_name = tv.get<std::string>();
         else
           return fail(Code::kInvalidArgument,
                       where("unknown key node_tls." + tk + " (cert, key, ca, server_name)"));

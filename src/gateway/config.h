@@ -12,9 +12,8 @@
 #pragma once
 
 #include <filesystem>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/error.h"
 
@@ -35,10 +34,10 @@ struct GatewayConfig {
   std::filesystem::path tokens_file;
   std::string store;  // the nodes' shared snapshot store, read for 410 node_lost answers
   std::filesystem::path store_credentials_file;
-  size_t sample = 2;               // placement: least loaded of this many candidates
-  double node_lost_after_s = 15;   // a node unreachable this long is lost (its ids answer 410)
-  double poll_interval_s = 1;      // GET /v1/node on every node this often
-  double shutdown_grace_s = 30;    // SIGTERM: requests in flight get this long to finish
+  size_t sample = 2;              // placement: least loaded of this many candidates
+  double node_lost_after_s = 15;  // a node unreachable this long is lost (its ids answer 410)
+  double poll_interval_s = 1;     // GET /v1/node on every node this often
+  double shutdown_grace_s = 30;   // SIGTERM: requests in flight get this long to finish
 
   [[nodiscard]] static Result<GatewayConfig> load(const std::filesystem::path& file);
 };

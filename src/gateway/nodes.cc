@@ -33,8 +33,8 @@ Result<UniqueFd> gw_connect(const std::string& host, uint16_t port,
     return fail(Code::kUnavailable, "cannot resolve " + host + ": " + ::gai_strerror(rc));
   int err = ECONNREFUSED;
   for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-    UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                         ai->ai_protocol));
+    UniqueFd fd(
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
     if (!fd) {
       err = errno;
       continue;
@@ -71,7 +71,8 @@ Result<std::pair<std::string, uint16_t>> split_node_url(const std::string& url) 
   std::string host, port;
   if (!rest.empty() && rest.front() == '[') {
     size_t close = rest.find(']');
-    if (close == std::string::npos || close + 1 >= rest.size() || rest[close + 1] != ':') return bad();
+    if (close == std::string::npos || close + 1 >= rest.size() || rest[close + 1] != ':')
+      return bad();
     host = rest.substr(1, close - 1);
     port = rest.substr(close + 2);
   } else {
@@ -292,8 +293,7 @@ std::vector<std::string> NodeTable::place(const PlacementRequest& req) {
       auto best = std::min_element(v.begin(), v.begin() + static_cast<long>(k),
                                    [&](auto& a, auto& b) { return load(a) < load(b); });
       std::iter_swap(v.begin(), best);
-      std::stable_sort(v.begin() + 1, v.end(),
-                       [&](auto& a, auto& b) { return load(a) < load(b); });
+      std::stable_sort(v.begin() + 1, v.end(), [&](auto& a, auto& b) { return load(a) < load(b); });
     }
   };
   by_load(warm);
@@ -343,11 +343,10 @@ Result<std::unique_ptr<NodeConn>> NodeTable::connect(const std::string& node) {
   UniqueFd tcp = TRY_CTX(gw_connect(host, port, options_.connect_timeout), "node " + node);
   tls::TunnelOptions o;
   o.handshake_timeout = options_.connect_timeout;
-  auto [tunnel, plain] =
-      TRY_CTX(tls::ClientTunnel::start(std::move(tcp), options_.tls,
-                                       options_.server_name.empty() ? host : options_.server_name,
-                                       o),
-              "node " + node);
+  auto [tunnel, plain] = TRY_CTX(
+      tls::ClientTunnel::start(std::move(tcp), options_.tls,
+                               options_.server_name.empty() ? host : options_.server_name, o),
+      "node " + node);
   auto c = std::make_unique<NodeConn>();
   c->node = node;
   c->tunnel = std::move(tunnel);

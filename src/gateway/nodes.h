@@ -15,19 +15,18 @@
 #include <openssl/ssl.h>
 
 #include <atomic>
+#include <boost/beast/core/flat_buffer.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <boost/beast/core/flat_buffer.hpp>
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "common/fd.h"
@@ -57,8 +56,8 @@ enum class NodeStatus { kActive, kUnreachable, kLost };
 // What a create asks for, as placement reads it from the request body.
 struct PlacementRequest {
   std::string runtime = "linux", image = "host", profile = "test";
-  double cpus = 0;          // 0: the node's default
-  uint64_t memory = 0;      // 0: the node's default
+  double cpus = 0;                                   // 0: the node's default
+  uint64_t memory = 0;                               // 0: the node's default
   std::map<std::string, std::string> node_selector;  // labels every candidate must have
 };
 
@@ -110,9 +109,8 @@ class NodeTable {
     unsigned status = 0;
     std::string body;
   };
-  Result<Answer> call(const std::string& node, const std::string& method,
-                      const std::string& target, const std::string& extra_headers = "",
-                      const std::string& body = "");
+  Result<Answer> call(const std::string& node, const std::string& method, const std::string& target,
+                      const std::string& extra_headers = "", const std::string& body = "");
 
   static constexpr size_t kMaxIdlePerNode = 16;
 

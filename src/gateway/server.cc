@@ -82,9 +82,8 @@ class GatewayConnection {
   Result<void> read_node_head(NodeConn& c, NodeParser& rp);
   // Sends the answer's head and body to the client; false when the client connection must end.
   bool relay(NodeConn& c, NodeParser& rp, bool head_request, bool& node_reusable);
-  // Waits until the node has bytes for the client (true), or the client hung up, its token
-  // went, or the gateway is cutting connections (false).
-  bool wait_node_or_hangup(NodeConn& c);
+  // False once the client hung up, its token went, or the gateway is cutting connections.
+  bool client_still_there();
   // Forwards one request whose body has a known length (or none), answer streamed back.
   bool forward(const Parser& p, const std::string& node, const std::string& body_override,
                bool has_override);
@@ -105,14 +104,20 @@ class GatewayConnection {
 };
 
 void GatewayConnection::run() {
-  for (;;) {
+  for (bool first = true;; first = false) {
     Parser p;
     p.header_limit(kGwHeaderLimit);
     p.eager(false);
     cs_.set_read_timeout(std::chrono::milliseconds(0));
     cs_.set_read_deadline(Clock::now() + std::chrono::seconds(60));
+    // Stopping: a new connection's first request is served (its client sent it to us); a
+    // kept-alive connection with nothing pending is closed rather than waited on (its client
+    // opens the next one to another replica).
+    bool idle_between_requests = !first && cbuf_.size() == 0;
+    cs_.set_read_interrupt_fd(idle_between_requests ? s_.stop_fd_.get() : -1);
     boost::system::error_code ec;
     http::read_header(cs_, cbuf_, p, ec);
+    cs_.set_read_interrupt_fd(-1);
     if (ec) {
       if (ec == http::error::header_limit || ec == http::error::buffer_overflow)
         respond(413, api::error_body(Error(Code::kPayloadTooLarge, "request header over 16 KiB")),
@@ -124,30 +129,18 @@ void GatewayConnection::run() {
       return;
     }
     cs_.set_read_deadline(Clock::time_point::max());
-    {
-      std::lock_guard lock(s_.mu_);
-      s_.busy_++;
-    }
     bool again = handle(p);
-    {
-      std::lock_guard lock(s_.mu_);
-      s_.busy_--;
-      s_.cv_.notify_all();
-    }
     if (!again || !p.get().keep_alive()) return;
-    // Stopping: no new request on this connection (the client reconnects, to another replica).
-    pollfd pf{s_.stop_fd_.get(), POLLIN, 0};
-    if (::poll(&pf, 1, 0) == 1) return;
   }
 }
 
 bool GatewayConnection::respond(unsigned status, const json& body, bool keep_alive) {
   std::string text = api::json_text(body) + "\n";
-  std::string head = "HTTP/1.1 " + std::to_string(status) + " " +
-                     std::string(http::obsolete_reason(static_cast<http::status>(status))) +
-                     "\r\nContent-Type: application/json\r\nContent-Length: " +
-                     std::to_string(text.size()) + "\r\n" +
-                     (keep_alive ? "" : "Connection: close\r\n") + "\r\n";
+  std::string head =
+      "HTTP/1.1 " + std::to_string(status) + " " +
+      std::string(http::obsolete_reason(static_cast<http::status>(status))) +
+      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(text.size()) +
+      "\r\n" + (keep_alive ? "" : "Connection: close\r\n") + "\r\n";
   return gw_write(cs_, head + text).has_value() && keep_alive;
 }
 
@@ -165,8 +158,8 @@ std::string GatewayConnection::node_head(const Parser& p, const std::string& tar
                                          const std::string& node, const std::string& body_framing,
                                          bool tunnel) {
   const auto& req = p.get();
-  std::string h = std::string(req.method_string()) + " " + target + " HTTP/1.1\r\nHost: " + node +
-                  "\r\n";
+  std::string h =
+      std::string(req.method_string()) + " " + target + " HTTP/1.1\r\nHost: " + node + "\r\n";
   for (const auto& f : req) {
     std::string name(f.name_string());
     if (gw_hop_by_hop(gw_lower(name))) continue;
@@ -212,8 +205,7 @@ Result<void> GatewayConnection::read_node_head(NodeConn& c, NodeParser& rp) {
   return {};
 }
 
-bool GatewayConnection::relay(NodeConn& c, NodeParser& rp, bool head_request,
-                              bool& node_reusable) {
+bool GatewayConnection::relay(NodeConn& c, NodeParser& rp, bool head_request, bool& node_reusable) {
   node_reusable = false;
   auto& res = rp.get();
   unsigned status = res.result_int();
@@ -246,13 +238,20 @@ bool GatewayConnection::relay(NodeConn& c, NodeParser& rp, bool head_request,
     return client_alive;
   }
   char buf[64 * 1024];
+  // Reads wake up every second even when the node sends nothing (a silent exec, a followed
+  // log), to notice a client that hung up: a timed-out read consumes nothing, and the parser
+  // goes on where it was.
+  c.stream->set_read_timeout(std::chrono::milliseconds(1000));
   while (!rp.is_done()) {
-    if (c.buffer.size() == 0 && !wait_node_or_hangup(c)) return false;
     res.body().data = buf;
     res.body().size = sizeof buf;
     boost::system::error_code ec;
     http::read_some(*c.stream, c.buffer, rp, ec);
     if (ec == http::error::need_buffer) ec = {};
+    if (ec == boost::asio::error::timed_out) {
+      if (!client_still_there()) return false;
+      continue;
+    }
     size_t n = sizeof buf - res.body().size;
     if (n > 0) {
       std::string out;
@@ -279,39 +278,33 @@ bool GatewayConnection::relay(NodeConn& c, NodeParser& rp, bool head_request,
   return client_alive;
 }
 
-bool GatewayConnection::wait_node_or_hangup(NodeConn& c) {
+bool GatewayConnection::client_still_there() {
   // A followed log or a silent exec can send nothing for minutes: meanwhile the client may go
   // (then the node connection is closed, and the node ends what it was streaming, as it does
-  // for its own clients) or its token may be revoked.
-  for (;;) {
-    pollfd p[2] = {{c.stream->fd(), POLLIN, 0}, {cs_.fd(), POLLRDHUP, 0}};
-    int n = ::poll(p, 2, 1000);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return false;
-    if ((p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) return false;
-    if (p[0].revents != 0) return true;
-    if (!check_token()) return false;
-    pollfd stop{s_.cut_fd_.get(), POLLIN, 0};
-    if (::poll(&stop, 1, 0) == 1) return false;
-  }
+  // for its own clients), its token may be revoked, or the gateway may be cutting connections.
+  pollfd p{cs_.fd(), POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) return false;
+  if (!check_token()) return false;
+  pollfd stop{s_.cut_fd_.get(), POLLIN, 0};
+  return ::poll(&stop, 1, 0) != 1;
 }
 
 bool GatewayConnection::forward(const Parser& p, const std::string& node,
                                 const std::string& body_override, bool has_override) {
   const auto& req = p.get();
   uint64_t body_len = has_override ? body_override.size() : p.content_length().value_or(0);
-  std::string framing = (body_len > 0 || req.method() == http::verb::post ||
-                         req.method() == http::verb::put)
-                            ? "Content-Length: " + std::to_string(body_len) + "\r\n"
-                            : "";
+  std::string framing =
+      (body_len > 0 || req.method() == http::verb::post || req.method() == http::verb::put)
+          ? "Content-Length: " + std::to_string(body_len) + "\r\n"
+          : "";
   auto conn = s_.nodes_.connect(node);
   if (!conn) {
     // Unread body bytes would be taken for the next request: close after answering.
-    return respond_error(Error(Code::kUnavailable,
-                               "node " + node + " is not answering: " + conn.error().message() +
-                                   "; retry in a moment (after node_lost_after_s its sandboxes "
-                                   "answer 410 node_lost)"),
-                         false);
+    return respond_error(
+        Error(Code::kUnavailable, "node " + node + " is not answering: " + conn.error().message() +
+                                      "; retry in a moment (after node_lost_after_s its sandboxes "
+                                      "answer 410 node_lost)"),
+        false);
   }
   std::string head = node_head(p, std::string(req.target()), node, framing, false);
   auto sent = gw_write(*(*conn)->stream, head);
@@ -331,8 +324,10 @@ bool GatewayConnection::forward(const Parser& p, const std::string& node,
 bool GatewayConnection::tunnel(const Parser& p, const std::string& node) {
   const auto& req = p.get();
   std::string framing;
-  if (p.chunked()) framing = "Transfer-Encoding: chunked\r\n";
-  else if (p.content_length()) framing = "Content-Length: " + std::to_string(*p.content_length()) + "\r\n";
+  if (p.chunked())
+    framing = "Transfer-Encoding: chunked\r\n";
+  else if (p.content_length())
+    framing = "Content-Length: " + std::to_string(*p.content_length()) + "\r\n";
   auto conn = s_.nodes_.connect(node);
   if (!conn)
     return respond_error(
@@ -340,7 +335,8 @@ bool GatewayConnection::tunnel(const Parser& p, const std::string& node) {
         false);
   NodeConn& c = **conn;
   if (!gw_write(*c.stream, node_head(p, std::string(req.target()), node, framing, true)))
-    return respond_error(Error(Code::kUnavailable, "node " + node + " closed the connection"), false);
+    return respond_error(Error(Code::kUnavailable, "node " + node + " closed the connection"),
+                         false);
   // Up: what the client sends (the buffered rest first), until it ends or the answer does.
   UniqueFd up_done(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   cs_.set_read_interrupt_fd(up_done.get());
@@ -383,7 +379,8 @@ bool GatewayConnection::fan_out_list(const Parser& p, const std::string& key) {
   // Each node answers {"<key>": [...]}: the gateway's answer is the same with every node's.
   json all = json::array();
   std::string missing;
-  std::string extra = principal_header_.empty() ? "" : "Space-Principal: " + principal_header_ + "\r\n";
+  std::string extra =
+      principal_header_.empty() ? "" : "Space-Principal: " + principal_header_ + "\r\n";
   for (const std::string& node : s_.nodes_.active()) {
     auto a = s_.nodes_.call(node, "GET", std::string(p.get().target()), extra);
     json part = a && a->status == 200 ? json::parse(a->body, nullptr, false) : json();
@@ -402,10 +399,11 @@ bool GatewayConnection::lost_or_unknown(const std::string& id, const std::string
   json last = s_.last_snapshot_ ? s_.last_snapshot_(id) : json();
   auto status = s_.nodes_.status(node);
   if (!last.is_object() && !status) {
-    return respond(404, api::error_body(Error(Code::kNotFound,
-                                              "unknown id " + id.substr(0, 80) + ": no node " +
-                                                  node + " in this cluster; `space ls` lists "
-                                                         "sandboxes")));
+    return respond(404,
+                   api::error_body(Error(Code::kNotFound, "unknown id " + id.substr(0, 80) +
+                                                              ": no node " + node +
+                                                              " in this cluster; `space ls` lists "
+                                                              "sandboxes")));
   }
   json body = {{"error",
                 {{"code", "node_lost"},
@@ -430,9 +428,10 @@ bool GatewayConnection::lost_or_unknown(const std::string& id, const std::string
 
 bool GatewayConnection::create(Parser& p, const std::string& target) {
   if (p.chunked() || !p.content_length())
-    return respond(411, api::error_body(Error(Code::kInvalidArgument,
-                                              "a create through the gateway needs a "
-                                              "Content-Length body")),
+    return respond(411,
+                   api::error_body(Error(Code::kInvalidArgument,
+                                         "a create through the gateway needs a "
+                                         "Content-Length body")),
                    false);
   uint64_t n = *p.content_length();
   if (n > kGwCreateBodyLimit)
@@ -479,12 +478,12 @@ bool GatewayConnection::create(Parser& p, const std::string& target) {
   }
   auto candidates = s_.nodes_.place(req);
   if (candidates.empty())
-    return respond_error(Error(
-        Code::kUnavailable,
-        "no node can take this sandbox now (" + std::to_string(s_.nodes_.active().size()) +
-            " active; none has runtime " + req.runtime +
-            (req.node_selector.empty() ? "" : " and the labels asked") +
-            " while not draining); GET /v1/nodes shows them"));
+    return respond_error(
+        Error(Code::kUnavailable, "no node can take this sandbox now (" +
+                                      std::to_string(s_.nodes_.active().size()) +
+                                      " active; none has runtime " + req.runtime +
+                                      (req.node_selector.empty() ? "" : " and the labels asked") +
+                                      " while not draining); GET /v1/nodes shows them"));
   std::string last_error;
   for (const std::string& node : candidates) {
     s_.nodes_.reserve(node);
@@ -526,10 +525,10 @@ bool GatewayConnection::create(Parser& p, const std::string& target) {
     if (reusable) s_.nodes_.put_back(std::move(*conn));
     return alive;
   }
-  return respond_error(Error(Code::kUnavailable,
-                             "every candidate node refused or failed (" +
-                                 std::to_string(candidates.size()) + " tried; last: " + last_error +
-                                 "); retry in a moment"));
+  return respond_error(Error(Code::kUnavailable, "every candidate node refused or failed (" +
+                                                     std::to_string(candidates.size()) +
+                                                     " tried; last: " + last_error +
+                                                     "); retry in a moment"));
 }
 
 bool GatewayConnection::handle(Parser& p) {
@@ -540,8 +539,8 @@ bool GatewayConnection::handle(Parser& p) {
   const auto& seg = target->segments;
   // Probes: no token needed, nothing revealed.
   if (req.method() == http::verb::get && target->path == "/v1/health")
-    return respond(200, {{"status", "ok"}, {"role", "gateway"},
-                         {"nodes", s_.nodes_.active().size()}});
+    return respond(200,
+                   {{"status", "ok"}, {"role", "gateway"}, {"nodes", s_.nodes_.active().size()}});
   auto auth = req[http::field::authorization];
   auto token = s_.tokens_.authenticate(std::string_view(auth.data(), auth.size()));
   if (!token) {
@@ -568,11 +567,12 @@ bool GatewayConnection::handle(Parser& p) {
   }
   auto match = api::match_route(req.method(), seg);
   if (!match)
-    return respond(404, api::error_body(Error(Code::kNotFound,
-                                              "no route for " + std::string(req.method_string()) +
-                                                  " " + target->path +
-                                                  "; the API is described in api/openapi.yaml")),
-                   keep);
+    return respond(
+        404,
+        api::error_body(Error(Code::kNotFound, "no route for " + std::string(req.method_string()) +
+                                                   " " + target->path +
+                                                   "; the API is described in api/openapi.yaml")),
+        keep);
   std::string name = std::string(req.method_string()) + " " + std::string(match->route->pattern);
   if (auto ok = api::authorize(principal_, match->route->op, name); !ok)
     return respond_error(ok.error(), keep);
@@ -584,22 +584,25 @@ bool GatewayConnection::handle(Parser& p) {
   std::string_view pattern = match->route->pattern;
 
   if (pattern == "/v1/node" || pattern == "/v1/node/drain")
-    return respond(404, api::error_body(Error(Code::kNotFound,
-                                              "the gateway is not a node: GET /v1/nodes lists the "
-                                              "nodes; drain one with `spaced drain` on it")),
+    return respond(404,
+                   api::error_body(Error(Code::kNotFound,
+                                         "the gateway is not a node: GET /v1/nodes lists the "
+                                         "nodes; drain one with `spaced drain` on it")),
                    keep);
   if (pattern.starts_with("/v1/tokens"))
-    return respond(501, api::error_body(Error(Code::kUnimplemented,
-                                              "the gateway's tokens live in its tokens_file: "
-                                              "`space-gateway token create` makes one")),
+    return respond(501,
+                   api::error_body(Error(Code::kUnimplemented,
+                                         "the gateway's tokens live in its tokens_file: "
+                                         "`space-gateway token create` makes one")),
                    keep);
   if (pattern == "/v1/doctor" || pattern == "/metrics")
     return respond(200, {{"role", "gateway"}, {"nodes", s_.nodes_.describe()}}, keep);
   if (pattern.starts_with("/v1/images")) {
     if (req.method() != http::verb::get)
-      return respond(501, api::error_body(Error(Code::kUnimplemented,
-                                                "images are per node: import them on each node "
-                                                "(or bake them into the node image)")),
+      return respond(501,
+                     api::error_body(Error(Code::kUnimplemented,
+                                           "images are per node: import them on each node "
+                                           "(or bake them into the node image)")),
                      keep);
     auto active = s_.nodes_.active();
     if (active.empty()) return respond_error(Error(Code::kUnavailable, "no node is active"), keep);
@@ -609,15 +612,15 @@ bool GatewayConnection::handle(Parser& p) {
     return fan_out_list(p, "sandboxes");
   if (pattern == "/v1/snapshots" && req.method() == http::verb::get)
     return fan_out_list(p, "snapshots");
-  if (pattern == "/v1/sandboxes" && req.method() == http::verb::post)
-    return create(p, target_text);
+  if (pattern == "/v1/sandboxes" && req.method() == http::verb::post) return create(p, target_text);
 
   // Everything else names a sandbox or a snapshot, and so its node.
   std::string id = !param("id").empty() ? param("id") : param("snap");
   std::string node = node_of_id(id);
   if (node.empty())
-    return respond(404, api::error_body(Error(Code::kNotFound,
-                                              "unknown id " + id.substr(0, 80) +
+    return respond(404,
+                   api::error_body(
+                       Error(Code::kNotFound, "unknown id " + id.substr(0, 80) +
                                                   ": ids in a cluster name their node "
                                                   "(sb_<hex>-<node>); `space ls` lists sandboxes")),
                    keep);
@@ -629,22 +632,24 @@ bool GatewayConnection::handle(Parser& p) {
   if (!status || *status == NodeStatus::kLost) {
     if (param("id").empty()) {
       // A snapshot of a lost node: restore it elsewhere (above); reading it needs its node.
-      return respond(410, {{"error",
-                            {{"code", "node_lost"},
-                             {"node", node},
-                             {"snapshot", id},
-                             {"message", "node " + node + " is lost; `space restore " + id +
-                                             "` restores this snapshot on another node if it "
-                                             "reached the shared store"}}}},
+      return respond(410,
+                     {{"error",
+                       {{"code", "node_lost"},
+                        {"node", node},
+                        {"snapshot", id},
+                        {"message", "node " + node + " is lost; `space restore " + id +
+                                        "` restores this snapshot on another node if it "
+                                        "reached the shared store"}}}},
                      keep);
     }
     return lost_or_unknown(id, node) && keep;
   }
   if (*status == NodeStatus::kUnreachable)
-    return respond_error(Error(Code::kUnavailable,
-                               "node " + node + " is not answering; retry in a moment (if it "
-                               "stays away its sandboxes answer 410 node_lost)"),
-                         keep);
+    return respond_error(
+        Error(Code::kUnavailable, "node " + node +
+                                      " is not answering; retry in a moment (if it "
+                                      "stays away its sandboxes answer 410 node_lost)"),
+        keep);
   // A body whose length is known is sent whole before the answer streams back: such an exec
   // (no stdin, or stdin given whole) goes over a kept-alive connection like any request.
   bool streams_both_ways = p.chunked() || p.upgrade() || pattern.ends_with("/ports/{port}");
@@ -657,7 +662,10 @@ bool GatewayConnection::handle(Parser& p) {
 
 GatewayServer::GatewayServer(Options options, NodeTable& nodes, TokenFile& tokens,
                              LastSnapshotFn last)
-    : options_(std::move(options)), nodes_(nodes), tokens_(tokens), last_snapshot_(std::move(last)) {}
+    : options_(std::move(options)),
+      nodes_(nodes),
+      tokens_(tokens),
+      last_snapshot_(std::move(last)) {}
 
 GatewayServer::~GatewayServer() = default;
 
@@ -730,10 +738,20 @@ void GatewayServer::serve() {
     if (p[0].revents != 0) break;
     if (p[1].revents != 0) accept_one();
   }
-  listen_fd_.reset();  // new clients are refused at once (they retry another replica)
+  // Connections the kernel completed but nobody accepted yet would be reset with the listener:
+  // they are taken and served. Then new clients are refused at once (they retry another
+  // replica).
+  for (;;) {
+    pollfd p{listen_fd_.get(), POLLIN, 0};
+    if (::poll(&p, 1, 0) != 1) break;
+    accept_one();
+  }
+  listen_fd_.reset();
   std::unique_lock lock(mu_);
-  // Requests in flight finish; idle keep-alive connections close at their next request.
-  cv_.wait_for(lock, options_.grace, [&] { return busy_ == 0; });
+  // Requests in flight finish, idle kept-alive connections close (run()); past the grace
+  // period whatever is left is cut.
+  if (!cv_.wait_for(lock, options_.grace, [&] { return active_ == 0; }))
+    spdlog::warn("gateway: {} connections still busy after the grace period: cut", active_);
   uint64_t one = 1;
   (void)!::write(cut_fd_.get(), &one, sizeof one);
   cv_.wait_for(lock, std::chrono::seconds(5), [&] { return active_ == 0; });

@@ -19,9 +19,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/error.h"
 #include "common/fd.h"
@@ -37,8 +36,8 @@ using LastSnapshotFn = std::function<nlohmann::json(const std::string& sandbox_i
 class GatewayServer {
  public:
   struct Options {
-    std::string listen;                   // "0.0.0.0:8443"
-    std::shared_ptr<SSL_CTX> tls;         // null: plain HTTP (loopback only)
+    std::string listen;            // "0.0.0.0:8443"
+    std::shared_ptr<SSL_CTX> tls;  // null: plain HTTP (loopback only)
     std::chrono::milliseconds grace{30'000};
     size_t max_connections = 4096;
   };
@@ -65,7 +64,6 @@ class GatewayServer {
   std::mutex mu_;
   std::condition_variable cv_;
   size_t active_ = 0;  // connections being served; guarded by mu_
-  size_t busy_ = 0;    // of those, in the middle of a request; guarded by mu_
   friend class GatewayConnection;
 };
 

@@ -17,8 +17,7 @@ namespace space::gateway {
 namespace {
 
 double gw_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // "2027-06-01T00:00:00Z" (UTC, as rfc3339() writes it, fractions allowed) or unix seconds.
@@ -71,7 +70,8 @@ Result<std::map<std::string, GatewayToken>> parse_tokens(const std::string& text
     t.record.name = e.value("name", std::string());
     t.secret_sha256 = e.value("secret_sha256", std::string());
     if (!gw_is_hex(t.secret_sha256, 64))
-      return fail(Code::kInvalidArgument, at + ": \"secret_sha256\" is not 64 lower-case hex digits");
+      return fail(Code::kInvalidArgument,
+                  at + ": \"secret_sha256\" is not 64 lower-case hex digits");
     auto exp = gw_parse_time(e.value("expires_at", nlohmann::json()));
     if (!exp)
       return fail(Code::kInvalidArgument,
@@ -153,21 +153,24 @@ Result<daemon::TokenRecord> TokenFile::authenticate(std::string_view authorizati
     return fail(Code::kUnauthenticated,
                 "the gateway needs an API token: send \"Authorization: Bearer spt_...\" (the CLI "
                 "sends $SPACE_TOKEN)");
-  if (authorization.size() < 7 || (authorization.substr(0, 7) != "Bearer " &&
-                                   authorization.substr(0, 7) != "bearer "))
-    return fail(Code::kUnauthenticated,
-                "unsupported Authorization scheme; the gateway takes \"Authorization: Bearer spt_...\"");
+  if (authorization.size() < 7 ||
+      (authorization.substr(0, 7) != "Bearer " && authorization.substr(0, 7) != "bearer "))
+    return fail(
+        Code::kUnauthenticated,
+        "unsupported Authorization scheme; the gateway takes \"Authorization: Bearer spt_...\"");
   auto text = daemon::parse_token_text(trimmed(authorization.substr(7)));
-  if (!text) return fail(Code::kUnauthenticated, "the bearer token is not a SPACE API token (spt_...)");
+  if (!text)
+    return fail(Code::kUnauthenticated, "the bearer token is not a SPACE API token (spt_...)");
   std::lock_guard lock(mu_);
   refresh();
   auto it = tokens_.find(text->id);
   std::string hash = daemon::sha256_hex(text->secret);
-  if (it == tokens_.end() || CRYPTO_memcmp(hash.data(), it->second.secret_sha256.data(),
-                                           hash.size()) != 0)
+  if (it == tokens_.end() ||
+      CRYPTO_memcmp(hash.data(), it->second.secret_sha256.data(), hash.size()) != 0)
     return fail(Code::kUnauthenticated,
-                "API token " + text->id + " is not valid here (unknown, revoked, or a spaced "
-                "token: the gateway knows the tokens in its tokens_file)");
+                "API token " + text->id +
+                    " is not valid here (unknown, revoked, or a spaced "
+                    "token: the gateway knows the tokens in its tokens_file)");
   if (it->second.record.expired(gw_now()))
     return fail(Code::kUnauthenticated, "API token " + text->id + " (" + it->second.record.name +
                                             ") expired at " +
@@ -189,11 +192,14 @@ Result<void> TokenFile::still_valid(const std::string& id) {
 
 Result<NewToken> make_token(const std::string& name, const std::vector<std::string>& profiles,
                             const std::vector<std::string>& ops, double ttl_s) {
-  if (profiles.empty()) return fail(Code::kInvalidArgument, "give at least one --profile (or \"*\")");
-  if (ops.empty()) return fail(Code::kInvalidArgument, "give at least one --op (" + api::op_list() + ")");
+  if (profiles.empty())
+    return fail(Code::kInvalidArgument, "give at least one --profile (or \"*\")");
+  if (ops.empty())
+    return fail(Code::kInvalidArgument, "give at least one --op (" + api::op_list() + ")");
   for (auto& o : ops)
     if (!api::parse_op(o) || o == "none")
-      return fail(Code::kInvalidArgument, "unknown operation \"" + o + "\" (" + api::op_list() + ")");
+      return fail(Code::kInvalidArgument,
+                  "unknown operation \"" + o + "\" (" + api::op_list() + ")");
   if (ttl_s <= 0 || ttl_s > api::kMaxTokenTtl)
     return fail(Code::kInvalidArgument, "--ttl: more than 0 and at most 365 days");
   unsigned char id[6], secret[daemon::kTokenSecretBytes];
@@ -202,12 +208,9 @@ Result<NewToken> make_token(const std::string& name, const std::vector<std::stri
   NewToken t;
   std::string id_hex = gw_hex(id, sizeof id), secret_hex = gw_hex(secret, sizeof secret);
   t.text = std::string(daemon::kTokenPrefix) + id_hex + "_" + secret_hex;
-  t.entry = {{"id", id_hex},
-             {"name", name},
-             {"secret_sha256", daemon::sha256_hex(secret_hex)},
-             {"profiles", profiles},
-             {"ops", ops},
-             {"expires_at", daemon::rfc3339(gw_now() + ttl_s)}};
+  t.entry = {
+      {"id", id_hex},         {"name", name}, {"secret_sha256", daemon::sha256_hex(secret_hex)},
+      {"profiles", profiles}, {"ops", ops},   {"expires_at", daemon::rfc3339(gw_now() + ttl_s)}};
   return t;
 }
 

@@ -15,10 +15,9 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "daemon/tokens.h"
@@ -58,7 +57,7 @@ class TokenFile {
 
 // A new token and its tokens-file entry, for `space-gateway token create`.
 struct NewToken {
-  std::string text;     // "spt_<id>_<secret>": shown once
+  std::string text;      // "spt_<id>_<secret>": shown once
   nlohmann::json entry;  // goes into the file's "tokens" array
 };
 [[nodiscard]] Result<NewToken> make_token(const std::string& name,

@@ -13,12 +13,11 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "common/fd.h"
@@ -29,15 +28,15 @@ namespace space::snapshot {
 struct Entry {
   enum class Type { kDir, kFile, kSymlink, kWhiteout, kOther } type = Type::kFile;
   std::string path;
-  uint32_t mode = 0;        // permission bits incl. setuid/setgid/sticky (kOther: plus the
-                            // S_IFIFO or S_IFSOCK type bits)
+  uint32_t mode = 0;          // permission bits incl. setuid/setgid/sticky (kOther: plus the
+                              // S_IFIFO or S_IFSOCK type bits)
   uint32_t uid = 0, gid = 0;  // as stored on disk (host ids)
   int64_t mtime_ns = 0;
   uint64_t size = 0;
-  std::string target;       // symlink target
+  std::string target;                         // symlink target
   std::map<std::string, std::string> xattrs;  // all namespaces the store can read (user.,
                                               // trusted.): overlay's opaque markers live here
-  std::string hardlink_to;  // set on the 2nd+ path of a hardlinked file: the first path
+  std::string hardlink_to;          // set on the 2nd+ path of a hardlinked file: the first path
   std::vector<std::string> chunks;  // hex SHA-256 of each chunk, in order (files only)
   // For incremental snapshots (not restored): identity of the file when it was read.
   int64_t ctime_ns = 0;
@@ -45,14 +44,14 @@ struct Entry {
 };
 
 struct Manifest {
-  std::string id;           // "snap_<hex>"
-  std::string parent;       // "" = full
+  std::string id;                             // "snap_<hex>"
+  std::string parent;                         // "" = full
   std::map<std::string, std::string> labels;  // sandbox, profile, name, ... (free form)
   double created_at = 0;
-  std::vector<Entry> entries;  // sorted by path, parents before children
-  uint64_t logical_bytes = 0;  // sum of file sizes
-  uint64_t new_bytes = 0;      // compressed bytes this snapshot added to the store
-  uint64_t reused_files = 0;   // files taken from the parent without reading them
+  std::vector<Entry> entries;        // sorted by path, parents before children
+  uint64_t logical_bytes = 0;        // sum of file sizes
+  uint64_t new_bytes = 0;            // compressed bytes this snapshot added to the store
+  uint64_t reused_files = 0;         // files taken from the parent without reading them
   std::vector<std::string> skipped;  // what take() left out, with why ("dev/sda: device node")
 };
 
@@ -64,8 +63,8 @@ struct StoreStats {
 // stamps created_at (injectable for tests).
 struct StoreOptions {
   uint64_t max_entries = 1'000'000;
-  size_t max_path = 4096;  // bytes of a relative path (and of a symlink target)
-  size_t max_depth = 256;  // components of a relative path
+  size_t max_path = 4096;         // bytes of a relative path (and of a symlink target)
+  size_t max_depth = 256;         // components of a relative path
   std::function<double()> clock;  // seconds since the epoch; empty = the system clock
 };
 
@@ -91,7 +90,7 @@ class Store {
   // Loads and verifies a manifest: kNotFound if absent, kProtocol with a clear message if its
   // MAC does not match (tampered) or it does not parse (truncated).
   Result<Manifest> load(const std::string& id) const;
-  std::vector<std::string> list() const;  // ids of stored manifests
+  std::vector<std::string> list() const;       // ids of stored manifests
   Result<void> remove(const std::string& id);  // the manifest only; chunks go at gc()
 
   // Materializes a manifest into the empty directory `dir_fd`: directories, files (every
@@ -164,8 +163,7 @@ class Store {
   static nlohmann::json diff(const Manifest* from, const Manifest& to);
 
  private:
-  Store(UniqueFd root, UniqueFd chunks, UniqueFd manifests, std::string key,
-        StoreOptions options);
+  Store(UniqueFd root, UniqueFd chunks, UniqueFd manifests, std::string key, StoreOptions options);
   Result<UniqueFd> lock(bool exclusive) const;
   Result<void> write_manifest(const Manifest& m);
   Result<void> write_manifest_file(const std::string& id, const std::string& text);

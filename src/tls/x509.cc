@@ -361,14 +361,14 @@ Result<std::shared_ptr<SSL_CTX>> server_context(const KeyCert& kc,
                       " is not a readable file; give the cluster CA's certificate (PEM)");
     }
     if (SSL_CTX_load_verify_locations(ssl_ctx.get(), client_ca.c_str(), nullptr) != 1) {
-      return fail(ossl_error("reading client_ca " + client_ca.string(), Code::kInvalidArgument)
-                      .wrap(ctx));
+      return fail(
+          ossl_error("reading client_ca " + client_ca.string(), Code::kInvalidArgument).wrap(ctx));
     }
     STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(client_ca.c_str());
     if (names == nullptr) {
-      return fail(ossl_error("no CA certificate in client_ca " + client_ca.string(),
-                             Code::kInvalidArgument)
-                      .wrap(ctx));
+      return fail(
+          ossl_error("no CA certificate in client_ca " + client_ca.string(), Code::kInvalidArgument)
+              .wrap(ctx));
     }
     SSL_CTX_set_client_CA_list(ssl_ctx.get(), names);
     SSL_CTX_set_verify(ssl_ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);

@@ -1,4 +1,4 @@
-// What deploy/kubernetes must hold beyond the schema (issue 22, docs/cluster-contract.md):
+// What deploy/kubernetes must hold beyond the schema (issue 22, docs/cluster.md):
 // each check takes the rendered objects of one kustomization and returns a list of problems
 // (empty: it holds). validate.mjs runs them on every rendering, and also on broken copies to
 // prove that each one can fail.
@@ -308,7 +308,7 @@ export function checkNode(objs) {
     }
   }
 
-  // spaced.json (docs/configuration.md, docs/cluster-contract.md): every file it names comes
+  // spaced.json (docs/configuration.md, docs/cluster.md): every file it names comes
   // from a rendered Secret, its listener is the api port, its directories the host's.
   const cfgSrc = fileSource(objs, pod, c, "/etc/space/spaced.json");
   if (!cfgSrc) return [...problems, "DaemonSet space-node: nothing serves /etc/space/spaced.json"];

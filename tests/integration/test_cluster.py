@@ -25,7 +25,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import (BUILD_DIR, SPACE, SPACED, Daemon, SpaceTestCase, decode_events,  # noqa: E402
+from harness import (BUILD_DIR, LOG_DIR, SPACE, SPACED, Daemon, SpaceTestCase, decode_events,  # noqa: E402
                      free_port, host_agent_pids, http_request, proc_cmdline, read_text,
                      safe_rmtree, wait_for)
 
@@ -195,7 +195,11 @@ class ClusterTest(SpaceTestCase):
             "poll_interval_s": 0.3,
             "shutdown_grace_s": 20,
         }
-        cls.gateways = [Gateway(cls.tmp, "gw%d" % i, gw_config) for i in (1, 2)]
+        # The second gateway checks every node's certificate for one shared name (as on
+        # Kubernetes, where pod addresses are not known when the certificate is made).
+        gw2_config = json.loads(json.dumps(gw_config))
+        gw2_config["node_tls"]["server_name"] = "space-nodes"
+        cls.gateways = [Gateway(cls.tmp, "gw1", gw_config), Gateway(cls.tmp, "gw2", gw2_config)]
         for g in cls.gateways:
             g.start()
         # Every gateway sees all three nodes, polled.
@@ -232,6 +236,11 @@ class ClusterTest(SpaceTestCase):
                 cls.etcd.stop()
         finally:
             cls._save_log()
+            for name, _ in NODES:  # the nodes' logs are in their own directories
+                log = os.path.join(cls.tmp, name, "spaced-%s.log" % name)
+                if os.path.exists(log):
+                    os.makedirs(LOG_DIR, exist_ok=True)
+                    shutil.copy(log, os.path.join(LOG_DIR, "ClusterTest.spaced-%s.log" % name))
             cls._kill_strays()
             safe_rmtree(cls.tmp)
 
@@ -359,6 +368,23 @@ class ClusterTest(SpaceTestCase):
                                     SPACE_CA=os.path.join(self.pki, "ca.pem")),
                            capture_output=True, text=True, timeout=60)
         self.assertEqual((p.returncode, p.stdout.strip()), (0, "100000"), p.stderr)
+        # A client that hangs up on a silent exec: the gateway notices and closes its node
+        # connection, and the node kills the command, as it does for its own clients.
+        ctx = ssl.create_default_context(cafile=os.path.join(self.pki, "ca.pem"))
+        c = http.client.HTTPSConnection("127.0.0.1", self.gateways[0].port, timeout=30, context=ctx)
+        c.request("POST", "/v1/sandboxes/%s/exec" % sid, body=json.dumps({"cmd": ["sleep", "321"]}),
+                  headers={"Authorization": "Bearer " + self.token_all,
+                           "Content-Type": "application/json"})
+        r = c.getresponse()
+        self.assertEqual(r.status, 200)
+
+        def sleeping():
+            st, procs = self.gw_json(self.gateways[1], "GET", "/v1/sandboxes/%s/processes" % sid)
+            return "321" in json.dumps(procs)
+        wait_for(sleeping, timeout=10, what="the exec to run")
+        c.sock.shutdown(2)
+        c.close()
+        wait_for(lambda: not sleeping(), timeout=15, what="the node to kill the abandoned exec")
 
     def test_3_scopes_at_gateway_and_node(self):
         g = self.gateways[0]
@@ -565,6 +591,8 @@ class ClusterTest(SpaceTestCase):
                     results.append((ok, status, raw[:200]))
                 except ConnectionRefusedError:
                     continue  # never reached a gateway: not a request lost, retried
+                except Exception as e:  # noqa: BLE001 - any other end is a request lost
+                    results.append((False, type(e).__name__, str(e)[:200]))
         threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
         for t in threads:
             t.start()

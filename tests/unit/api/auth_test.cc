@@ -100,8 +100,11 @@ TEST(Authenticate, MutualTlsAndForwardedPrincipals) {
   EXPECT_TRUE(member->root);
   // What a gateway forwards: a token's scope, enforced as a token's.
   const std::set<std::string> profiles = {"test", "live"};
-  json p = {{"id", "0123456789ab"}, {"name", "ci"}, {"profiles", {"test"}},
-            {"ops", {"read", "exec"}}, {"expires_at", kNow + 60}};
+  json p = {{"id", "0123456789ab"},
+            {"name", "ci"},
+            {"profiles", {"test"}},
+            {"ops", {"read", "exec"}},
+            {"expires_at", kNow + 60}};
   auto fwd = forwarded_principal(p.dump(), profiles, kNow);
   ASSERT_TRUE(fwd) << fwd.error().message();
   EXPECT_FALSE(fwd->root);
@@ -114,7 +117,10 @@ TEST(Authenticate, MutualTlsAndForwardedPrincipals) {
   // Expired, unknown profiles and operations, malformed: refused, never root.
   auto with = [&](const char* k, json v) {
     json q = p;
-    if (v.is_null()) q.erase(k); else q[k] = v;
+    if (v.is_null())
+      q.erase(k);
+    else
+      q[k] = v;
     return forwarded_principal(q.dump(), profiles, kNow);
   };
   for (auto r : {with("expires_at", kNow - 1), with("expires_at", nullptr),

@@ -248,8 +248,11 @@ TEST(SnapshotRequests, BodiesAndReferences) {
 
   EXPECT_TRUE(check_snapshot_ref("snap_0123456789abcdef01234567"));
   EXPECT_TRUE(check_snapshot_ref("nightly"));
+  // A cluster node's ids carry its name (docs/cluster.md): up to 128 characters in all.
+  EXPECT_TRUE(check_snapshot_ref("snap_0123456789abcdef01234567-ip-10-0-1-2.ec2.internal"));
+  EXPECT_TRUE(check_snapshot_ref(std::string(128, 'a')));
   expect_invalid(check_snapshot_ref(""), "`space snapshots ID`");
-  expect_invalid(check_snapshot_ref(std::string(65, 'a')));
+  expect_invalid(check_snapshot_ref(std::string(129, 'a')));
   expect_invalid(check_snapshot_ref(".."));
   expect_invalid(check_snapshot_ref(std::string("a\0b", 3)));
   expect_invalid(check_snapshot_ref("-x", "query parameter since"), "query parameter since");

@@ -16,14 +16,12 @@ namespace {
 using json = nlohmann::json;
 
 TEST(NodeRecord, Names) {
-  for (const std::string& ok :
-       std::vector<std::string>{"n1", "a", "node-7", "0", std::string(63, 'x'),
-                                "ip-10-0-1-2.ec2.internal"}) {
+  for (const std::string& ok : std::vector<std::string>{
+           "n1", "a", "node-7", "0", std::string(63, 'x'), "ip-10-0-1-2.ec2.internal"}) {
     EXPECT_TRUE(is_valid_node_name(ok)) << ok;
   }
-  for (const std::string& bad :
-       std::vector<std::string>{"", "-a", "a-", ".a", "a.", "N1", "a_b", "a/b",
-                                std::string(64, 'x'), "é"}) {
+  for (const std::string& bad : std::vector<std::string>{"", "-a", "a-", ".a", "a.", "N1", "a_b",
+                                                         "a/b", std::string(64, 'x'), "é"}) {
     EXPECT_FALSE(is_valid_node_name(bad)) << bad;
   }
 }

@@ -5,10 +5,10 @@
 #include <fstream>
 #include <thread>
 
+#include "../temp_dir.h"
 #include "gateway/config.h"
 #include "gateway/nodes.h"
 #include "gateway/tokens.h"
-#include "../temp_dir.h"
 
 namespace space::gateway {
 namespace {
@@ -36,8 +36,8 @@ TEST(GatewayTokens, MadeTokensAuthenticateAndNothingElseDoes) {
   EXPECT_EQ(rec->profiles, std::vector<std::string>{"test"});
   // A wrong secret for the same id, another scheme, garbage: refused, never echoed.
   std::string wrong = t->text.substr(0, t->text.size() - 1) + (t->text.back() == '0' ? "1" : "0");
-  for (std::string h : {"Bearer " + wrong, "Basic " + t->text, std::string("Bearer x"),
-                        std::string("")}) {
+  for (std::string h :
+       {"Bearer " + wrong, "Basic " + t->text, std::string("Bearer x"), std::string("")}) {
     auto r = (*tokens)->authenticate(h);
     ASSERT_FALSE(r) << h;
     EXPECT_EQ(r.error().code(), Code::kUnauthenticated);
@@ -141,9 +141,12 @@ TEST(GatewayPlacement, FiltersThenWarmThenLeastLoaded) {
 
   // A warm sandbox of the template beats load.
   t.set_info_for_test("busy", node_info(6, 30, {"linux", "qemu"}, false, false,
-                                        json::array({{{"runtime", "linux"}, {"image", "host"},
-                                                      {"profile", "test"}, {"memory", 0},
-                                                      {"cpus", 1.0}, {"ready", 2}}})));
+                                        json::array({{{"runtime", "linux"},
+                                                      {"image", "host"},
+                                                      {"profile", "test"},
+                                                      {"memory", 0},
+                                                      {"cpus", 1.0},
+                                                      {"ready", 2}}})));
   EXPECT_EQ(t.place(linux).front(), "busy");
   PlacementRequest live = linux;
   live.profile = "live";  // not that template: by load again
