@@ -20,6 +20,7 @@
 
 #include "common/fd.h"
 #include "common/fd_stream.h"
+#include "common/tcp_connect.h"
 #include "tls/tunnel.h"
 #include "tls/x509.h"
 
@@ -86,27 +87,6 @@ void http_tune_socket(int fd) {
   (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
   (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
   (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-}
-
-// Waits for `fd` to connect (non-blocking connect in progress) until `deadline` or `stop_fd`.
-// 0 = connected, else the errno (ETIMEDOUT for the deadline, ECANCELED for the stop).
-int http_wait_connected(int fd, HttpClock::time_point deadline, int stop_fd) {
-  for (;;) {
-    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - HttpClock::now());
-    if (left.count() <= 0) return ETIMEDOUT;
-    pollfd fds[2] = {{fd, POLLOUT, 0}, {stop_fd, POLLIN, 0}};
-    int r = ::poll(fds, 2, static_cast<int>(std::min<int64_t>(left.count(), 1 << 30)));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (fds[1].revents != 0) return ECANCELED;
-    if (r == 0) return ETIMEDOUT;
-    int err = 0;
-    socklen_t len = sizeof err;
-    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
-    return err;
-  }
 }
 
 // Whether an idle kept-alive connection is still usable: nothing to read (a close from the
@@ -367,40 +347,10 @@ std::string HttpClient::origin() const { return options_.service + " at " + url_
 
 Result<std::unique_ptr<HttpStream::Conn>> HttpClient::connect() {
   const auto deadline = HttpClock::now() + options_.connect_timeout;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  std::string port = std::to_string(url_.port);
-  int rc = ::getaddrinfo(url_.host.c_str(), port.c_str(), &hints, &res);
-  if (rc != 0) {
-    return fail(Code::kUnavailable,
-                origin() + ": cannot resolve " + url_.host + ": " + ::gai_strerror(rc));
-  }
-  UniqueFd tcp;
-  int err = ECONNREFUSED;
-  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-    UniqueFd fd(
-        ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
-    if (!fd) {
-      err = errno;
-      continue;
-    }
-    if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0) {
-      tcp = std::move(fd);
-      break;
-    }
-    err = errno;
-    if (err != EINPROGRESS) continue;
-    err = http_wait_connected(fd.get(), deadline, options_.stop_fd);
-    if (err == 0) {
-      tcp = std::move(fd);
-      break;
-    }
-    if (err == ECANCELED || err == ETIMEDOUT) break;
-  }
-  ::freeaddrinfo(res);
-  if (!tcp) {
+  auto connected = tcp_connect(url_.host, url_.port, options_.connect_timeout, options_.stop_fd);
+  if (!connected) {
+    const Error& e = connected.error();
+    int err = e.sys_errno();
     if (err == ECANCELED) return fail(Code::kUnavailable, origin() + ": connecting: stopped");
     if (err == ETIMEDOUT) {
       return fail(Code::kTimeout, origin() + ": connecting: no answer within " +
@@ -409,11 +359,13 @@ Result<std::unique_ptr<HttpStream::Conn>> HttpClient::connect() {
     if (err == ECONNREFUSED) {
       return fail(Code::kUnavailable, origin() + ": connection refused", err);
     }
+    if (err == 0) return fail(Code::kUnavailable, origin() + ": " + e.message());
     return fail(Code::kUnavailable,
                 origin() + ": connecting: " + std::strerror(err) + " (" +
                     std::string(errno_name(err)) + ")",
                 err);
   }
+  UniqueFd tcp = std::move(*connected);
   http_tune_socket(tcp.get());
   auto c = std::make_unique<HttpStream::Conn>();
   if (url_.https) {

@@ -11,6 +11,7 @@
 
 #include "cluster/http_client.h"
 #include "cluster/sigv4.h"
+#include "common/utf8.h"
 
 namespace space::cluster {
 namespace {
@@ -84,21 +85,7 @@ std::string s3_xml_text(std::string_view s) {
       } catch (...) {
         cp = 0xFFFD;
       }
-      if (cp < 0x80) {
-        out += static_cast<char>(cp);
-      } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      }
+      out += encode_utf8(static_cast<char32_t>(cp));
     } else {
       out += s.substr(i, semi - i + 1);
     }

@@ -20,5 +20,7 @@ Utf8Char decode_utf8(std::string_view s);
 std::optional<size_t> invalid_utf8_at(std::string_view s);
 // `s` with every byte that is not part of well-formed UTF-8 replaced by U+FFFD (for messages).
 std::string utf8_lossy(std::string_view s);
+// `cp` in UTF-8; a surrogate or a value past U+10FFFF gives U+FFFD.
+std::string encode_utf8(char32_t cp);
 
 }  // namespace space

@@ -1,6 +1,8 @@
 // The gateway's view of the nodes (nodes.h): discovery's set, polls, placement, connections.
 #include "gateway/nodes.h"
 
+#include "common/tcp_connect.h"
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -17,47 +19,6 @@
 namespace space::gateway {
 namespace http = boost::beast::http;
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-// A TCP connection to host:port within `timeout` (non-blocking connect + poll).
-Result<UniqueFd> gw_connect(const std::string& host, uint16_t port,
-                            std::chrono::milliseconds timeout) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  std::string port_text = std::to_string(port);
-  if (int rc = ::getaddrinfo(host.c_str(), port_text.c_str(), &hints, &res); rc != 0)
-    return fail(Code::kUnavailable, "cannot resolve " + host + ": " + ::gai_strerror(rc));
-  int err = ECONNREFUSED;
-  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-    UniqueFd fd(
-        ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
-    if (!fd) {
-      err = errno;
-      continue;
-    }
-    if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) {
-      err = errno;
-      continue;
-    }
-    pollfd p{fd.get(), POLLOUT, 0};
-    int n = ::poll(&p, 1, static_cast<int>(timeout.count()));
-    int so = 0;
-    socklen_t len = sizeof so;
-    if (n == 1 && ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &so, &len) == 0 && so == 0) {
-      ::freeaddrinfo(res);
-      return fd;
-    }
-    err = n == 0 ? ETIMEDOUT : (so != 0 ? so : errno);
-  }
-  ::freeaddrinfo(res);
-  return fail(Error::sys("connect", host + ":" + port_text, err));
-}
-
-}  // namespace
 
 Result<std::pair<std::string, uint16_t>> split_node_url(const std::string& url) {
   constexpr std::string_view kScheme = "https://";
@@ -340,7 +301,7 @@ Result<std::unique_ptr<NodeConn>> NodeTable::connect(const std::string& node) {
     addr = it->second.addr;
   }
   auto [host, port] = TRY(split_node_url(addr.url));
-  UniqueFd tcp = TRY_CTX(gw_connect(host, port, options_.connect_timeout), "node " + node);
+  UniqueFd tcp = TRY_CTX(tcp_connect(host, port, options_.connect_timeout), "node " + node);
   tls::TunnelOptions o;
   o.handshake_timeout = options_.connect_timeout;
   auto [tunnel, plain] = TRY_CTX(

@@ -150,6 +150,9 @@ class OpenApiConformanceTest(SpaceTestCase):
         self.hit("GET", "/v1/health", "/v1/health", expect=200)
         self.hit("GET", "/v1/doctor", "/v1/doctor", expect=200)
         self.hit("GET", "/metrics", "/metrics", expect=200)
+        node = self.hit("GET", "/v1/node", "/v1/node", expect=200).json
+        self.assertEqual(node["name"], "")  # a single host: no node name
+        self.hit("POST", "/v1/node/drain", "/v1/node/drain?exit=maybe", expect=400)
 
         # Sandboxes.
         sid = self.hit("POST", S, S, {"memory": "128M", "env": {"A": "1"}}, expect=201).json["id"]
@@ -354,6 +357,13 @@ class OpenApiConformanceTest(SpaceTestCase):
                 if template.endswith("/rollback"):
                     body = b'{"snapshot": "nothing"}'
                 self.hit(method, template, path, body, headers)
+
+        # Last, since a drained spaced takes no more sandboxes: every sandbox is snapshotted
+        # and destroyed (no shared store here), and spaced keeps running (no exit).
+        report = self.hit("POST", "/v1/node/drain", "/v1/node/drain", expect=200).json
+        self.assertEqual(report["left_running"], 0, report)
+        self.assertTrue(all(s["destroyed"] for s in report["sandboxes"]), report)
+        self.hit("POST", S, S, {}, expect=503)
 
         missing = sorted("%s %s" % k for k in self.spec.ops if k not in self.reached)
         self.assertEqual(missing, [], "operations the walk never called")

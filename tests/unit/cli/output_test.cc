@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "common/utf8.h"
 #include "served_cli.h"
 
 namespace space::cli {
@@ -26,23 +27,7 @@ using nlohmann::json;
 
 // `cp` as UTF-8.
 std::string utf8(char32_t cp) {
-  std::string out;
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return out;
+  return encode_utf8(cp);
 }
 
 // The inverse of escape_text(), for the tests: nullopt if `s` is not something escape_text()
