@@ -68,6 +68,8 @@ class GatewayConnection {
   // Handles one request; false when the connection must close afterwards.
   bool handle(Parser& p);
   bool respond(unsigned status, const json& body, bool keep_alive = true);
+  bool respond_text(const std::string& text, bool keep_alive);
+  std::string metrics_text();  // Prometheus text: nodes by status, request counters
   bool respond_error(const Error& e, bool keep_alive = true) {
     return respond(static_cast<unsigned>(http_status(e.code())), api::error_body(e), keep_alive);
   }
@@ -129,6 +131,7 @@ void GatewayConnection::run() {
       return;
     }
     cs_.set_read_deadline(Clock::time_point::max());
+    s_.requests_++;
     bool again = handle(p);
     if (!again || !p.get().keep_alive()) return;
   }
@@ -142,6 +145,39 @@ bool GatewayConnection::respond(unsigned status, const json& body, bool keep_ali
       "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(text.size()) +
       "\r\n" + (keep_alive ? "" : "Connection: close\r\n") + "\r\n";
   return gw_write(cs_, head + text).has_value() && keep_alive;
+}
+
+bool GatewayConnection::respond_text(const std::string& text, bool keep_alive) {
+  std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+                     "Content-Length: " +
+                     std::to_string(text.size()) + "\r\n" +
+                     (keep_alive ? "" : "Connection: close\r\n") + "\r\n";
+  return gw_write(cs_, head + text).has_value() && keep_alive;
+}
+
+std::string GatewayConnection::metrics_text() {
+  std::map<std::string, int> by_status = {{"active", 0}, {"unreachable", 0}, {"lost", 0}};
+  for (auto& n : s_.nodes_.describe()) by_status[n.value("status", std::string("lost"))]++;
+  std::string o =
+      "# HELP space_gateway_nodes Nodes by status.\n# TYPE space_gateway_nodes gauge\n";
+  for (auto& [status, count] : by_status)
+    o += "space_gateway_nodes{status=\"" + status + "\"} " + std::to_string(count) + "\n";
+  auto counter = [&](const char* name, const char* help, uint64_t v) {
+    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name +
+         " " + std::to_string(v) + "\n";
+  };
+  counter("space_gateway_requests_total", "Requests read from clients.", s_.requests_.load());
+  counter("space_gateway_creates_placed_total", "Creates and restores a node took.",
+          s_.creates_placed_.load());
+  counter("space_gateway_creates_refused_total",
+          "Creates and restores no node took (every candidate refused or none fit).",
+          s_.creates_refused_.load());
+  counter("space_gateway_node_lost_total", "Answers 410 node_lost.", s_.node_lost_.load());
+  std::lock_guard lock(s_.mu_);
+  o += "# HELP space_gateway_connections Client connections open.\n# TYPE "
+       "space_gateway_connections gauge\nspace_gateway_connections " +
+       std::to_string(s_.active_) + "\n";
+  return o;
 }
 
 bool GatewayConnection::check_token() {
@@ -423,6 +459,7 @@ bool GatewayConnection::lost_or_unknown(const std::string& id, const std::string
                                "; no snapshot of it reached the shared store, so it cannot be "
                                "resumed";
   }
+  s_.node_lost_++;
   return respond(410, body);
 }
 
@@ -477,6 +514,7 @@ bool GatewayConnection::create(Parser& p, const std::string& target) {
     }
   }
   auto candidates = s_.nodes_.place(req);
+  if (candidates.empty()) s_.creates_refused_++;
   if (candidates.empty())
     return respond_error(
         Error(Code::kUnavailable, "no node can take this sandbox now (" +
@@ -522,9 +560,11 @@ bool GatewayConnection::create(Parser& p, const std::string& target) {
     bool reusable = false;
     bool alive = relay(**conn, rp, false, reusable);
     s_.nodes_.release(node, status / 100 == 2);
+    if (status / 100 == 2) s_.creates_placed_++;
     if (reusable) s_.nodes_.put_back(std::move(*conn));
     return alive;
   }
+  s_.creates_refused_++;
   return respond_error(Error(Code::kUnavailable, "every candidate node refused or failed (" +
                                                      std::to_string(candidates.size()) +
                                                      " tried; last: " + last_error +
@@ -595,8 +635,9 @@ bool GatewayConnection::handle(Parser& p) {
                                          "the gateway's tokens live in its tokens_file: "
                                          "`space-gateway token create` makes one")),
                    keep);
-  if (pattern == "/v1/doctor" || pattern == "/metrics")
+  if (pattern == "/v1/doctor")
     return respond(200, {{"role", "gateway"}, {"nodes", s_.nodes_.describe()}}, keep);
+  if (pattern == "/metrics") return respond_text(metrics_text(), keep);
   if (pattern.starts_with("/v1/images")) {
     if (req.method() != http::verb::get)
       return respond(501,
@@ -711,9 +752,16 @@ void GatewayServer::accept_one() {
         auto [relay_end, app_end] = std::move(*pair);
         tls::TunnelOptions o;
         o.cancel_fd = cut_fd_.get();
-        std::thread([ctx = options_.tls, o, tcp = std::move(fd),
+        {
+          std::lock_guard lock(mu_);
+          tls_relays_++;
+        }
+        std::thread([this, ctx = options_.tls, o, tcp = std::move(fd),
                      relay = std::move(relay_end)]() mutable {
           (void)tls::serve_tls(std::move(tcp), std::move(relay), ctx.get(), o);
+          std::lock_guard lock(mu_);
+          tls_relays_--;
+          cv_.notify_all();
         }).detach();
         serve_connection(std::move(app_end));
       }
@@ -752,9 +800,13 @@ void GatewayServer::serve() {
   // period whatever is left is cut.
   if (!cv_.wait_for(lock, options_.grace, [&] { return active_ == 0; }))
     spdlog::warn("gateway: {} connections still busy after the grace period: cut", active_);
+  // Over TLS an answer's last bytes leave with its terminator, which ends once the client
+  // closes too: a moment for them to go (a client that keeps an idle connection open is not
+  // waited for).
+  cv_.wait_for(lock, std::chrono::seconds(2), [&] { return tls_relays_ == 0; });
   uint64_t one = 1;
   (void)!::write(cut_fd_.get(), &one, sizeof one);
-  cv_.wait_for(lock, std::chrono::seconds(5), [&] { return active_ == 0; });
+  cv_.wait_for(lock, std::chrono::seconds(5), [&] { return active_ == 0 && tls_relays_ == 0; });
 }
 
 }  // namespace space::gateway

@@ -64,6 +64,11 @@ class GatewayServer {
   std::mutex mu_;
   std::condition_variable cv_;
   size_t active_ = 0;  // connections being served; guarded by mu_
+  // TLS terminators still relaying (the last bytes of an answer after its connection was
+  // served); guarded by mu_.
+  size_t tls_relays_ = 0;
+  // For GET /metrics.
+  std::atomic<uint64_t> requests_{0}, creates_placed_{0}, creates_refused_{0}, node_lost_{0};
   friend class GatewayConnection;
 };
 

@@ -47,7 +47,8 @@ struct LoadedPair {
 // Reads and parses a key file and a certificate file; errors name the file.
 Result<LoadedPair> read_pair(const fs::path& key_file, const fs::path& cert_file, bool follow) {
   LoadedPair p;
-  std::string key_text = TRY(read_small_file(key_file, true, follow));
+  // Operator's files (follow: given paths) may be readable by a group spaced is in.
+  std::string key_text = TRY(read_small_file(key_file, true, follow, follow));
   p.key = TRY_CTX(parse_key_pem(std::move(key_text)), key_file.string());
   std::string cert_text = TRY(read_small_file(cert_file, false, follow));
   p.certs = TRY_CTX(parse_certs_pem(cert_text), cert_file.string());

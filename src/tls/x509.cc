@@ -285,15 +285,16 @@ Result<void> write_file_atomic(const fs::path& path, std::string_view data, mode
   return {};
 }
 
-Result<std::string> read_small_file(const fs::path& path, bool private_file, bool follow) {
+Result<std::string> read_small_file(const fs::path& path, bool private_file, bool follow,
+                                    bool own_group_ok) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW)));
   if (!fd) return fail_sys("open", path.string());
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return fail_sys("fstat", path.string());
   if (!S_ISREG(st.st_mode)) return fail(Code::kInvalidArgument, path.string() + ": not a file");
-  // Readable by others: refused. Readable by its group: only a group this process is in (the
-  // group a Kubernetes fsGroup gives a Secret volume, Debian's ssl-cert), which grants nobody
-  // else anything the process does not already have.
+  // Readable by others: refused. Readable by its group: refused unless `own_group_ok` (the
+  // operator's files) and the group is one this process is in (the group a Kubernetes fsGroup
+  // gives a Secret volume, Debian's ssl-cert), which grants nobody else anything.
   auto own_group = [&] {
     if (st.st_gid == ::getegid()) return true;
     gid_t groups[256];
@@ -302,7 +303,8 @@ Result<std::string> read_small_file(const fs::path& path, bool private_file, boo
       if (groups[i] == st.st_gid) return true;
     return false;
   };
-  if (private_file && ((st.st_mode & 007) != 0 || ((st.st_mode & 070) != 0 && !own_group()))) {
+  if (private_file &&
+      ((st.st_mode & 007) != 0 || ((st.st_mode & 070) != 0 && !(own_group_ok && own_group())))) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
     return fail(Code::kPermissionDenied, path.string() +

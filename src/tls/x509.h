@@ -83,9 +83,11 @@ std::string key_pem(EVP_PKEY* key);
 [[nodiscard]] Result<void> write_file_atomic(const std::filesystem::path& path,
                                              std::string_view data, mode_t mode);
 // Reads a small (at most 64 KiB) regular file, not following a symlink in its last component
-// unless `follow`. With `private_file`, refuses one that group or others can read.
+// unless `follow`. With `private_file`, refuses one that others can read, or its group unless
+// `own_group_ok` and that group is one of this process's.
 [[nodiscard]] Result<std::string> read_small_file(const std::filesystem::path& path,
-                                                  bool private_file, bool follow = false);
+                                                  bool private_file, bool follow = false,
+                                                  bool own_group_ok = false);
 
 // A TLS server context presenting `kc` (and its chain): TLS 1.2 at least (1.3 preferred, as
 // OpenSSL does), no renegotiation, no compression, ALPN http/1.1 only. Returned owned.

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -385,6 +386,46 @@ class ClusterTest(SpaceTestCase):
         c.sock.shutdown(2)
         c.close()
         wait_for(lambda: not sleeping(), timeout=15, what="the node to kill the abandoned exec")
+
+    def test_2b_terminal_through_a_gateway(self):
+        # The upgraded exec (space exec -it) goes through: 101, JSON lines both ways.
+        sid = self.picks["n2"]
+        ctx = ssl.create_default_context(cafile=os.path.join(self.pki, "ca.pem"))
+        raw = socket.create_connection(("127.0.0.1", self.gateways[1].port), timeout=30)
+        sock = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+        body = json.dumps({"cmd": ["sh", "-c", "stty size; read l; echo got:$l; exit 5"],
+                           "rows": 12, "cols": 70}).encode()
+        sock.sendall(b"POST /v1/sandboxes/%s/exec HTTP/1.1\r\nHost: x\r\n"
+                     b"Authorization: Bearer %s\r\nConnection: Upgrade\r\n"
+                     b"Upgrade: space-terminal\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % (sid.encode(), self.token_all.encode(),
+                                                        len(body)) + body)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            chunk = sock.recv(65536)
+            self.assertTrue(chunk, buf)
+            buf += chunk
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 101"), head)
+        self.assertIn(b"upgrade: space-terminal", head.lower())
+        while b"12 70" not in b"".join(
+                base64.b64decode(json.loads(l).get("data", "")) for l in rest.split(b"\n")[:-1]
+                if l.strip()):
+            chunk = sock.recv(65536)
+            self.assertTrue(chunk, rest)
+            rest += chunk
+        sock.sendall(json.dumps({"type": "stdin",
+                                 "data": base64.b64encode(b"hi\n").decode()}).encode() + b"\n")
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            rest += chunk
+        sock.close()
+        events = [json.loads(l) for l in rest.splitlines() if l.strip()]
+        out = b"".join(base64.b64decode(e["data"]) for e in events if e["type"] == "stdout")
+        self.assertIn(b"got:hi", out)
+        self.assertEqual((events[-1]["type"], events[-1]["exit_code"]), ("exit", 5))
 
     def test_3_scopes_at_gateway_and_node(self):
         g = self.gateways[0]
