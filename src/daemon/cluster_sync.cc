@@ -40,9 +40,10 @@ void Daemon::stop_cluster() {
   }
   push_cv_.notify_all();
   if (pusher_.joinable()) pusher_.join();
-  // Revoked: gateways see the node go at once rather than at the lease's end. (A node that
-  // dies without this leaves its record until the lease expires.)
-  if (registration_) registration_->stop(true);
+  // A drained node is gone for good: its lease is revoked, so gateways see it go at once. A
+  // plain stop (a restart, an upgrade) leaves the lease to run out: its sandboxes run on, and
+  // a spaced back within the TTL registers again before gateways think the node lost.
+  if (registration_) registration_->stop(draining_.load());
 }
 
 void Daemon::queue_push(const SnapshotRecord& rec) {

@@ -132,7 +132,14 @@ void GatewayConnection::run() {
     }
     cs_.set_read_deadline(Clock::time_point::max());
     s_.requests_++;
-    bool again = handle(p);
+    bool again = false;
+    try {
+      again = handle(p);
+    } catch (const std::exception& e) {
+      // A bug, not the client's doing: this connection ends, the gateway goes on.
+      spdlog::error("gateway: {} {}: {}", std::string(p.get().method_string()),
+                    std::string(p.get().target()), e.what());
+    }
     if (!again || !p.get().keep_alive()) return;
   }
 }
@@ -148,18 +155,17 @@ bool GatewayConnection::respond(unsigned status, const json& body, bool keep_ali
 }
 
 bool GatewayConnection::respond_text(const std::string& text, bool keep_alive) {
-  std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
-                     "Content-Length: " +
-                     std::to_string(text.size()) + "\r\n" +
-                     (keep_alive ? "" : "Connection: close\r\n") + "\r\n";
+  std::string head =
+      "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+      "Content-Length: " +
+      std::to_string(text.size()) + "\r\n" + (keep_alive ? "" : "Connection: close\r\n") + "\r\n";
   return gw_write(cs_, head + text).has_value() && keep_alive;
 }
 
 std::string GatewayConnection::metrics_text() {
   std::map<std::string, int> by_status = {{"active", 0}, {"unreachable", 0}, {"lost", 0}};
   for (auto& n : s_.nodes_.describe()) by_status[n.value("status", std::string("lost"))]++;
-  std::string o =
-      "# HELP space_gateway_nodes Nodes by status.\n# TYPE space_gateway_nodes gauge\n";
+  std::string o = "# HELP space_gateway_nodes Nodes by status.\n# TYPE space_gateway_nodes gauge\n";
   for (auto& [status, count] : by_status)
     o += "space_gateway_nodes{status=\"" + status + "\"} " + std::to_string(count) + "\n";
   auto counter = [&](const char* name, const char* help, uint64_t v) {
@@ -476,18 +482,24 @@ bool GatewayConnection::create(Parser& p, const std::string& target) {
                    false);
   std::string body;
   {
-    // Collected whole: it may be sent to more than one node.
-    while (cbuf_.size() < n) {
-      boost::system::error_code ec;
-      cs_.set_read_timeout(std::chrono::seconds(60));
-      size_t got = cs_.read_some(cbuf_.prepare(n - cbuf_.size()), ec);
-      cs_.set_read_timeout(std::chrono::milliseconds(0));
-      if (ec) return false;
-      cbuf_.commit(got);
-    }
+    // Collected whole (it may be sent to more than one node): what the buffer holds, then the
+    // rest straight from the connection (the buffer is bounded to a request head's size).
     auto d = cbuf_.data();
-    body.assign(static_cast<const char*>(d.data()), n);
-    cbuf_.consume(n);
+    size_t have = std::min<size_t>(n, d.size());
+    body.assign(static_cast<const char*>(d.data()), have);
+    cbuf_.consume(have);
+    body.resize(n);
+    cs_.set_read_timeout(std::chrono::seconds(60));
+    while (have < n) {
+      boost::system::error_code ec;
+      size_t got = cs_.read_some(boost::asio::buffer(body.data() + have, n - have), ec);
+      if (ec) {
+        cs_.set_read_timeout(std::chrono::milliseconds(0));
+        return false;
+      }
+      have += got;
+    }
+    cs_.set_read_timeout(std::chrono::milliseconds(0));
   }
   PlacementRequest req;
   json j = body.empty() ? json::object() : json::parse(body, nullptr, false);
