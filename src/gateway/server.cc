@@ -10,6 +10,7 @@
 
 #include <boost/asio/write.hpp>
 #include <boost/beast/http.hpp>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -109,6 +110,10 @@ void GatewayConnection::run() {
   for (bool first = true;; first = false) {
     Parser p;
     p.header_limit(kGwHeaderLimit);
+    // Bodies are relayed, not parsed: their limits are the node's (file uploads have none).
+    // (Not boost::none: Boost 1.74 compares a Content-Length against an empty optional as
+    // "greater".)
+    p.body_limit(std::numeric_limits<std::uint64_t>::max());
     p.eager(false);
     cs_.set_read_timeout(std::chrono::milliseconds(0));
     cs_.set_read_deadline(Clock::now() + std::chrono::seconds(60));

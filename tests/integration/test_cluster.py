@@ -351,6 +351,15 @@ class ClusterTest(SpaceTestCase):
             self.assertIn(status, (200, 201, 204), raw[:300])
             status, raw = self.gw_request(other, "GET", "/v1/sandboxes/%s/files?path=/root/note.txt" % sid)
             self.assertEqual((status, raw), (200, content))
+            if node == "n1":
+                # A file larger than any JSON body streams through both ways.
+                big = os.urandom(3 << 20)
+                status, raw = self.gw_request(g, "PUT", "/v1/sandboxes/%s/files?path=/root/big" % sid,
+                                              big, headers={"Content-Type": "application/octet-stream"})
+                self.assertIn(status, (200, 201, 204), raw[:300])
+                status, raw = self.gw_request(other, "GET", "/v1/sandboxes/%s/files?path=/root/big" % sid)
+                self.assertEqual(status, 200)
+                self.assertTrue(raw == big, "3 MiB file changed on its way (%d bytes back)" % len(raw))
             status, snap = self.gw_json(other, "POST", "/v1/sandboxes/%s/snapshots" % sid, {})
             self.assertEqual(status, 201, snap)
             self.assertTrue(snap["id"].endswith("-" + node), snap["id"])
