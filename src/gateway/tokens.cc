@@ -2,7 +2,6 @@
 #include "gateway/tokens.h"
 
 #include <openssl/crypto.h>
-#include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
@@ -11,14 +10,11 @@
 #include <sstream>
 
 #include "api/auth.h"
+#include "common/clock.h"
 #include "daemon/daemon.h"  // rfc3339
 
 namespace space::gateway {
 namespace {
-
-double gw_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // "2027-06-01T00:00:00Z" (UTC, as rfc3339() writes it, fractions allowed) or unix seconds.
 std::optional<double> gw_parse_time(const nlohmann::json& v) {
@@ -40,16 +36,6 @@ bool gw_is_hex(std::string_view s, size_t n) {
   for (char c : s)
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   return true;
-}
-
-std::string gw_hex(const unsigned char* p, size_t n) {
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    out += kHex[p[i] >> 4];
-    out += kHex[p[i] & 15];
-  }
-  return out;
 }
 
 }  // namespace
@@ -100,6 +86,15 @@ Result<std::map<std::string, GatewayToken>> parse_tokens(const std::string& text
   return out;
 }
 
+// The file's identity (inode, size, mtime): a change of any means it was rewritten.
+std::string TokenFile::file_stamp() const {
+  struct stat st {};
+  // A Kubernetes Secret volume swaps a symlink: stat() follows it to the current file.
+  if (::stat(file_.c_str(), &st) != 0) return "";
+  return std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
+         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+}
+
 Result<std::unique_ptr<TokenFile>> TokenFile::open(std::filesystem::path file) {
   std::unique_ptr<TokenFile> f(new TokenFile(std::move(file)));
   std::ifstream in(f->file_);
@@ -107,10 +102,7 @@ Result<std::unique_ptr<TokenFile>> TokenFile::open(std::filesystem::path file) {
   std::stringstream ss;
   ss << in.rdbuf();
   f->tokens_ = TRY_CTX(parse_tokens(ss.str()), "tokens_file " + f->file_.string());
-  struct stat st {};
-  if (::stat(f->file_.c_str(), &st) == 0)
-    f->stamp_ = std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
-                std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+  f->stamp_ = f->file_stamp();
   f->next_check_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   return f;
 }
@@ -119,12 +111,8 @@ void TokenFile::refresh() {
   auto now = std::chrono::steady_clock::now();
   if (now < next_check_) return;
   next_check_ = now + std::chrono::seconds(1);
-  struct stat st {};
-  // A Kubernetes Secret volume swaps a symlink: stat() follows it to the current file.
-  if (::stat(file_.c_str(), &st) != 0) return;
-  std::string stamp = std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
-                      std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
-  if (stamp == stamp_) return;
+  std::string stamp = file_stamp();
+  if (stamp.empty() || stamp == stamp_) return;
   std::ifstream in(file_);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -171,7 +159,7 @@ Result<daemon::TokenRecord> TokenFile::authenticate(std::string_view authorizati
                 "API token " + text->id +
                     " is not valid here (unknown, revoked, or a spaced "
                     "token: the gateway knows the tokens in its tokens_file)");
-  if (it->second.record.expired(gw_now()))
+  if (it->second.record.expired(now_s()))
     return fail(Code::kUnauthenticated, "API token " + text->id + " (" + it->second.record.name +
                                             ") expired at " +
                                             daemon::rfc3339(it->second.record.expires_at));
@@ -185,7 +173,7 @@ Result<void> TokenFile::still_valid(const std::string& id) {
   if (it == tokens_.end())
     return fail(Code::kUnauthenticated,
                 "API token " + id + " was removed from the gateway's tokens_file (revoked)");
-  if (it->second.record.expired(gw_now()))
+  if (it->second.record.expired(now_s()))
     return fail(Code::kUnauthenticated, "API token " + id + " expired");
   return {};
 }
@@ -202,15 +190,14 @@ Result<NewToken> make_token(const std::string& name, const std::vector<std::stri
                   "unknown operation \"" + o + "\" (" + api::op_list() + ")");
   if (ttl_s <= 0 || ttl_s > api::kMaxTokenTtl)
     return fail(Code::kInvalidArgument, "--ttl: more than 0 and at most 365 days");
-  unsigned char id[6], secret[daemon::kTokenSecretBytes];
-  if (RAND_bytes(id, sizeof id) != 1 || RAND_bytes(secret, sizeof secret) != 1)
-    return fail(Code::kInternal, "RAND_bytes failed");
   NewToken t;
-  std::string id_hex = gw_hex(id, sizeof id), secret_hex = gw_hex(secret, sizeof secret);
+  // spaced's own token shape (daemon/tokens.h), from the same generator.
+  std::string id_hex = daemon::random_id("", daemon::kTokenIdHexDigits / 2);
+  std::string secret_hex = daemon::random_id("", daemon::kTokenSecretBytes);
   t.text = std::string(daemon::kTokenPrefix) + id_hex + "_" + secret_hex;
   t.entry = {
       {"id", id_hex},         {"name", name}, {"secret_sha256", daemon::sha256_hex(secret_hex)},
-      {"profiles", profiles}, {"ops", ops},   {"expires_at", daemon::rfc3339(gw_now() + ttl_s)}};
+      {"profiles", profiles}, {"ops", ops},   {"expires_at", daemon::rfc3339(now_s() + ttl_s)}};
   return t;
 }
 

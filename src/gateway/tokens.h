@@ -46,6 +46,7 @@ class TokenFile {
  private:
   explicit TokenFile(std::filesystem::path file) : file_(std::move(file)) {}
   void refresh();  // re-reads the file if it changed; a bad file keeps the previous tokens
+  std::string file_stamp() const;  // "" when the file cannot be looked at
 
   std::filesystem::path file_;
   std::mutex mu_;
