@@ -235,9 +235,9 @@ ARGS = parse_args()
 # True when every sandbox is a microVM (--runtime qemu or firecracker).
 IS_VM = ARGS.runtime in VM_RUNTIMES
 # An attempt's time limit inside a VM: QEMU under TCG emulates every instruction, and `make
-# test` runs this suite beside the linux one, so CPU-bound attempts (proc/fork_bomb_shell's
-# shell busy loop beside its bomb: ~20 s alone, over its 60 s once under that load) get three
-# times their limit. A passing attempt ends as soon as it is done either way.
+# test` runs this suite beside the linux one, so CPU-bound attempts get three times their
+# limit (attempts that must run for a while, as proc/fork_bomb_shell, count wall-clock time
+# from /proc/uptime, never loop turns, which starve on an emulated CPU). A passing attempt ends as soon as it is done either way.
 TIME_FACTOR = 3 if IS_VM else 1
 if ARGS.build_dir:
     os.environ["SPACE_BUILD_DIR"] = os.path.abspath(ARGS.build_dir)
