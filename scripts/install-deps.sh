@@ -40,6 +40,7 @@ RUN_PACKAGES=(
   libarchive-dev          # image import, cp of directories
   libidn2-dev             # the gateway's host-name normalisation (IDNA)
   libext2fs-dev           # space-upper-reader: `space diff` of microVMs reads their ext4 disk
+  libnghttp2-dev          # the egress gateway's HTTP/2 (ALPN h2 on intercepted hosts)
   # the static libraries libarchive needs, for the statically linked CLI (CMakeLists.txt)
   libacl1-dev liblz4-dev liblzma-dev libbz2-dev zlib1g-dev
   # what the demo runs in its sandbox (the host image is the host's /usr)
@@ -63,6 +64,10 @@ TEST_PACKAGES=(
   cpio kmod               # scripts/guest-kernel.sh: the guest's initramfs, depmod for modules.dep
   busybox-static          # tests: the small static userland of the qemu runtime's test image
   etcd-server etcd-client # tests/unit/cluster: etcd discovery against a real etcd on loopback
+  # tests/workloads: the tools agents run, inside sandboxes, through the gateway
+  chromium fonts-liberation  # headless browsing (and Playwright's executablePath)
+  python3-grpcio          # gRPC over HTTP/2 through an intercepted host
+  nghttp2-client          # nghttp: HTTP/2 requests from inside a sandbox
 )
 
 # Bench only: peers the benchmarks compare SPACE against. Installed by `make bench`
