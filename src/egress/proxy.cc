@@ -15,6 +15,8 @@
 #include <boost/beast/http.hpp>
 
 #include "egress/ascii.h"
+#include "egress/h2_server.h"
+#include "egress/http_rules.h"
 #include "egress/internal.h"
 #include "egress/tls_hello.h"
 
@@ -404,6 +406,7 @@ class Connection {
     if (it != st_->server_ctx.end()) return it->second;
     KeyCert kc = TRY(st_->sb.ca->leaf(host.name));
     auto ctx = TRY(server_context(kc));
+    offer_h2(ctx.get());  // intercepted connections may speak HTTP/2 (h2_server.h)
     st_->server_ctx[host.name] = ctx;
     return ctx;
   }
@@ -423,8 +426,12 @@ class Connection {
       deny("intercept", host.name, port, r.error().message());
       return;
     }
-    AnyStream s(&tls);
-    http_loop(s, Mode::kIntercepted, nullptr, port, nullptr, &host);
+    if (tls.alpn() == "h2") {
+      serve_h2(g_, st_, tls, client_fd_.fd(), host, port);
+    } else {
+      AnyStream s(&tls);
+      http_loop(s, Mode::kIntercepted, nullptr, port, nullptr, &host);
+    }
     tls.shutdown();
   }
 
@@ -758,6 +765,21 @@ class Connection {
 };
 
 }  // namespace
+
+// The rules above, for the HTTP/2 streams of h2_server.cc (http_rules.h).
+std::optional<std::string> framing_problem_of(const http::fields& f) { return framing_problem(f); }
+void strip_hop_by_hop_fields(http::fields& f) { strip_hop_by_hop(f); }
+void inject_credential(http::request_header<>& req, const SecretDef& def,
+                       const std::string& placeholder, const std::string& value) {
+  inject(req, def, placeholder, value);
+}
+std::optional<std::string> unmaskable_response(const http::response_header<>& res) {
+  return unmaskable(res);
+}
+void mask_response_fields(http::response_header<>& res, Redactor& redactor) {
+  mask_fields(res, redactor);
+}
+std::string audit_path(std::string_view target) { return path_only(target); }
 
 void serve_connection(Shared& g, std::shared_ptr<Gateway::State> st, UniqueFd fd,
                       ListenerKind kind) {

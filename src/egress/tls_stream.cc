@@ -139,6 +139,19 @@ Result<void> TlsStream::connect(const std::string& host, bool host_is_ip) {
   return handshake(false, "TLS handshake with " + host);
 }
 
+void TlsStream::offer_alpn(std::string_view wire) {
+  if (ssl_)
+    SSL_set_alpn_protos(ssl_, reinterpret_cast<const unsigned char*>(wire.data()),
+                        static_cast<unsigned>(wire.size()));
+}
+
+std::string TlsStream::alpn() const {
+  const unsigned char* p = nullptr;
+  unsigned len = 0;
+  if (ssl_) SSL_get0_alpn_selected(ssl_, &p, &len);
+  return p ? std::string(reinterpret_cast<const char*>(p), len) : std::string();
+}
+
 void TlsStream::shutdown() {
   if (!ssl_) return;
   auto deadline = Clock::now() + std::min(timeout_, std::chrono::milliseconds(2000));

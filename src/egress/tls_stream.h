@@ -41,6 +41,13 @@ class TlsStream {
   Result<void> connect(const std::string& host, bool host_is_ip);
   // Sends close_notify (best effort, bounded by the timeout).
   void shutdown();
+  // Client side, before connect(): the ALPN protocols to offer (wire format), instead of the
+  // context's.
+  void offer_alpn(std::string_view wire);
+  // The protocol ALPN settled on ("h2", "http/1.1"), or "" if none, after the handshake.
+  std::string alpn() const;
+  // The OpenSSL connection, for an event loop that drives it without blocking (h2_server.cc).
+  SSL* native_handle() { return ssl_; }
 
   template <class MutableBufferSequence>
   size_t read_some(const MutableBufferSequence& buffers, error_code& ec) {

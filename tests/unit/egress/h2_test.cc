@@ -1,0 +1,335 @@
+// HTTP/2 between a sandbox and the gateway (src/egress/h2_server.cc), with nghttp2 on both
+// sides: the test's client is the gateway's own HTTP/2 client session (H2Client) over a real
+// TLS connection (a socketpair) to serve_h2, which forwards to a real HTTP/1.1 TLS upstream on
+// 127.0.0.1. Checks that a request is authorized, gets its credential, and comes back masked
+// (also when the upstream writes the value across several DATA frames), that a denied path is
+// refused on its stream while the connection's other streams go on, and that a foreign
+// :authority and CONNECT are refused.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+#include "../temp_dir.h"
+#include "egress/ca.h"
+#include "egress/h2_server.h"
+#include "egress/h2_upstream.h"
+
+namespace space::egress {
+namespace {
+
+constexpr char kSecret[] = "h2-unit-secret-6d1f0b3a9e";
+constexpr char kPlaceholder[] = "space_ph_TOKEN_0123456789abcdef0123456789abcdef";
+
+// A minimal HTTP/1.1 TLS upstream: answers every request with its Authorization header echoed
+// in a header and in the body, the body written in small pieces (the value straddles them).
+class H1Upstream {
+ public:
+  explicit H1Upstream(std::shared_ptr<SSL_CTX> ctx) : ctx_(std::move(ctx)) {
+    lfd_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(lfd_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(lfd_.get(), 16), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(lfd_.get(), reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~H1Upstream() {
+    stop_ = true;
+    ::shutdown(lfd_.get(), SHUT_RDWR);
+    thread_.join();
+    for (auto& t : conns_) t.join();
+  }
+  uint16_t port() const { return port_; }
+  std::vector<std::string> heads() {
+    std::lock_guard l(mu_);
+    return heads_;
+  }
+
+ private:
+  void serve() {
+    for (;;) {
+      int c = ::accept4(lfd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (c < 0 || stop_) {
+        if (c >= 0) ::close(c);
+        return;
+      }
+      conns_.emplace_back([this, c] { handle(UniqueFd(c)); });
+    }
+  }
+  void handle(UniqueFd fd) {
+    TlsStream tls(fd.get(), ctx_, -1);
+    tls.set_timeout(std::chrono::seconds(5));
+    if (!tls.accept(nullptr)) return;
+    std::string in;
+    char buf[4096];
+    for (;;) {
+      size_t end;
+      while ((end = in.find("\r\n\r\n")) == std::string::npos) {
+        boost::system::error_code ec;
+        size_t n = tls.read_some(boost::asio::buffer(buf), ec);
+        if (ec || n == 0) return;
+        in.append(buf, n);
+      }
+      std::string head = in.substr(0, end + 4);
+      in.erase(0, end + 4);
+      {
+        std::lock_guard l(mu_);
+        heads_.push_back(head);
+      }
+      std::string auth;
+      size_t at = head.find("\r\nauthorization: ");
+      if (at == std::string::npos) at = head.find("\r\nAuthorization: ");
+      if (at != std::string::npos) {
+        size_t from = at + 17;
+        auth = head.substr(from, head.find("\r\n", from) - from);
+      }
+      std::string body = "start " + auth + " end";
+      std::string out = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
+                        "\r\nX-Echo: " + auth + "\r\n\r\n";
+      boost::system::error_code ec;
+      auto write = [&](std::string_view s) {
+        while (!s.empty() && !ec) s.remove_prefix(tls.write_some(boost::asio::buffer(s), ec));
+      };
+      write(out);
+      // The body in pieces of 7 bytes, each its own TLS record and (through the gateway) its
+      // own DATA frame: the value is split across several of them.
+      for (size_t i = 0; i < body.size() && !ec; i += 7) {
+        write(std::string_view(body).substr(i, 7));
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      if (ec) return;
+    }
+  }
+
+  std::shared_ptr<SSL_CTX> ctx_;
+  UniqueFd lfd_;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::vector<std::thread> conns_;
+  std::mutex mu_;
+  std::vector<std::string> heads_;
+};
+
+struct Collected : ResponseSink {
+  size_t pull_body(uint8_t*, size_t, bool* end) override {
+    *end = true;
+    return 0;
+  }
+  void on_head(int s, Fields f) override {
+    status = s;
+    fields = std::move(f);
+  }
+  void on_data(std::string_view raw) override { body += raw; }
+  void on_trailers(Fields) override {}
+  void on_end(int, std::string e) override {
+    ended = true;
+    error = std::move(e);
+  }
+  std::string field(std::string_view name) const {
+    for (auto& [n, v] : fields)
+      if (n == name) return v;
+    return "";
+  }
+  int status = 0;
+  Fields fields;
+  std::string body, error;
+  bool ended = false;
+};
+
+class H2Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto ca = SandboxCa::create("sb_h2test", std::chrono::hours(1));
+    ASSERT_TRUE(ca) << ca.error().message();
+    auto up_ca = SandboxCa::create("upstream", std::chrono::hours(1));
+    ASSERT_TRUE(up_ca);
+    std::string sandbox_ca_file = (dir_.path() / "sandbox-ca.crt").string();
+    std::string up_ca_file = (dir_.path() / "up-ca.crt").string();
+    std::ofstream(sandbox_ca_file) << (*ca)->cert_pem();
+    std::ofstream(up_ca_file) << (*up_ca)->cert_pem();
+    auto up_leaf = (*up_ca)->leaf("up.example.test");
+    ASSERT_TRUE(up_leaf);
+    auto up_ctx = server_context(*up_leaf);
+    ASSERT_TRUE(up_ctx);
+    upstream_ = std::make_unique<H1Upstream>(*up_ctx);
+
+    g_.options.resolve["up.example.test:443"] = "127.0.0.1:" + std::to_string(upstream_->port());
+    g_.options.idle_timeout = std::chrono::seconds(10);
+    g_.options.audit = [this](const std::string&, const std::string& kind, nlohmann::json d) {
+      std::lock_guard l(audit_mu_);
+      audit_.push_back({kind, std::move(d)});
+    };
+    auto def = SecretDef::from_json(
+        "TOKEN", {{"value", kSecret}, {"hosts", {"up.example.test"}}, {"profiles", {"t"}}});
+    ASSERT_TRUE(def) << def.error().message();
+    g_.secrets = std::make_shared<SecretStore>(std::map<std::string, SecretDef>{{"TOKEN", *def}});
+    auto uctx = upstream_context({up_ca_file});
+    ASSERT_TRUE(uctx);
+    g_.upstream_ctx = *uctx;
+    auto profile =
+        EgressProfile::from_json({{"allow", {{{"host", "up.example.test"}, {"paths", {"/ok/"}}}}},
+                                  {"allow_networks", {"127.0.0.1/32"}}});
+    ASSERT_TRUE(profile) << profile.error().message();
+    auto policy = Policy::make("t", *profile, {});
+    ASSERT_TRUE(policy);
+    std::shared_ptr<SandboxCa> shared_ca(std::move(*ca));
+    st_ = std::make_shared<Gateway::State>(
+        SandboxEgress{"sb_h2test", *policy, {Grant{"TOKEN", kPlaceholder}}, shared_ca});
+    st_->cancel = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+
+    // The gateway's side of an intercepted connection, as proxy.cc sets it up.
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv), 0);
+    gw_fd_ = UniqueFd(sv[0]);
+    auto leaf = shared_ca->leaf("up.example.test");
+    ASSERT_TRUE(leaf);
+    auto sctx = server_context(*leaf);
+    ASSERT_TRUE(sctx);
+    offer_h2(sctx->get());
+    gateway_ = std::thread([this, sctx = *sctx] {
+      TlsStream tls(gw_fd_.get(), sctx, st_->cancel.get());
+      tls.set_timeout(std::chrono::seconds(5));
+      if (!tls.accept(nullptr)) return;
+      negotiated_ = tls.alpn();
+      serve_h2(g_, st_, tls, gw_fd_.get(), *normalize_host("up.example.test"), 443);
+    });
+
+    // The sandbox's side: an HTTP/2 client offering h2 only.
+    auto conn = std::make_unique<UpConn>();
+    conn->fd = std::make_unique<FdStream>(UniqueFd(sv[1]));
+    auto cctx = upstream_context({sandbox_ca_file});
+    ASSERT_TRUE(cctx);
+    conn->tls = std::make_unique<TlsStream>(conn->fd->fd(), *cctx, -1);
+    conn->tls->set_timeout(std::chrono::seconds(5));
+    conn->tls->offer_alpn(std::string_view("\x02h2", 3));
+    auto r = conn->tls->connect("up.example.test", false);
+    ASSERT_TRUE(r) << r.error().message();
+    conn->alpn = conn->tls->alpn();
+    ASSERT_EQ(conn->alpn, "h2");
+    client_ = std::make_unique<H2Client>(std::move(conn));
+  }
+
+  void TearDown() override {
+    client_.reset();  // closes the client's end: the gateway's loop ends
+    if (gateway_.joinable()) {
+      uint64_t one = 1;
+      (void)!::write(st_->cancel.get(), &one, sizeof one);
+      gateway_.join();
+    }
+  }
+
+  // Drives the client until every sink has ended (or 10 s pass).
+  void run(std::vector<Collected*> sinks) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      bool all = true;
+      for (auto* s : sinks) all &= s->ended;
+      if (all) return;
+      if (!client_->pump()) break;
+      pollfd p{client_->fd(), static_cast<short>(POLLIN | (client_->wants_write() ? POLLOUT : 0)),
+               0};
+      ::poll(&p, 1, 100);
+    }
+    for (auto* s : sinks) EXPECT_TRUE(s->ended) << "a stream did not end";
+  }
+
+  int32_t get(const std::string& path, Collected* sink,
+              const std::string& authority = "up.example.test", const std::string& method = "GET") {
+    Fields f{{":method", method}, {":scheme", "https"}, {":authority", authority}};
+    if (method != "CONNECT") f.emplace_back(":path", path);
+    f.emplace_back("authorization", std::string("Bearer ") + kPlaceholder);
+    return client_->submit(f, false, sink);
+  }
+
+  std::vector<std::pair<std::string, nlohmann::json>> events(const std::string& kind) {
+    std::lock_guard l(audit_mu_);
+    std::vector<std::pair<std::string, nlohmann::json>> out;
+    for (auto& e : audit_)
+      if (e.first == kind) out.push_back(e);
+    return out;
+  }
+
+  test_support::TempDir dir_{"space-h2-test"};
+  Shared g_;
+  std::shared_ptr<Gateway::State> st_;
+  std::unique_ptr<H1Upstream> upstream_;
+  UniqueFd gw_fd_;
+  std::thread gateway_;
+  std::string negotiated_;
+  std::unique_ptr<H2Client> client_;
+  std::mutex audit_mu_;
+  std::vector<std::pair<std::string, nlohmann::json>> audit_;
+};
+
+TEST_F(H2Test, InjectsTheCredentialAndMasksItsEchoSplitAcrossFrames) {
+  Collected s;
+  ASSERT_GT(get("/ok/echo", &s), 0);
+  run({&s});
+  EXPECT_EQ(negotiated_, "h2");
+  EXPECT_EQ(s.status, 200) << s.error << s.body;
+  std::string masked = std::string(sizeof kSecret - 1, '*');
+  EXPECT_EQ(s.body, "start Bearer " + masked + " end");
+  EXPECT_EQ(s.field("x-echo"), "Bearer " + masked);
+  auto heads = upstream_->heads();
+  ASSERT_EQ(heads.size(), 1u);
+  EXPECT_NE(heads[0].find(std::string("Bearer ") + kSecret), std::string::npos) << heads[0];
+  EXPECT_NE(heads[0].find("GET /ok/echo HTTP/1.1\r\nHost: up.example.test\r\n"), std::string::npos)
+      << heads[0];
+  EXPECT_NE(heads[0].find("accept-encoding: identity"), std::string::npos) << heads[0];
+  auto req = events("egress.request");
+  ASSERT_EQ(req.size(), 1u);
+  EXPECT_EQ(req[0].second["http2"], true);
+  EXPECT_EQ(req[0].second["status"], 200);
+  EXPECT_EQ(req[0].second["secrets"], nlohmann::json::array({"TOKEN"}));
+  EXPECT_EQ(req[0].second["redactions"], 2);
+}
+
+TEST_F(H2Test, DeniedPathIsRefusedOnItsStreamOnly) {
+  Collected a, denied, b;
+  ASSERT_GT(get("/ok/a", &a), 0);
+  ASSERT_GT(get("/private/x", &denied), 0);
+  ASSERT_GT(get("/ok/b", &b), 0);
+  run({&a, &denied, &b});
+  EXPECT_EQ(a.status, 200);
+  EXPECT_EQ(denied.status, 403);
+  EXPECT_NE(denied.body.find("SPACE egress gateway:"), std::string::npos) << denied.body;
+  EXPECT_EQ(b.status, 200);
+  EXPECT_EQ(upstream_->heads().size(), 2u);  // the denied one never left
+  auto d = events("egress.denied");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].second["path"], "/private/x");
+  EXPECT_EQ(d[0].second["http2"], true);
+}
+
+TEST_F(H2Test, ForeignAuthorityGets421) {
+  Collected s;
+  ASSERT_GT(get("/ok/a", &s, "other.example.test"), 0);
+  run({&s});
+  EXPECT_EQ(s.status, 421);
+  EXPECT_TRUE(upstream_->heads().empty());
+}
+
+TEST_F(H2Test, ConnectIsRefused) {
+  Collected s;
+  int32_t id = get("", &s, "up.example.test:443", "CONNECT");
+  ASSERT_GT(id, 0);
+  run({&s});
+  EXPECT_EQ(s.status, 400);
+  EXPECT_NE(s.body.find("no tunnels"), std::string::npos) << s.body;
+  EXPECT_TRUE(upstream_->heads().empty());
+}
+
+}  // namespace
+}  // namespace space::egress
