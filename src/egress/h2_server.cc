@@ -176,7 +176,7 @@ class H2Conn {
   void body_arrived(H2Stream& s);
   void audit_request(H2Stream& s);
   bool pump_client(bool& progress);
-  void service_h1();
+  bool service_h1();
 
   Shared& g_;
   std::shared_ptr<Gateway::State> st_;
@@ -272,6 +272,9 @@ void H2Stream::on_data(std::string_view raw) {
 
 void H2Stream::on_trailers(Fields in) {
   if (refused) return;
+  // No DATA follows trailers: the body's held-back bytes go out first, since mask() runs the
+  // same redactor over each whole string.
+  if (redactor.active()) down += redactor.finish();
   Fields out;
   for (auto& [n, v] : in) {
     std::string name = lower(redactor.active() ? redactor.mask(n) : n);
@@ -591,8 +594,10 @@ void H2Conn::start(H2Stream& s) {
       std::move(spare_), wake_.get());
 }
 
-// Moves request body to HTTP/1.1 workers and their responses to the streams.
-void H2Conn::service_h1() {
+// Moves request body to HTTP/1.1 workers and their responses to the streams. True if a
+// response moved (the caller sends it and comes back for more).
+bool H2Conn::service_h1() {
+  bool moved = false;
   for (auto& [id, sp] : streams_) {
     H2Stream& s = *sp;
     if (!s.h1) continue;
@@ -603,12 +608,13 @@ void H2Conn::service_h1() {
       s.pushed_end = s.req_end;
     }
     size_t room = s.down.size() < kH2DownBuffer ? kH2DownBuffer - s.down.size() : 0;
-    s.h1->deliver(s, room);
+    moved |= s.h1->deliver(s, room);
     if (s.drop_h1) {
       s.h1.reset();
       s.drop_h1 = false;
     }
   }
+  return moved;
 }
 
 // Reads what the sandbox sent and writes what is queued for it, without blocking. False when
@@ -689,11 +695,17 @@ void H2Conn::run() {
       if (done) drop_client(r.get());
       return done;
     });
-    service_h1();
-    closed_.clear();
-    // What the upstreams produced may be ready to go to the sandbox at once.
-    if (!pump_client(progress)) break;
-    closed_.clear();
+    // What the upstreams produced goes to the sandbox at once; a worker may hold more than one
+    // delivery's worth, which no wake-up announces: loop while responses move.
+    bool open = true;
+    for (int i = 0; i < 64 && open; ++i) {
+      bool moved = service_h1();
+      closed_.clear();
+      open = pump_client(progress);
+      closed_.clear();
+      if (!moved) break;
+    }
+    if (!open) break;
     if (progress) last = std::chrono::steady_clock::now();
     pollfd p[4];
     int n = 0;

@@ -284,13 +284,12 @@ void H1Exchange::push_body(std::string_view data, bool end) {
   cv_.notify_all();
 }
 
-size_t H1Exchange::deliver(ResponseSink& sink, size_t room) {
+bool H1Exchange::deliver(ResponseSink& sink, size_t room) {
   std::optional<std::pair<int, Fields>> head;
   std::string data;
   bool end = false;
   int status = 0;
   std::string error;
-  size_t sent;
   {
     std::lock_guard l(mu_);
     head.swap(head_);
@@ -302,13 +301,12 @@ size_t H1Exchange::deliver(ResponseSink& sink, size_t room) {
       status = end_status_;
       error = end_error_;
     }
-    sent = std::exchange(body_sent_, 0);
   }
   cv_.notify_all();
   if (head) sink.on_head(head->first, std::move(head->second));
   if (!data.empty()) sink.on_data(data);
   if (end) sink.on_end(status, std::move(error));
-  return sent;
+  return head || !data.empty() || end;
 }
 
 void H1Exchange::finish(int status, std::string error) {
@@ -367,11 +365,6 @@ void H1Exchange::run() {
       }
       if (s.write_all(req_.chunked ? framed : chunk))
         return finish(502, "sending the request body upstream failed");
-      {
-        std::lock_guard l(mu_);
-        body_sent_ += chunk.size();
-      }
-      wake();
     }
     if (end) {
       if (req_.chunked && s.write_all("0\r\n\r\n"))

@@ -127,9 +127,9 @@ class H1Exchange {
 
   bool wants_body();  // the worker has taken what it was given
   void push_body(std::string_view data, bool end);
-  // Passes what the worker produced to `sink` (at most `room` body bytes). Returns how many
-  // request body bytes the worker sent upstream since the last call.
-  size_t deliver(ResponseSink& sink, size_t room);
+  // Passes what the worker produced to `sink` (at most `room` body bytes). True if it passed
+  // anything on (the caller tries again: more may be waiting that no wake-up will announce).
+  bool deliver(ResponseSink& sink, size_t room);
   bool over() {
     std::lock_guard l(mu_);
     return delivered_end_;
@@ -154,7 +154,6 @@ class H1Exchange {
   std::condition_variable cv_;
   std::string body_;  // request body waiting for the worker
   bool body_end_ = false, cancelled_ = false;
-  size_t body_sent_ = 0;
   std::optional<std::pair<int, Fields>> head_;
   std::string data_;  // response body waiting for the loop
   bool ended_ = false, delivered_end_ = false;
