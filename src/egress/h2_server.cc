@@ -29,6 +29,10 @@ using nlohmann::json;
 constexpr uint32_t kH2MaxStreams = 100;
 // Masked response bytes a stream may hold while the sandbox's window is closed.
 constexpr size_t kH2DownBuffer = 64 * 1024;
+// HTTP/1.1 exchanges (each a thread and an upstream connection) one HTTP/2 connection may have
+// running at once, as browsers do per host; further streams wait their turn, so a sandbox
+// cannot turn one connection into 100 upstream connections.
+constexpr size_t kH1Parallel = 6;
 
 int select_h2(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
               unsigned int inlen, void*) {
@@ -53,7 +57,7 @@ bool connection_specific(std::string_view name) {
          name == "transfer-encoding" || name == "upgrade" || name == "te" || name == "trailer";
 }
 
-std::string lower(std::string_view s) {
+std::string lower_ascii(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = ascii_lower(c);
   return out;
@@ -95,6 +99,7 @@ struct H2Stream final : ResponseSink {
   H2Client* up_client = nullptr;  // the HTTP/2 upstream connection carrying it, if any
   int32_t up_id = -1;
   std::unique_ptr<H1Exchange> h1;
+  std::optional<H1Exchange::Request> h1_waiting;  // for a free HTTP/1.1 slot (kH1Parallel)
   bool drop_h1 = false;
   // The response.
   bool head_sent = false, down_end = false;
@@ -149,6 +154,7 @@ class H2Conn {
       s.up_client = nullptr;
     }
     if (s.h1) s.drop_h1 = true;
+    s.h1_waiting.reset();
   }
   // Forgets an upstream connection that is going away.
   void drop_client(H2Client* c) {
@@ -177,6 +183,7 @@ class H2Conn {
   void audit_request(H2Stream& s);
   bool pump_client(bool& progress);
   bool service_h1();
+  void start_waiting_h1();
 
   Shared& g_;
   std::shared_ptr<Gateway::State> st_;
@@ -197,8 +204,8 @@ class H2Conn {
   std::vector<std::unique_ptr<H2Stream>> closed_;  // closed in a callback, freed after it
 };
 
-ssize_t read_response(nghttp2_session* session, int32_t id, uint8_t* buf, size_t len,
-                      uint32_t* flags, nghttp2_data_source* src, void*) {
+ssize_t send_response_body(nghttp2_session* session, int32_t id, uint8_t* buf, size_t len,
+                           uint32_t* flags, nghttp2_data_source* src, void*) {
   auto* s = static_cast<H2Stream*>(src->ptr);
   size_t n = std::min(len, s->down.size());
   std::memcpy(buf, s->down.data(), n);
@@ -251,7 +258,7 @@ void H2Stream::on_head(int st, Fields in) {
   mask_response_fields(res, redactor);
   Fields out{{":status", std::to_string(st)}};
   for (auto& f : res) {
-    std::string n = lower(std::string_view(f.name_string().data(), f.name_string().size()));
+    std::string n = lower_ascii(std::string_view(f.name_string().data(), f.name_string().size()));
     if (connection_specific(n)) continue;
     out.emplace_back(std::move(n), std::string(f.value()));
   }
@@ -277,7 +284,7 @@ void H2Stream::on_trailers(Fields in) {
   if (redactor.active()) down += redactor.finish();
   Fields out;
   for (auto& [n, v] : in) {
-    std::string name = lower(redactor.active() ? redactor.mask(n) : n);
+    std::string name = lower_ascii(redactor.active() ? redactor.mask(n) : n);
     if (connection_specific(name)) continue;
     out.emplace_back(std::move(name), redactor.active() ? redactor.mask(v) : v);
   }
@@ -317,7 +324,7 @@ void H2Conn::submit_head(H2Stream& s, const Fields& fields) {
   auto nv = h2_nv(fields);
   nghttp2_data_provider prd{};
   prd.source.ptr = &s;
-  prd.read_callback = read_response;
+  prd.read_callback = send_response_body;
   if (nghttp2_submit_response(session_, s.id, nv.data(), nv.size(), &prd) == 0) s.head_sent = true;
 }
 
@@ -562,7 +569,7 @@ void H2Conn::start(H2Stream& s) {
     Fields out{
         {":method", s.method}, {":scheme", "https"}, {":authority", authority}, {":path", s.path}};
     for (auto& f : req) {
-      std::string n = lower(std::string_view(f.name_string().data(), f.name_string().size()));
+      std::string n = lower_ascii(std::string_view(f.name_string().data(), f.name_string().size()));
       if (n == "host" || connection_specific(n)) continue;
       out.emplace_back(std::move(n), std::string(f.value()));
     }
@@ -588,15 +595,27 @@ void H2Conn::start(H2Stream& s) {
   }
   if (chunked) head += "Transfer-Encoding: chunked\r\n";
   head += "\r\n";
-  s.h1 = std::make_unique<H1Exchange>(
-      g_, st_, pool_,
-      H1Exchange::Request{host_, port_, std::move(head), chunked, s.method == "HEAD"},
-      std::move(spare_), wake_.get());
+  s.h1_waiting = H1Exchange::Request{host_, port_, std::move(head), chunked, s.method == "HEAD"};
+  start_waiting_h1();
+}
+
+void H2Conn::start_waiting_h1() {
+  size_t running = 0;
+  for (auto& [id, s] : streams_) running += s->h1 && !s->h1->over();
+  for (auto& [id, s] : streams_) {
+    if (running >= kH1Parallel) return;
+    if (!s->h1_waiting) continue;
+    s->h1 = std::make_unique<H1Exchange>(g_, st_, pool_, std::move(*s->h1_waiting),
+                                         std::move(spare_), wake_.get());
+    s->h1_waiting.reset();
+    ++running;
+  }
 }
 
 // Moves request body to HTTP/1.1 workers and their responses to the streams. True if a
 // response moved (the caller sends it and comes back for more).
 bool H2Conn::service_h1() {
+  start_waiting_h1();
   bool moved = false;
   for (auto& [id, sp] : streams_) {
     H2Stream& s = *sp;
