@@ -15,7 +15,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "../temp_dir.h"
@@ -29,9 +31,17 @@ namespace {
 constexpr char kSecret[] = "h2-unit-secret-6d1f0b3a9e";
 constexpr char kPlaceholder[] = "space_ph_TOKEN_0123456789abcdef0123456789abcdef";
 
+// An upstream of the test: where it listens, and the request heads it received.
+class TestUpstream {
+ public:
+  virtual ~TestUpstream() = default;
+  virtual uint16_t port() const = 0;
+  virtual std::vector<std::string> heads() = 0;
+};
+
 // A minimal HTTP/1.1 TLS upstream: answers every request with its Authorization header echoed
 // in a header and in the body, the body written in small pieces (the value straddles them).
-class H1Upstream {
+class H1Upstream : public TestUpstream {
  public:
   explicit H1Upstream(std::shared_ptr<SSL_CTX> ctx) : ctx_(std::move(ctx)) {
     lfd_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -51,8 +61,8 @@ class H1Upstream {
     thread_.join();
     for (auto& t : conns_) t.join();
   }
-  uint16_t port() const { return port_; }
-  std::vector<std::string> heads() {
+  uint16_t port() const override { return port_; }
+  std::vector<std::string> heads() override {
     std::lock_guard l(mu_);
     return heads_;
   }
@@ -70,7 +80,7 @@ class H1Upstream {
   }
   void handle(UniqueFd fd) {
     TlsStream tls(fd.get(), ctx_, -1);
-    tls.set_timeout(std::chrono::seconds(5));
+    tls.set_timeout(std::chrono::seconds(20));
     if (!tls.accept(nullptr)) return;
     std::string in;
     char buf[4096];
@@ -123,6 +133,139 @@ class H1Upstream {
   std::vector<std::string> heads_;
 };
 
+// A minimal HTTP/2 TLS upstream (nghttp2 server session, one connection at a time): answers
+// every request with its authorization echoed in a header, in the body (DATA frames of 7 bytes,
+// so the value straddles several) and in a trailer, then grpc-status 0 as a trailer too.
+class H2Upstream : public TestUpstream {
+ public:
+  explicit H2Upstream(std::shared_ptr<SSL_CTX> ctx) : ctx_(std::move(ctx)) {
+    lfd_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(lfd_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(lfd_.get(), 16), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(lfd_.get(), reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~H2Upstream() override {
+    stop_ = true;
+    ::shutdown(lfd_.get(), SHUT_RDWR);
+    thread_.join();
+  }
+  uint16_t port() const override { return port_; }
+  std::vector<std::string> heads() override {
+    std::lock_guard l(mu_);
+    return heads_;
+  }
+
+ private:
+  struct Req {
+    std::string head, auth, body;
+    size_t sent = 0;
+  };
+
+  void serve() {
+    for (;;) {
+      int c = ::accept4(lfd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (c < 0 || stop_) {
+        if (c >= 0) ::close(c);
+        return;
+      }
+      UniqueFd fd(c);
+      TlsStream tls(fd.get(), ctx_, -1);
+      tls.set_timeout(std::chrono::seconds(20));
+      if (!tls.accept(nullptr)) continue;
+      EXPECT_EQ(tls.alpn(), "h2");
+      handle(tls);
+    }
+  }
+
+  void handle(TlsStream& tls) {
+    nghttp2_session_callbacks* cbs;
+    nghttp2_session_callbacks_new(&cbs);
+    nghttp2_session_callbacks_set_on_header_callback(
+        cbs,
+        [](nghttp2_session*, const nghttp2_frame* f, const uint8_t* n, size_t nl, const uint8_t* v,
+           size_t vl, uint8_t, void* u) -> int {
+          auto* self = static_cast<H2Upstream*>(u);
+          Req& r = self->reqs_[f->hd.stream_id];
+          std::string name(reinterpret_cast<const char*>(n), nl);
+          std::string value(reinterpret_cast<const char*>(v), vl);
+          r.head += name + ": " + value + "\r\n";
+          if (name == "authorization") r.auth = value;
+          return 0;
+        });
+    nghttp2_session_callbacks_set_on_frame_recv_callback(
+        cbs, [](nghttp2_session* s, const nghttp2_frame* f, void* u) -> int {
+          auto* self = static_cast<H2Upstream*>(u);
+          if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM) || !self->reqs_.count(f->hd.stream_id))
+            return 0;
+          Req& r = self->reqs_[f->hd.stream_id];
+          {
+            std::lock_guard l(self->mu_);
+            self->heads_.push_back(r.head);
+          }
+          r.body = "start " + r.auth + " end";
+          Fields h{{":status", "200"}, {"x-echo", r.auth}};
+          std::vector<nghttp2_nv> nv;
+          for (auto& [n, v] : h)
+            nv.push_back({(uint8_t*)n.data(), (uint8_t*)v.data(), n.size(), v.size(), 0});
+          nghttp2_data_provider prd{};
+          prd.read_callback = [](nghttp2_session* s, int32_t id, uint8_t* buf, size_t len,
+                                 uint32_t* flags, nghttp2_data_source*, void* u) -> ssize_t {
+            auto* self = static_cast<H2Upstream*>(u);
+            Req& r = self->reqs_[id];
+            size_t n = std::min({len, size_t{7}, r.body.size() - r.sent});
+            std::memcpy(buf, r.body.data() + r.sent, n);
+            r.sent += n;
+            if (r.sent == r.body.size()) {
+              *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+              Fields t{{"x-echo-trailer", r.auth}, {"grpc-status", "0"}};
+              std::vector<nghttp2_nv> tv;
+              for (auto& [tn, tval] : t)
+                tv.push_back(
+                    {(uint8_t*)tn.data(), (uint8_t*)tval.data(), tn.size(), tval.size(), 0});
+              nghttp2_submit_trailer(s, id, tv.data(), tv.size());
+            }
+            return static_cast<ssize_t>(n);
+          };
+          nghttp2_submit_response(s, f->hd.stream_id, nv.data(), nv.size(), &prd);
+          return 0;
+        });
+    nghttp2_session* session;
+    nghttp2_session_server_new(&session, cbs, this);
+    nghttp2_session_callbacks_del(cbs);
+    nghttp2_submit_settings(session, NGHTTP2_FLAG_NONE, nullptr, 0);
+    char buf[16384];
+    boost::system::error_code ec;
+    while (!stop_ && (nghttp2_session_want_read(session) || nghttp2_session_want_write(session))) {
+      const uint8_t* out;
+      ssize_t n;
+      while ((n = nghttp2_session_mem_send(session, &out)) > 0 && !ec) {
+        std::string_view w(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+        while (!w.empty() && !ec) w.remove_prefix(tls.write_some(boost::asio::buffer(w), ec));
+      }
+      if (ec) break;
+      size_t got = tls.read_some(boost::asio::buffer(buf), ec);
+      if (ec || nghttp2_session_mem_recv(session, reinterpret_cast<uint8_t*>(buf), got) < 0) break;
+    }
+    nghttp2_session_del(session);
+    reqs_.clear();
+  }
+
+  std::shared_ptr<SSL_CTX> ctx_;
+  UniqueFd lfd_;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::map<int32_t, Req> reqs_;  // the server thread's only
+  std::mutex mu_;
+  std::vector<std::string> heads_;
+};
+
 struct Collected : ResponseSink {
   size_t pull_body(uint8_t*, size_t, bool* end) override {
     *end = true;
@@ -133,7 +276,7 @@ struct Collected : ResponseSink {
     fields = std::move(f);
   }
   void on_data(std::string_view raw) override { body += raw; }
-  void on_trailers(Fields) override {}
+  void on_trailers(Fields f) override { trailers = std::move(f); }
   void on_end(int, std::string e) override {
     ended = true;
     error = std::move(e);
@@ -144,7 +287,7 @@ struct Collected : ResponseSink {
     return "";
   }
   int status = 0;
-  Fields fields;
+  Fields fields, trailers;
   std::string body, error;
   bool ended = false;
 };
@@ -166,7 +309,12 @@ class H2Test : public ::testing::Test {
     ASSERT_TRUE(up_leaf);
     auto up_ctx = server_context(*up_leaf);
     ASSERT_TRUE(up_ctx);
-    upstream_ = std::make_unique<H1Upstream>(*up_ctx);
+    if (h2_upstream_) {
+      offer_h2(up_ctx->get());
+      upstream_ = std::make_unique<H2Upstream>(*up_ctx);
+    } else {
+      upstream_ = std::make_unique<H1Upstream>(*up_ctx);
+    }
 
     g_.options.resolve["up.example.test:443"] = "127.0.0.1:" + std::to_string(upstream_->port());
     g_.options.idle_timeout = std::chrono::seconds(10);
@@ -203,8 +351,11 @@ class H2Test : public ::testing::Test {
     offer_h2(sctx->get());
     gateway_ = std::thread([this, sctx = *sctx] {
       TlsStream tls(gw_fd_.get(), sctx, st_->cancel.get());
-      tls.set_timeout(std::chrono::seconds(5));
-      if (!tls.accept(nullptr)) return;
+      tls.set_timeout(std::chrono::seconds(20));
+      if (auto r = tls.accept(nullptr); !r) {
+        gateway_error_ = r.error().message();
+        return;
+      }
       negotiated_ = tls.alpn();
       serve_h2(g_, st_, tls, gw_fd_.get(), *normalize_host("up.example.test"), 443);
     });
@@ -215,7 +366,7 @@ class H2Test : public ::testing::Test {
     auto cctx = upstream_context({sandbox_ca_file});
     ASSERT_TRUE(cctx);
     conn->tls = std::make_unique<TlsStream>(conn->fd->fd(), *cctx, -1);
-    conn->tls->set_timeout(std::chrono::seconds(5));
+    conn->tls->set_timeout(std::chrono::seconds(20));
     conn->tls->offer_alpn(std::string_view("\x02h2", 3));
     auto r = conn->tls->connect("up.example.test", false);
     ASSERT_TRUE(r) << r.error().message();
@@ -233,9 +384,9 @@ class H2Test : public ::testing::Test {
     }
   }
 
-  // Drives the client until every sink has ended (or 10 s pass).
+  // Drives the client until every sink has ended (or 30 s pass, for a loaded machine).
   void run(std::vector<Collected*> sinks) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (std::chrono::steady_clock::now() < deadline) {
       bool all = true;
       for (auto* s : sinks) all &= s->ended;
@@ -245,7 +396,9 @@ class H2Test : public ::testing::Test {
                0};
       ::poll(&p, 1, 100);
     }
-    for (auto* s : sinks) EXPECT_TRUE(s->ended) << "a stream did not end";
+    for (auto* s : sinks)
+      EXPECT_TRUE(s->ended) << "a stream did not end; the gateway's TLS accept: "
+                            << (gateway_error_.empty() ? "ok" : gateway_error_);
   }
 
   int32_t get(const std::string& path, Collected* sink,
@@ -270,10 +423,11 @@ class H2Test : public ::testing::Test {
   test_support::TempDir dir_{"space-h2-test"};
   Shared g_;
   std::shared_ptr<Gateway::State> st_;
-  std::unique_ptr<H1Upstream> upstream_;
+  bool h2_upstream_ = false;
+  std::unique_ptr<TestUpstream> upstream_;
   UniqueFd gw_fd_;
   std::thread gateway_;
-  std::string negotiated_;
+  std::string negotiated_, gateway_error_;
   std::unique_ptr<H2Client> client_;
   std::mutex audit_mu_;
   std::vector<std::pair<std::string, nlohmann::json>> audit_;
@@ -334,6 +488,79 @@ TEST_F(H2Test, ConnectIsRefused) {
   run({&s});
   EXPECT_EQ(s.status, 400) << s.error;
   EXPECT_NE(s.body.find("no tunnels"), std::string::npos) << s.body;
+  EXPECT_TRUE(upstream_->heads().empty());
+}
+
+class H2UpstreamTest : public H2Test {
+ protected:
+  H2UpstreamTest() { h2_upstream_ = true; }
+};
+
+TEST_F(H2UpstreamTest, ForwardsOverHttp2WithMaskedTrailers) {
+  Collected s;
+  // As gRPC sends it: te: trailers goes upstream (HTTP/2 allows exactly that value).
+  Fields f{{":method", "POST"},
+           {":scheme", "https"},
+           {":authority", "up.example.test"},
+           {":path", "/ok/call"},
+           {"te", "trailers"},
+           {"authorization", std::string("Bearer ") + kPlaceholder}};
+  ASSERT_GT(client_->submit(f, false, &s), 0);
+  run({&s});
+  EXPECT_EQ(s.status, 200) << s.error << s.body;
+  EXPECT_TRUE(s.error.empty()) << s.error;
+  std::string masked = "Bearer " + std::string(sizeof kSecret - 1, '*');
+  EXPECT_EQ(s.body, "start " + masked + " end");
+  EXPECT_EQ(s.field("x-echo"), masked);
+  Fields want{{"x-echo-trailer", masked}, {"grpc-status", "0"}};
+  EXPECT_EQ(s.trailers, want);
+  auto heads = upstream_->heads();
+  ASSERT_EQ(heads.size(), 1u);
+  EXPECT_NE(heads[0].find(std::string("authorization: Bearer ") + kSecret), std::string::npos)
+      << heads[0];
+  EXPECT_NE(heads[0].find("te: trailers"), std::string::npos) << heads[0];
+  EXPECT_NE(heads[0].find(":authority: up.example.test"), std::string::npos) << heads[0];
+  auto req = events("egress.request");
+  ASSERT_EQ(req.size(), 1u);
+  EXPECT_EQ(req[0].second["http2"], true);
+  EXPECT_EQ(req[0].second["redactions"], 3);
+}
+
+TEST_F(H2UpstreamTest, ManyStreamsShareTheUpstreamConnection) {
+  std::vector<Collected> s(20);
+  std::vector<Collected*> all;
+  for (auto& c : s) {
+    ASSERT_GT(get("/ok/x", &c), 0);
+    all.push_back(&c);
+  }
+  run(all);
+  for (auto& c : s) EXPECT_EQ(c.status, 200);
+  EXPECT_EQ(upstream_->heads().size(), 20u);
+}
+
+TEST_F(H2Test, ManyStreamsOverHttp11WaitTheirTurn) {
+  // 20 streams, at most 6 HTTP/1.1 exchanges at once (h2_server.cc kH1Parallel): all answered.
+  std::vector<Collected> s(20);
+  std::vector<Collected*> all;
+  for (auto& c : s) {
+    ASSERT_GT(get("/ok/x", &c), 0);
+    all.push_back(&c);
+  }
+  run(all);
+  for (auto& c : s) EXPECT_EQ(c.status, 200);
+  EXPECT_EQ(upstream_->heads().size(), 20u);
+}
+
+TEST_F(H2Test, OversizedHeaderListGets431) {
+  Collected s;
+  Fields f{{":method", "GET"},
+           {":scheme", "https"},
+           {":authority", "up.example.test"},
+           {":path", "/ok/a"},
+           {"x-big", std::string(20000, 'a')}};
+  ASSERT_GT(client_->submit(f, false, &s), 0);
+  run({&s});
+  EXPECT_EQ(s.status, 431) << s.error;
   EXPECT_TRUE(upstream_->heads().empty());
 }
 
