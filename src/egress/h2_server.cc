@@ -586,13 +586,20 @@ void H2Conn::start(H2Stream& s) {
   bool has_cl = req.count(bhttp::field::content_length) > 0;
   bool chunked = !s.req_end && !has_cl;
   std::string head = s.method + " " + s.path + " HTTP/1.1\r\nHost: " + authority + "\r\n";
+  std::string cookies;  // HTTP/2 may split Cookie into fields: one field for HTTP/1.1
   for (auto& f : req) {
     if (f.name() == bhttp::field::host) continue;
+    if (f.name() == bhttp::field::cookie) {
+      if (!cookies.empty()) cookies += "; ";
+      cookies.append(f.value().data(), f.value().size());
+      continue;
+    }
     head.append(f.name_string().data(), f.name_string().size());
     head += ": ";
     head.append(f.value().data(), f.value().size());
     head += "\r\n";
   }
+  if (!cookies.empty()) head += "Cookie: " + cookies + "\r\n";
   if (chunked) head += "Transfer-Encoding: chunked\r\n";
   head += "\r\n";
   s.h1_waiting = H1Exchange::Request{host_, port_, std::move(head), chunked, s.method == "HEAD"};

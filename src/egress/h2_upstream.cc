@@ -171,6 +171,10 @@ int H2Client::on_header(nghttp2_session*, const nghttp2_frame* frame, const uint
   if (it == self->sinks_.end()) return 0;
   std::string_view n(reinterpret_cast<const char*>(name), namelen);
   std::string_view v(reinterpret_cast<const char*>(value), valuelen);
+  // The same cap as an HTTP/1.1 response's header section: past it the stream is reset (and
+  // the sandbox gets a 502), nothing more is held.
+  it->second.field_bytes += namelen + valuelen + 4;
+  if (it->second.field_bytes > kUpstreamHeaderLimit) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   if (n == ":status") {
     int s = 0;
     for (char c : v) s = s * 10 + (c - '0');  // nghttp2 checked it is 3 digits
@@ -190,6 +194,7 @@ int H2Client::on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* 
   Pending& p = it->second;
   Fields fields = std::move(p.fields);
   p.fields.clear();
+  p.field_bytes = 0;
   if (!p.head_done) {
     if (p.status >= 100 && p.status < 200) return 0;  // interim: not forwarded
     p.head_done = true;

@@ -92,6 +92,7 @@ class H2Client {
     ResponseSink* sink;
     int status = 0;
     Fields fields;
+    size_t field_bytes = 0;  // of the header block being received
     bool head_done = false;
   };
   std::map<int32_t, Pending> sinks_;
