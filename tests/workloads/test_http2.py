@@ -1,6 +1,7 @@
 """HTTP/2 through the gateway on intercepted hosts (docs/egress.md, "HTTP/2"): curl --http2 and
 nghttp inside a sandbox negotiate h2 with the gateway, which forwards each stream to an
-HTTP/1.1 upstream (egress_upstream.py) or an HTTP/2 one (a grpcio server), injects the
+HTTP/1.1 upstream (egress_upstream.py) or an HTTP/2 one (a grpcio server, which nghttp also
+calls with a raw gRPC frame so its trailers can be read), injects the
 credential, masks its echo, and refuses a denied path on one stream while the connection's
 other streams go on. A gRPC client inside the sandbox calls a unary method with the secret's
 placeholder as `authorization` metadata: the server sees the real value, the response, its
@@ -196,6 +197,24 @@ class Http2Test(harness.SpaceTestCase):
         self.assertIn("421 2\n", out)
         self.assertFalse([e for e in self.upstream.echoes() if e["path"] == "/public/x"
                           and e["host"] == "api.example.test"])
+
+    def test_nghttp_to_http2_upstream_gets_masked_trailers(self):
+        # A raw gRPC call (5-byte frame header, then "hi") from nghttp, through DNS + the
+        # transparent :443 listener, to the grpcio server: h2 on both sides, the trailers come
+        # back (masked), the server saw the real value.
+        out = self.sh_ok("printf '\\000\\000\\000\\000\\002hi' > /tmp/msg && "
+                         "nghttp -v -H ':method: POST' -H 'content-type: application/grpc' "
+                         "-H 'te: trailers' -H \"authorization: Bearer $GRPC_TOKEN\" "
+                         "-d /tmp/msg https://grpc.example.test%s" % METHOD)
+        self.assertIn("The negotiated protocol: h2", out)
+        self.assertIn(":status: 200", out)
+        masked = "Bearer " + "*" * len(GRPC_SECRET)
+        self.assertIn("x-echo-auth: " + masked, out)
+        self.assertIn("x-echo-trailer: " + masked, out)
+        self.assertIn("grpc-status: 0", out)
+        self.assertNotIn(GRPC_SECRET, out)
+        seen = self.grpc.seen()
+        self.assertTrue(seen and seen[-1]["authorization"] == "Bearer " + GRPC_SECRET, seen)
 
     def test_grpc_unary_call_with_injected_metadata(self):
         script = textwrap.dedent("""
