@@ -42,6 +42,11 @@ class TlsStream {
   // Sends close_notify (best effort, bounded by the timeout).
   void shutdown();
 
+  // For a relay that waits on several sockets itself (WebSocket): reads what is ready without
+  // waiting for the peer; `ec` is would_block when nothing is, eof when the peer closed.
+  size_t read_now(void* data, size_t size, error_code& ec);
+  int fd() const { return fd_; }
+
   template <class MutableBufferSequence>
   size_t read_some(const MutableBufferSequence& buffers, error_code& ec) {
     for (auto it = boost::asio::buffer_sequence_begin(buffers);
