@@ -155,7 +155,7 @@ class Bench:
                        and e["data"].get("host") == "git.example.test")
         tunnels = sum(1 for e in events if e["kind"] == "egress.tunnel"
                       and e["data"].get("host") == "open.example.test")
-        denied = sum(1 for e in events if e["kind"] in ("egress.denied", "egress.error"))
+        denied = [e["data"] for e in events if e["kind"] in ("egress.denied", "egress.error")]
         return injected, tunnels, denied
 
     def close(self):
@@ -215,7 +215,12 @@ def report(b, load0, load1, audit, started):
         os.cpu_count(),
         "- The gateway's audit log holds %d `credential.use` events for git.example.test (the "
         "token put into each intercepted request), %d `egress.tunnel` events for "
-        "open.example.test and %d denials or errors." % (injected, tunnels, denied),
+        "open.example.test and %d denials or errors%s." % (
+            injected, tunnels, len(denied),
+            "" if not denied else " (%s)" % "; ".join(sorted({
+                "%s %s: %s" % (d.get("via", "?"), d.get("host", "?"),
+                               d.get("reason", d.get("error", "?"))[:100])
+                for d in denied}))[:600]),
     ]
     return "\n".join(lines) + "\n"
 
