@@ -404,6 +404,23 @@ print(out.decode())
         self.assertFalse([e for e in self.upstream.echoes()
                           if e["host"] in ("other.example.test", "metadata.google.internal")])
 
+    def test_basic_auth_substituted_only_where_bound(self):
+        # curl -u sends Authorization: Basic base64(user:password), as git does for a token in a
+        # URL: on the bound host the gateway decodes it and puts the value in (and masks the
+        # echo); on a tunneled host and on an intercepted host the secret is not bound to
+        # (paths.example.test, a path rule) the placeholder arrives as sent.
+        import base64
+        ph = self.placeholder()
+        for host, path, want in [("api.example.test", "/echo", "x-access-token:" + SECRET),
+                                 ("git.example.test", "/echo", "x-access-token:" + ph),
+                                 ("paths.example.test", "/public/x", "x-access-token:" + ph)]:
+            out = self.sh_ok('curl -sS -u "x-access-token:$API_TOKEN" https://%s%s' % (host, path))
+            self.assertNotIn(SECRET, out)
+            got = [e for e in self.upstream.echoes() if e["host"] == host][-1]
+            auth = got["headers"]["authorization"]
+            self.assertTrue(auth.startswith("Basic "), auth)
+            self.assertEqual(base64.b64decode(auth[6:]).decode(), want, host)
+
     WS_CLIENT = r'''
 import base64, json, os, socket, ssl, struct, sys
 host, secret = sys.argv[1], sys.argv[2]
