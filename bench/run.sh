@@ -19,7 +19,10 @@
 #           cannot run here gets a row with the reason
 #   gateway what space-gateway adds to a call (GET, exec, create) against the same call made
 #           straight to the node, alternated (gateway.py -> bench/results/gateway-<date>.md)
-# BENCH_ONLY=spawn, egress, snapshot, vm or gateway runs one of them.
+#   git     git clone of a 50 MB repository of random blobs from a local smart-HTTP server,
+#           through the gateway (intercepted with a token, tunneled) vs direct from the host,
+#           medians of BENCH_GIT_RUNS (5) runs (git_clone.py -> bench/results/git-clone-<date>.md)
+# BENCH_ONLY=spawn, egress, snapshot, vm, gateway or git runs one of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR="${BUILD_DIR:-build-release}"
@@ -36,8 +39,8 @@ cleanup() {
 trap cleanup EXIT
 only="${BENCH_ONLY:-}"
 case "$only" in
-  "" | spawn | egress | snapshot | vm | gateway) ;;
-  *) echo "bench: BENCH_ONLY must be spawn, egress, snapshot, vm or gateway, not '$only'" >&2; exit 2 ;;
+  "" | spawn | egress | snapshot | vm | gateway | git) ;;
+  *) echo "bench: BENCH_ONLY must be spawn, egress, snapshot, vm, gateway or git, not '$only'" >&2; exit 2 ;;
 esac
 mkdir -p bench/results
 if [[ -z "$only" || "$only" == spawn ]]; then
@@ -57,4 +60,7 @@ if [[ -z "$only" || "$only" == vm ]]; then
 fi
 if [[ -z "$only" || "$only" == gateway ]]; then
   python3 bench/gateway.py --work "$work/gateway" --out "bench/results/gateway-$(date +%Y-%m-%d).md"
+fi
+if [[ -z "$only" || "$only" == git ]]; then
+  python3 bench/git_clone.py --work "$work/git" --out "bench/results/git-clone-$(date +%Y-%m-%d).md"
 fi

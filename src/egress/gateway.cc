@@ -266,7 +266,12 @@ void audit_listener_refusal(Shared& g, Gateway::State& st, nlohmann::json ev) {
   g.audit(st, "egress.denied", std::move(ev));
 }
 
-// The DNS stub: allowed names resolve to the transparent listeners, the rest to NXDOMAIN.
+// The DNS stub: every well-formed name resolves to the transparent listeners (127.0.0.1, A
+// only), allowed or not, so that a client ignoring the proxy variables connects and gets the
+// gateway's clear refusal (403 with the reason, over TLS or plain HTTP) instead of a lookup
+// error. Names the policy denies are audited here too (the connection that follows is refused
+// and audited again). Malformed names and address literals get NXDOMAIN. Nothing is ever sent
+// to another resolver, so a query carries nothing out.
 std::string answer_dns(Shared& g, Gateway::State& st, std::string_view datagram) {
   uint16_t id = 0;
   auto q = dns::parse_query(datagram, &id);
@@ -274,38 +279,43 @@ std::string answer_dns(Shared& g, Gateway::State& st, std::string_view datagram)
   ++g.dns_queries;
   if (q->qclass != 1) return dns::build_response(*q, dns::Rcode::kRefused);
   static const std::array<uint8_t, 4> kLoopback = {127, 0, 0, 1};
-  if (q->name == "localhost")
+  auto loopback = [&] {
     return dns::build_response(*q, dns::Rcode::kNoError,
                                q->qtype == uint16_t(dns::Type::kA)
                                    ? std::vector<std::array<uint8_t, 4>>{kLoopback}
-                                   : std::vector<std::array<uint8_t, 4>>{});
+                                   : std::vector<std::array<uint8_t, 4>>{});  // no AAAA etc.
+  };
+  if (q->name == "localhost") return loopback();
   auto host = normalize_host(q->name);
-  bool allowed = false;
-  std::string reason;
-  if (!host) {
-    reason = host.error().message();
-  } else if (host->is_ip()) {
-    reason = "address literals are not names";
-  } else {
-    for (uint16_t port : st.sb.policy.ports()) {
-      Decision d = st.sb.policy.check_host(*host, port);
-      if (d.allowed) {
-        allowed = true;
-        break;
-      }
-      if (reason.empty()) reason = d.reason;
-    }
-    if (reason.empty() && !allowed) reason = "no port of " + host->name + " is allowed";
-  }
-  if (!allowed) {
+  if (!host || host->is_ip()) {
     ++g.denied;
     audit_listener_refusal(g, st,
-                           {{"via", "dns"}, {"host", q->name.substr(0, 256)}, {"reason", reason}});
+                           {{"via", "dns"},
+                            {"host", q->name.substr(0, 256)},
+                            {"reason", host ? std::string("address literals are not names")
+                                            : host.error().message()}});
     return dns::build_response(*q, dns::Rcode::kNxDomain);
   }
-  if (q->qtype == uint16_t(dns::Type::kA))
-    return dns::build_response(*q, dns::Rcode::kNoError, {kLoopback});
-  return dns::build_response(*q, dns::Rcode::kNoError);  // no AAAA etc.: use IPv4
+  bool allowed = false;
+  std::string reason;
+  for (uint16_t port : st.sb.policy.ports()) {
+    Decision d = st.sb.policy.check_host(*host, port);
+    if (d.allowed) {
+      allowed = true;
+      break;
+    }
+    if (reason.empty()) reason = d.reason;
+  }
+  if (!allowed) {
+    if (reason.empty()) reason = "no port of " + host->name + " is allowed";
+    ++g.denied;
+    audit_listener_refusal(g, st,
+                           {{"via", "dns"},
+                            {"host", q->name.substr(0, 256)},
+                            {"reason", reason + " (answered 127.0.0.1: connections to it are "
+                                                "refused by the gateway with this reason)"}});
+  }
+  return loopback();
 }
 
 }  // namespace

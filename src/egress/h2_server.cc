@@ -19,6 +19,7 @@
 #include "egress/ascii.h"
 #include "egress/h2_upstream.h"
 #include "egress/http_rules.h"
+#include "egress/inject.h"
 
 namespace space::egress {
 namespace {
@@ -530,7 +531,7 @@ void H2Conn::start(H2Stream& s) {
                          " is unavailable; the reason is in this sandbox's audit log "
                          "(credential.error) for the operator");
     }
-    inject_credential(req, *def, gr.placeholder, *value);
+    inject(req, *def, gr.placeholder, *value);
     s.secrets.push_back(gr.name);
     ++g_.credential_uses;
     g_.audit(*st_, "credential.use",

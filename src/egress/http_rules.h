@@ -22,9 +22,7 @@ inline constexpr size_t kRequestHeaderLimit = 16 * 1024;
 std::optional<std::string> framing_problem_of(const boost::beast::http::fields& f);
 // Removes hop-by-hop fields (RFC 9110 §7.6.1), including those named in Connection.
 void strip_hop_by_hop_fields(boost::beast::http::fields& f);
-// Puts a secret's value where its definition says and nowhere else (docs/egress.md).
-void inject_credential(boost::beast::http::request_header<>& req, const SecretDef& def,
-                       const std::string& placeholder, const std::string& value);
+// (Credentials go in with inject(), inject.h, on both protocols.)
 // Why a response from a host a granted secret is bound to cannot be masked (206, a content
 // coding), or nothing.
 std::optional<std::string> unmaskable_response(const boost::beast::http::response_header<>& res);

@@ -138,6 +138,7 @@ class AnyStream {
     if (ec) throw boost::system::system_error(ec);
     return n;
   }
+  TlsStream* tls() const { return tls_; }
   error_code write_all(std::string_view data) {
     error_code ec;
     while (!data.empty() && !ec) {
@@ -167,6 +168,20 @@ struct TunnelBytes {
   uint64_t up = 0, down = 0;
 };
 TunnelBytes tunnel(Shared& g, Gateway::State& st, int a, int b);
+
+// websocket.cc: relays an upgraded (101) WebSocket connection of an intercepted host until
+// either side closes, the sandbox is detached or nothing moves for the idle timeout. Client
+// bytes go up as they are; the upstream's frames come down parsed and masked
+// (websocket::ServerFrames); a malformed one ends the relay with close code 1002 to the
+// client (`error` says why). `*_first`: bytes already read past the handshake on each side.
+struct WebSocketRelayed {
+  uint64_t up = 0, down = 0;
+  size_t redactions = 0;
+  std::string error;
+};
+WebSocketRelayed relay_websocket(Shared& g, Gateway::State& st, AnyStream& client,
+                                 AnyStream& upstream, std::string_view client_first,
+                                 std::string_view upstream_first);
 
 // proxy.cc: serves one accepted connection of the given kind to the end.
 void serve_connection(Shared& g, std::shared_ptr<Gateway::State> st, UniqueFd fd,

@@ -11,12 +11,14 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
+#include <boost/beast/core/buffers_to_string.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
 #include "egress/ascii.h"
 #include "egress/h2_server.h"
 #include "egress/http_rules.h"
+#include "egress/inject.h"
 #include "egress/internal.h"
 #include "egress/tls_hello.h"
 
@@ -103,56 +105,29 @@ void strip_hop_by_hop(http::fields& f) {
     f.erase(name);
 }
 
-// Puts a secret's value where its definition says, and nowhere else (credentials.h): its
-// configured header, and the placeholder inside the header fields and query parameters it
-// lists. Nothing else in the request changes.
-void inject(http::request_header<>& req, const SecretDef& def, const std::string& placeholder,
-            const std::string& value) {
-  if (!def.header.empty()) {
-    std::string v = def.format;
-    replace_all(v, "{}", value);
-    req.set(def.header, v);
-  }
-  for (const auto& name : def.placeholder_headers) {
-    std::vector<std::string> values;
-    bool changed = false;
-    auto [from, to] = req.equal_range(name);
-    for (auto it = from; it != to; ++it) {
-      std::string v(it->value());
-      changed |= replace_all(v, placeholder, value) > 0;
-      values.push_back(std::move(v));
+// A WebSocket opening handshake (RFC 6455 §4.1): GET with Upgrade: websocket and the
+// "upgrade" token in Connection.
+bool websocket_upgrade_requested(const http::request_header<>& req) {
+  if (req.method() != http::verb::get) return false;
+  auto has_token = [](std::string_view list, std::string_view token) {
+    while (!list.empty()) {
+      size_t comma = list.find(',');
+      std::string_view t = list.substr(0, comma);
+      while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
+      while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
+      if (iequals(t, token)) return true;
+      if (comma == std::string_view::npos) break;
+      list.remove_prefix(comma + 1);
     }
-    if (!changed) continue;
-    req.erase(name);
-    for (auto& v : values) req.insert(name, v);
+    return false;
+  };
+  bool upgrade = false, connection = false;
+  for (auto& f : req) {
+    std::string_view v(f.value().data(), f.value().size());
+    if (f.name() == http::field::upgrade) upgrade |= has_token(v, "websocket");
+    if (f.name() == http::field::connection) connection |= has_token(v, "upgrade");
   }
-  if (def.placeholder_query.empty()) return;
-  std::string target(req.target());
-  size_t q = target.find('?');
-  if (q == std::string::npos) return;
-  std::string out = target.substr(0, q + 1);
-  bool changed = false;
-  std::string_view query = std::string_view(target).substr(q + 1);
-  for (size_t i = 0; i <= query.size();) {
-    size_t amp = query.find('&', i);
-    if (amp == std::string_view::npos) amp = query.size();
-    std::string_view param = query.substr(i, amp - i);
-    size_t eq = param.find('=');
-    std::string_view key = param.substr(0, eq);
-    bool listed = std::find(def.placeholder_query.begin(), def.placeholder_query.end(), key) !=
-                  def.placeholder_query.end();
-    if (eq != std::string_view::npos && listed && param.substr(eq + 1) == placeholder) {
-      out.append(key);
-      out += '=';
-      out += percent_encode(value);
-      changed = true;
-    } else {
-      out.append(param);
-    }
-    if (amp < query.size()) out += '&';
-    i = amp + 1;
-  }
-  if (changed) req.target(out);
+  return upgrade && connection;
 }
 
 // Why a response from a host a granted secret is bound to cannot be masked reliably, if it
@@ -339,10 +314,6 @@ class Connection {
                                           "send plain HTTP as http:// requests to the proxy)");
       return;
     }
-    if (hello.ech) {
-      deny(via, who, port, "encrypted ClientHello (ECH) hides the real target; refused");
-      return;
-    }
     std::optional<Host> sni;
     if (hello.has_sni) {
       auto h = normalize_host(hello.sni);
@@ -360,6 +331,7 @@ class Connection {
       Decision d = policy().check_host(*sni, port);
       if (!d.allowed) {
         deny(via, sni->name, port, d.reason);
+        refuse_inside_tls(*sni, d.reason);
         return;
       }
       target = sni;
@@ -370,10 +342,46 @@ class Connection {
       return;
     }
     if (policy().needs_inspection(*target, port) || bound_secret(*target)) {
+      // The gateway's own TLS server ignores an encrypted_client_hello extension (real or
+      // GREASE, as Chromium sends on every connection): the handshake it completes is for the
+      // outer SNI, the host just checked, so nothing is hidden from it.
       intercept(*target, port);
+    } else if (hello.ech) {
+      // Tunneled, the upstream would read the encrypted inner hello and could serve a name the
+      // policy never saw.
+      deny(via, target->name, port,
+           "encrypted ClientHello (ECH) would hide the real target in a tunnel; refused (turn "
+           "ECH off in the client, or bind a secret or a path rule to the host so that the "
+           "gateway terminates its TLS)");
     } else {
       pass_through(*target, port, via);
     }
+  }
+
+  // A transparent TLS connection to a host the policy denies (the DNS stub answers every name,
+  // so clients that ignore proxy variables end up here): the gateway completes the handshake
+  // with a leaf from the sandbox's own CA and answers the first request with 403 and the
+  // reason, so the client reports a refusal instead of a reset. Nothing is dialed. The leaf's
+  // TLS context is not kept (a sandbox could name hosts without end); the CA bounds its own
+  // leaf cache.
+  void refuse_inside_tls(const Host& host, const std::string& reason) {
+    auto kc = st_->sb.ca->leaf(host.name);
+    if (!kc) return;
+    auto ctx = server_context(*kc);
+    if (!ctx) return;
+    TlsStream tls(client_fd_.fd(), *ctx, st_->cancel.get());
+    tls.set_timeout(std::chrono::seconds(10));
+    std::string sni;
+    if (!tls.accept(&sni)) return;
+    AnyStream s(&tls);
+    // Read the request head first, so that closing does not reset a request still unread.
+    beast::flat_buffer buf(kBufferLimit);
+    http::request_parser<http::empty_body> p;
+    p.header_limit(kHeaderLimit);
+    boost::system::error_code ec;
+    http::read_header(s, buf, p, ec);
+    if (!ec || ec == http::error::header_limit) respond(s, 403, "Forbidden", reason);
+    tls.shutdown();
   }
 
   void pass_through(const Host& host, uint16_t port, const std::string& via) {
@@ -433,6 +441,71 @@ class Connection {
       http_loop(s, Mode::kIntercepted, nullptr, port, nullptr, &host);
     }
     tls.shutdown();
+  }
+
+  // --- WebSocket ----------------------------------------------------------------------------
+  // The upstream accepted a WebSocket handshake (101): checks that it switched to WebSocket with
+  // no extension, passes the 101 on (masked like any response head), then relays frames until
+  // either side ends (websocket.cc). Audited as one egress.request with status 101.
+  void serve_websocket(AnyStream& client, beast::flat_buffer& client_buf,
+                       http::response_header<>& res, const Host& host, uint16_t port,
+                       const std::string& method, const std::string& path,
+                       const std::vector<std::string>& used) {
+    json ev = {{"via", "intercept"}, {"host", host.name},       {"port", port},
+               {"method", method},   {"path", path_only(path)}, {"status", 101},
+               {"websocket", true}};
+    if (!used.empty()) ev["secrets"] = used;
+    std::string problem;
+    if (!iequals(
+            std::string_view(res[http::field::upgrade].data(), res[http::field::upgrade].size()),
+            "websocket"))
+      problem = "the upstream switched to a protocol other than WebSocket";
+    else if (res.count(http::field::sec_websocket_extensions))
+      problem = "the upstream chose a WebSocket extension the gateway did not offer";
+    if (!problem.empty()) {
+      up_.reset();
+      deny("intercept", host.name, port, "response refused: " + problem,
+           {{"method", method}, {"path", path_only(path)}});
+      respond(client, 502, "Bad Gateway", problem);
+      return;
+    }
+    strip_hop_by_hop(res);
+    Redactor redactor(g_.secrets->mask_patterns());
+    mask_fields(res, redactor);
+    std::string head =
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\n";
+    for (auto& f : res) {
+      head.append(f.name_string().data(), f.name_string().size());
+      head += ": ";
+      head.append(f.value().data(), f.value().size());
+      head += "\r\n";
+    }
+    head += "\r\n";
+    if (client.write_all(head)) {
+      up_.reset();
+      return;
+    }
+    ++g_.requests;
+    std::string client_first = beast::buffers_to_string(client_buf.data());
+    client_buf.consume(client_buf.size());
+    std::string upstream_first = beast::buffers_to_string(up_->buf.data());
+    up_->buf.consume(up_->buf.size());
+    auto start = std::chrono::steady_clock::now();
+    WebSocketRelayed r =
+        relay_websocket(g_, *st_, client, *up_->stream, client_first, upstream_first);
+    up_.reset();
+    g_.bytes_up += r.up;
+    g_.bytes_down += r.down;
+    ev["bytes_up"] = r.up;
+    ev["bytes_down"] = r.down;
+    ev["duration_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - start)
+                            .count();
+    if (redactor.redactions() + r.redactions)
+      ev["redactions"] = redactor.redactions() + r.redactions;
+    if (!r.error.empty()) ev["error"] = r.error;
+    g_.audit(*st_, "egress.request", std::move(ev));
   }
 
   // --- HTTP ---------------------------------------------------------------------------------
@@ -621,7 +694,17 @@ class Connection {
         return;
       }
       bool client_keep_alive = req.keep_alive();
+      // A WebSocket handshake to an intercepted host is carried (the upgrade is authorized and
+      // credentials are injected like any request): Upgrade and Connection survive the
+      // hop-by-hop strip, and no extension is offered (permessage-deflate would hide the
+      // frames' payloads from masking).
+      const bool websocket = mode == Mode::kIntercepted && websocket_upgrade_requested(req);
       strip_hop_by_hop(req);
+      if (websocket) {
+        req.set(http::field::upgrade, "websocket");
+        req.set(http::field::connection, "Upgrade");
+        req.erase(http::field::sec_websocket_extensions);
+      }
 
       // Credentials: only inside TLS the gateway terminated, only for requests the secret is
       // bound to, only where its definition says. Elsewhere a placeholder travels as the
@@ -709,6 +792,10 @@ class Connection {
         http::write(client, interim, ec);
         if (ec) return;
       }
+      if (!ec && resp->get().result_int() == 101 && websocket) {
+        serve_websocket(client, buf, resp->get(), host, port, method, path, used);
+        return;
+      }
       if (ec || resp->get().result_int() == 101) {
         up_.reset();
         respond(client, 502, "Bad Gateway",
@@ -769,10 +856,6 @@ class Connection {
 // The rules above, for the HTTP/2 streams of h2_server.cc (http_rules.h).
 std::optional<std::string> framing_problem_of(const http::fields& f) { return framing_problem(f); }
 void strip_hop_by_hop_fields(http::fields& f) { strip_hop_by_hop(f); }
-void inject_credential(http::request_header<>& req, const SecretDef& def,
-                       const std::string& placeholder, const std::string& value) {
-  inject(req, def, placeholder, value);
-}
 std::optional<std::string> unmaskable_response(const http::response_header<>& res) {
   return unmaskable(res);
 }

@@ -78,6 +78,26 @@ size_t TlsStream::read_raw(void* data, size_t size, error_code& ec) {
   }
 }
 
+size_t TlsStream::read_now(void* data, size_t size, error_code& ec) {
+  ec = {};
+  if (!ssl_) {
+    ec = boost::asio::error::no_memory;
+    return 0;
+  }
+  size_t got = 0;
+  errno = 0;
+  if (SSL_read_ex(ssl_, data, size, &got) == 1) return got;
+  int err = SSL_get_error(ssl_, 0);
+  if (err == SSL_ERROR_WANT_READ) {
+    ec = boost::asio::error::would_block;
+    return 0;
+  }
+  // WANT_WRITE (a key update to send) waits for the socket; anything else is the error.
+  ec = wait_for(err, Clock::now() + timeout_);
+  if (!ec) ec = boost::asio::error::would_block;
+  return 0;
+}
+
 size_t TlsStream::write_raw(const void* data, size_t size, error_code& ec) {
   ec = {};
   if (!ssl_) {

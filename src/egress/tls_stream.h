@@ -49,6 +49,11 @@ class TlsStream {
   // The OpenSSL connection, for an event loop that drives it without blocking (h2_server.cc).
   SSL* native_handle() { return ssl_; }
 
+  // For a relay that waits on several sockets itself (WebSocket): reads what is ready without
+  // waiting for the peer; `ec` is would_block when nothing is, eof when the peer closed.
+  size_t read_now(void* data, size_t size, error_code& ec);
+  int fd() const { return fd_; }
+
   template <class MutableBufferSequence>
   size_t read_some(const MutableBufferSequence& buffers, error_code& ec) {
     for (auto it = boost::asio::buffer_sequence_begin(buffers);

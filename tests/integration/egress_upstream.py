@@ -2,7 +2,8 @@
 a wildcard certificate for *.example.test) and a plain HTTP server, both on 127.0.0.2, serving
 an echo endpoint (which records what it received, so a test can see the real secret arrive)
 and static files: a git repository for the dumb HTTP protocol, a PyPI-style simple index with
-one wheel, and a large file for bandwidth checks. Only the standard library, git and openssl.
+one wheel, and a large file for bandwidth checks; and a WebSocket echo endpoint (/ws, RFC 6455
+by hand). Only the standard library, git and openssl.
 """
 
 import base64
@@ -12,12 +13,47 @@ import io
 import json
 import os
 import socketserver
+import struct
 import ssl
 import subprocess
 import threading
 import zipfile
 
 HOST = "127.0.0.2"
+
+
+WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC11B85"
+
+
+def ws_read_frame(rfile):
+    """(fin, opcode, payload) of one frame from a client (masked), or None at EOF."""
+    head = rfile.read(2)
+    if len(head) < 2:
+        return None
+    fin, opcode, masked, n = head[0] & 0x80, head[0] & 0x0f, head[1] & 0x80, head[1] & 0x7f
+    if n == 126:
+        n = struct.unpack(">H", rfile.read(2))[0]
+    elif n == 127:
+        n = struct.unpack(">Q", rfile.read(8))[0]
+    key = rfile.read(4) if masked else b"\0\0\0\0"
+    data = rfile.read(n)
+    return bool(fin), opcode, bytes(b ^ key[i % 4] for i, b in enumerate(data))
+
+
+def ws_frame(opcode, payload, fin=True, rsv=0, mask=None):
+    """One frame; `mask` (4 bytes) for a client's frames."""
+    head = bytes([(0x80 if fin else 0) | rsv | opcode])
+    m = 0x80 if mask else 0
+    if len(payload) < 126:
+        head += bytes([m | len(payload)])
+    elif len(payload) < 65536:
+        head += bytes([m | 126]) + struct.pack(">H", len(payload))
+    else:
+        head += bytes([m | 127]) + struct.pack(">Q", len(payload))
+    if mask:
+        payload = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        head += mask
+    return head + payload
 
 
 def make_test_ca(d):
@@ -167,7 +203,61 @@ class Upstream:
                 self.end_headers()
                 self.wfile.write(out)
 
+            def _websocket(self):
+                """Echo: the handshake's Authorization and extensions offered come first, as
+                text; then each message back. "fragment:X" comes back in two frames with a ping
+                between, cut in the middle of X; "rsv" gets a frame with RSV1 set."""
+                rec = {"method": "GET", "path": self.path, "host": self.headers.get("Host"),
+                       "headers": {k.lower(): v for k, v in self.headers.items()}, "body": ""}
+                with up.lock:
+                    up.received.append(rec)
+                accept = base64.b64encode(hashlib.sha1(
+                    (self.headers["Sec-WebSocket-Key"] + WS_GUID).encode()).digest()).decode()
+                self.send_response(101)
+                self.send_header("Upgrade", "websocket")
+                self.send_header("Connection", "Upgrade")
+                self.send_header("Sec-WebSocket-Accept", accept)
+                self.end_headers()
+                self.wfile.flush()
+                w = self.wfile
+                w.write(ws_frame(1, ("auth:%s ext:%s" % (
+                    self.headers.get("Authorization", ""),
+                    self.headers.get("Sec-WebSocket-Extensions", ""))).encode()))
+                w.flush()
+                msg, op = b"", 1
+                while True:
+                    f = ws_read_frame(self.rfile)
+                    if f is None:
+                        break
+                    fin, opcode, data = f
+                    if opcode == 8:
+                        w.write(ws_frame(8, data[:2]))
+                        w.flush()
+                        break
+                    if opcode == 9:
+                        w.write(ws_frame(10, data))
+                        continue
+                    if opcode in (1, 2):
+                        msg, op = data, opcode
+                    elif opcode == 0:
+                        msg += data
+                    if not fin:
+                        continue
+                    if msg.startswith(b"fragment:"):
+                        cut = len(b"fragment:") + (len(msg) - len(b"fragment:")) // 2
+                        w.write(ws_frame(op, msg[:cut], fin=False) + ws_frame(9, b"between") +
+                                ws_frame(0, msg[cut:]))
+                    elif msg == b"rsv":
+                        w.write(ws_frame(op, b"compressed?", rsv=0x40))
+                    else:
+                        w.write(ws_frame(op, msg))
+                    w.flush()
+                self.close_connection = True
+
             def do_GET(self):
+                if self.path.startswith("/ws") and \
+                        self.headers.get("Upgrade", "").lower() == "websocket":
+                    return self._websocket()
                 if self.path.split("?")[0] in ("/npmdemo", "/npmdemo/"):
                     self.path = "/npmdemo.json"
                 if self.path.startswith("/echo") or self.path.startswith("/public/") or \

@@ -1,13 +1,15 @@
 """Names resolve inside a qemu microVM guest (docs/qemu-runtime.md, "Egress"): the guest's
 /etc/resolv.conf names the gateway's DNS stub (127.0.0.53), where the agent takes each query and
 carries it over its channel to spaced, which hands it to the sandbox's stub and returns the
-answer (docs/agent-protocol.md, "DNS"). The stub answers as for linux sandboxes: names the
-profile allows resolve to 127.0.0.1 (the transparent listeners, which the agent carries too),
-every other name is NXDOMAIN and audited for this sandbox.
+answer (docs/agent-protocol.md, "DNS"). The stub answers as for linux sandboxes: every
+well-formed name resolves to 127.0.0.1 (the transparent listeners, which the agent carries too,
+and which refuse denied hosts with a 403); names the profile denies are audited for this
+sandbox; address literals and malformed names are NXDOMAIN.
 
 Checked through the real spaced and CLI under TCG, with ONE sandbox for the class: busybox
-nslookup resolves an allowed name and not a denied one; wget by name works through the proxy
-variables and, without them, through DNS and the transparent HTTP listener; a guest flood of
+nslookup resolves allowed and denied names to 127.0.0.1 (the denied ones audited); wget by name
+works through the proxy variables and, without them, through DNS and the transparent HTTP
+listener, which answers a denied name with the gateway's 403; a guest flood of
 queries (concurrent resolvers, and a static helper sending well-formed, tiny and oversized
 datagrams as fast as it can) leaves spaced healthy, its memory bounded and names resolving.
 Upstream is a local server reached through `gateway.resolve` overrides on 127.0.0.1 only.
@@ -17,6 +19,7 @@ The image is busybox (Debian's busybox-static) imported from a tarball and made 
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -154,11 +157,14 @@ class QemuDnsTest(VmSuite):
         self.assertEqual(rc, 0, (out, err))
         self.assertIn("127.0.0.53", out)  # the server it asked
         self.assertRegex(out, r"Name:\s+allowed\.test\s+Address:\s+127\.0\.0\.1")
-        # A denied name gets the stub's NXDOMAIN, audited for this sandbox.
-        rc, out, err = self.space("exec", self.sid, "--", "nslookup", "denied.test")
-        self.assertNotEqual(rc, 0, out)
-        self.assertIn("NXDOMAIN", out + err)
-        rc, out, err = self.space("exec", self.sid, "--", "nslookup", "nobody.example.org")
+        # A denied name resolves to the gateway too (whose listeners refuse it: test_2),
+        # audited for this sandbox.
+        for name in ("denied.test", "nobody.example.org"):
+            rc, out, err = self.space("exec", self.sid, "--", "nslookup", name)
+            self.assertEqual(rc, 0, (out, err))
+            self.assertRegex(out, r"Name:\s+%s\s+Address:\s+127\.0\.0\.1" % re.escape(name))
+        # An address literal that is not one (a numeric last label) stays NXDOMAIN.
+        rc, out, err = self.space("exec", self.sid, "--", "nslookup", "a.999")
         self.assertNotEqual(rc, 0, out)
         self.assertIn("NXDOMAIN", out + err)
         hosts = {e["data"].get("host") for e in self.dns_denials()}
@@ -181,11 +187,11 @@ class QemuDnsTest(VmSuite):
         rc, out, err = self.sh(
             "unset http_proxy HTTP_PROXY; timeout 60 wget -q -O - http://allowed.test/transparent")
         self.assertEqual((rc, out), (0, "hello from upstream /transparent"), err)
-        # A denied name does not even resolve.
+        # A denied name resolves to the gateway, whose transparent listener refuses it.
         rc, out, err = self.sh(
             "unset http_proxy HTTP_PROXY; timeout 60 wget -q -O - http://denied.test/")
         self.assertNotEqual(rc, 0, out)
-        self.assertIn("bad address", err)
+        self.assertIn("403", err)
 
     def test_3_a_guest_flood_does_not_break_the_daemon(self):
         rss_before = self.daemon.rss()

