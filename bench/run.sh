@@ -19,7 +19,10 @@
 #           cannot run here gets a row with the reason
 #   gateway what space-gateway adds to a call (GET, exec, create) against the same call made
 #           straight to the node, alternated (gateway.py -> bench/results/gateway-<date>.md)
-# BENCH_ONLY=spawn, egress, snapshot, vm or gateway runs one of them.
+#   page    headless Chromium's page-load time for the local site through the gateway
+#           (tunneled and intercepted) against the same Chromium on the host loading it
+#           directly, interleaved (page_load.py -> bench/results/page-load-<date>.md)
+# BENCH_ONLY=spawn, egress, snapshot, vm, gateway or page runs one of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR="${BUILD_DIR:-build-release}"
@@ -36,8 +39,8 @@ cleanup() {
 trap cleanup EXIT
 only="${BENCH_ONLY:-}"
 case "$only" in
-  "" | spawn | egress | snapshot | vm | gateway) ;;
-  *) echo "bench: BENCH_ONLY must be spawn, egress, snapshot, vm or gateway, not '$only'" >&2; exit 2 ;;
+  "" | spawn | egress | snapshot | vm | gateway | page) ;;
+  *) echo "bench: BENCH_ONLY must be spawn, egress, snapshot, vm, gateway or page, not '$only'" >&2; exit 2 ;;
 esac
 mkdir -p bench/results
 if [[ -z "$only" || "$only" == spawn ]]; then
@@ -57,4 +60,7 @@ if [[ -z "$only" || "$only" == vm ]]; then
 fi
 if [[ -z "$only" || "$only" == gateway ]]; then
   python3 bench/gateway.py --work "$work/gateway" --out "bench/results/gateway-$(date +%Y-%m-%d).md"
+fi
+if [[ -z "$only" || "$only" == page ]]; then
+  python3 bench/page_load.py --work "$work/page" --out "bench/results/page-load-$(date +%Y-%m-%d).md"
 fi
