@@ -217,7 +217,10 @@ class HostImageEtcTest(SpaceTestCase):
         self.assertEqual(out.split(), [], "host files that may hold secrets are visible")
         # Chromium's managed policy directory is the skeleton's own (so spaced can write the
         # sandbox's policy there), not a bind of the host's /etc/chromium.
-        self.exec_ok(sid, "test", "-f", "/etc/chromium/policies/managed/space.json")
+        policy = json.loads(self.exec_ok(sid, "cat", "/etc/chromium/policies/managed/space.json"))
+        ca = self.exec_ok(sid, "cat", "/etc/space/ca.crt")
+        der64 = "".join(l for l in ca.splitlines() if l and not l.startswith("-----"))
+        self.assertEqual(policy, {"CACertificates": [der64], "EncryptedClientHelloEnabled": False})
         diff = json.loads(self.space_ok("diff", sid, "--json"))  # the daemon's files are not
         for kind in ("added", "changed", "deleted"):           # the agent's changes
             self.assertEqual(diff.get(kind, []), [], diff)
