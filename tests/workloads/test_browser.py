@@ -164,7 +164,7 @@ class BrowserTest(harness.SpaceTestCase):
         # until then the gateway answers an upgrade on an intercepted host with its 502 "not
         # supported", and only that case is skipped; any other failure fails.
         rc, out, _ = self.sh(
-            "curl -sS -i --http1.1 --max-time 10 -H 'Connection: Upgrade' -H 'Upgrade: websocket'"
+            "curl -sS -i --http1.1 --max-time 5 -H 'Connection: Upgrade' -H 'Upgrade: websocket'"
             " -H 'Sec-WebSocket-Version: 13' -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=='"
             " https://%s/ws?tag=probe" % INTERCEPTED, timeout=60)
         if "protocol upgrades are not supported" in out:
