@@ -61,7 +61,8 @@ const { chromium } = require('playwright-core');
       const resp = await page.goto(url, { waitUntil: 'load' });
       const dt = performance.now() - t0;
       const ok = await page.evaluate(() => document.querySelectorAll('img.ok').length);
-      if (resp.status() !== 200 || ok !== 8) throw new Error(`load ${i}: ${resp.status()}, ${ok} of 8 images`);
+      if (resp.status() !== 200 || ok !== 8)
+        throw new Error(`load ${i}: ${resp.status()}, ${ok} of 8 images`);
       if (i > 0) ms.push(dt);  // the first load warms the browser (and the gateway's leaf cache)
       await ctx.close();
     }
@@ -234,7 +235,8 @@ def report(b, started, load0, load1, audit):
     sys.path.insert(0, HERE)
     import bench as base
     chromium = run(["/usr/bin/chromium", "--version"]).strip()
-    label = {"direct": "direct (host)", "tunnel": "SPACE tunneled", "intercept": "SPACE intercepted"}
+    label = {"direct": "direct (host)", "tunnel": "SPACE tunneled",
+             "intercept": "SPACE intercepted"}
     d = median(b.samples["direct"])
     lines = [
         "# Page load through the SPACE gateway, %s" % started.strftime("%Y-%m-%d %H:%M"),

@@ -104,14 +104,15 @@ class ToolsTest(harness.SpaceTestCase):
         with self.site.lock:
             return [r for r in self.site.requests if (r["host"] or "").split(":")[0] == host]
 
-    def venv(self):
-        self.sh_ok("test -x /tmp/venv/bin/pip || python3 -m venv /tmp/venv")
+    def venv(self, path):
+        """A fresh venv at `path` (one per test: a wheel already there would not be fetched)."""
+        self.sh_ok("rm -rf %s && python3 -m venv %s" % (path, path))
 
     def test_pip_bearer_header(self):
-        self.venv()
-        out = self.sh_ok("/tmp/venv/bin/pip install -q --disable-pip-version-check "
+        self.venv("/tmp/venv-bearer")
+        out = self.sh_ok("/tmp/venv-bearer/bin/pip install -q --disable-pip-version-check "
                          "--no-cache-dir --index-url https://%s/simple/ spacedemo && "
-                         "/tmp/venv/bin/python -c 'import spacedemo; print(spacedemo.VALUE)'"
+                         "/tmp/venv-bearer/bin/python -c 'import spacedemo; print(spacedemo.VALUE)'"
                          % PYPI)
         self.assertEqual(out.strip().splitlines()[-1], "42")
         got = self.received(PYPI)
@@ -120,11 +121,11 @@ class ToolsTest(harness.SpaceTestCase):
         self.assert_secrets_absent()
 
     def test_pip_basic_in_index_url(self):
-        self.venv()
+        self.venv("/tmp/venv-basic")
         rc, out, err = self.sh(
-            "/tmp/venv/bin/pip install -q --disable-pip-version-check --no-cache-dir "
-            "--force-reinstall --index-url \"https://__token__:$PYPI_TOKEN@%s/simple/\" "
-            "spacedemo && /tmp/venv/bin/python -c 'import spacedemo; print(spacedemo.VALUE)'"
+            "/tmp/venv-basic/bin/pip install -q --disable-pip-version-check --no-cache-dir "
+            "--index-url \"https://__token__:$PYPI_TOKEN@%s/simple/\" spacedemo && "
+            "/tmp/venv-basic/bin/python -c 'import spacedemo; print(spacedemo.VALUE)'"
             % PYPI_BASIC)
         placeholder = self.inspect(self.sid)["env"]["PYPI_TOKEN"]
         sent_as_is = "Basic " + base64.b64encode(("__token__:" + placeholder).encode()).decode()
