@@ -16,8 +16,9 @@ connections: every load pays DNS, TCP, CONNECT and TLS again), timing `page.goto
                      to 127.0.0.2:port, the test CA trusted through the same managed policy
                      (CACertificates) the sandbox gets, bound over /etc/chromium in a private
                      mount namespace (unshare -m: the host's /etc is not touched)
-  SPACE tunneled     the driver and Chromium in a sandbox (default limits), through the
-                     gateway's proxy (CONNECT, SNI checked, bytes relayed)
+  SPACE tunneled     the driver and Chromium in a sandbox (default limits but --cpus = the
+                     host's CPUs, as the direct browser has), through the gateway's proxy
+                     (CONNECT, SNI checked, bytes relayed)
   SPACE intercepted  the same sandbox, a host a secret is bound to: TLS terminated with the
                      sandbox CA, each request authorized, new TLS to the upstream, responses
                      scanned for the secret
@@ -148,7 +149,10 @@ class Bench:
             stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         harness.wait_for(lambda: os.path.exists(self.sock) and self.healthy(), timeout=30,
                          what="spaced (log %s)" % log.name)
-        self.sandbox = run([self.space, "create", "--secret", TOKEN_VAR], env=self.env,
+        # As many CPUs as the host's browser has (the default is 1): the rows then differ by
+        # the path to the site, not by the CPU the browser may use.
+        self.sandbox = run([self.space, "create", "--secret", TOKEN_VAR,
+                            "--cpus", str(os.cpu_count())], env=self.env,
                            what="space create").strip().split()[-1]
         driver = os.path.join(self.work, "driver.js")
         with open(driver, "w") as f:
@@ -256,7 +260,9 @@ def report(b, started, load0, load1, audit):
         "run left out; %d rounds with the variants interleaved" % b.args.rounds,
         "- direct: the same Chromium, driver and page on the host, straight to 127.0.0.2 "
         "(a sandbox has no way out but the gateway, so the host is the only direct path); the "
-        "test CA trusted there by the same CACertificates policy the sandbox gets",
+        "test CA trusted there by the same CACertificates policy the sandbox gets; the sandbox "
+        "has the default limits except `--cpus %d` (the host's CPUs, as the direct browser "
+        "has; the default is 1)" % os.cpu_count(),
         "",
         "| variant | loads | median ms | min | max | x direct |",
         "|---|---:|---:|---:|---:|---:|",
