@@ -369,7 +369,7 @@ Result<Daemon::Prepared> Daemon::prepare_sandbox(
   // Its trust store (the host's CAs, sandbox_ca_files, its CA) goes straight into the writable
   // layer before anything runs there, after a snapshot's files if it is restored from one.
   std::string ca_pem;
-  std::shared_ptr<const std::string> trust;
+  std::shared_ptr<const Daemon::TrustBase> trust;
   if (rt->has_writable_layer()) {
     auto base = trust_base();
     if (!base) return failed(std::move(base.error()));

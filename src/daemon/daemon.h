@@ -198,17 +198,28 @@ class Daemon : public SandboxService {
   void drain_pools();
   void pool_metrics(std::ostream& o);
   nlohmann::json pool_report();  // `space doctor`: each pool, its size and what is ready
-  // The host's CA bundle plus sandbox_ca_files, read once and again when the bundle changes.
-  Result<std::shared_ptr<const std::string>> trust_base();
+  // What every sandbox trusts besides its own CA: the host's CA bundle plus sandbox_ca_files
+  // (`bundle`), and the sandbox_ca_files alone (`extra`, PEM), which Chromium is told to trust
+  // by policy (it has its own root store and ignores the bundle). Read once and again when the
+  // host's bundle changes.
+  struct TrustBase {
+    std::string bundle;
+    std::string extra;
+  };
+  Result<std::shared_ptr<const TrustBase>> trust_base();
   // Writes the CA (egress::kCaCertPath) and trust store (kCaBundlePath) into a writable layer's
   // `upper` before the sandbox starts, owned by sandbox root as if its agent had written them.
   // false (nothing written) where the layer cannot mirror the image's /etc simply (a symlink,
   // or a restored snapshot's whiteout there): the agent installs them then.
   // The same files written through the sandbox's agent (VMs: no writable layer on the host).
   Result<void> install_ca_via_agent(Sandbox& sb, const egress::SandboxCa& ca);
+  // Chromium's policy file (egress::kChromiumPolicyPath) is written next to them: its own
+  // trust (the policy CACertificates: the CA and sandbox_ca_files; Chromium ignores the
+  // bundle and SSL_CERT_FILE) and EncryptedClientHelloEnabled false, since the gateway refuses
+  // ECH where it tunnels (docs/workloads.md).
   static Result<bool> install_ca_files(int upper_fd, uint32_t uid_base,
                                        const std::filesystem::path& rootfs,
-                                       const std::string& ca_pem, const std::string& base);
+                                       const std::string& ca_pem, const TrustBase& base);
   Result<void> reconcile();
   void reaper();
   Result<std::shared_ptr<Sandbox>> live(const std::string& id);
@@ -244,9 +255,16 @@ class Daemon : public SandboxService {
   // ({"/etc/space/ca.crt": {"size","mtime_ns","dir"}}), so `space diff` can leave them out
   // while they are untouched.
   static nlohmann::json installed_stats(Sandbox& sb, const std::vector<std::string>& rel_paths);
-  // The files spaced installs in every sandbox with egress: the gateway's CA and trust store.
-  static inline const std::vector<std::string> kInstalledFiles = {"etc/space", "etc/space/ca.crt",
-                                                                  "etc/space/ca-bundle.crt"};
+  // The files spaced installs in every sandbox with egress: the gateway's CA and trust store,
+  // and Chromium's policy (snapshots.cc's kInstalled lists the same).
+  static inline const std::vector<std::string> kInstalledFiles = {
+      "etc/space",
+      "etc/space/ca.crt",
+      "etc/space/ca-bundle.crt",
+      "etc/chromium",
+      "etc/chromium/policies",
+      "etc/chromium/policies/managed",
+      "etc/chromium/policies/managed/space.json"};
   // Writes a small file into a running sandbox through its agent (parents created).
   static Result<void> put_file(AgentConn& conn, const std::string& path, uint32_t mode,
                                std::string_view bytes);
@@ -359,7 +377,7 @@ class Daemon : public SandboxService {
   std::thread pool_filler_;
 
   std::mutex trust_mu_;
-  std::shared_ptr<const std::string> trust_base_;
+  std::shared_ptr<const TrustBase> trust_base_;
   struct timespec trust_mtime_ {};
   off_t trust_size_ = -1;
 

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
@@ -26,6 +27,25 @@ std::string read_text(const fs::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Chromium's managed policy for a sandbox: trust `pems` (its CA and sandbox_ca_files), no ECH.
+// CACertificates takes base64 DER, which is a PEM block's body without its line breaks.
+std::string chromium_policy(std::string_view pems) {
+  constexpr std::string_view kBegin = "-----BEGIN CERTIFICATE-----",
+                             kEnd = "-----END CERTIFICATE-----";
+  json certs = json::array();
+  for (size_t at = pems.find(kBegin); at != std::string_view::npos; at = pems.find(kBegin, at)) {
+    at += kBegin.size();
+    size_t end = pems.find(kEnd, at);
+    if (end == std::string_view::npos) break;
+    std::string der64;
+    for (char c : pems.substr(at, end - at))
+      if (!std::isspace(static_cast<unsigned char>(c))) der64 += c;
+    certs.push_back(std::move(der64));
+    at = end;
+  }
+  return json{{"CACertificates", certs}, {"EncryptedClientHelloEnabled", false}}.dump(2) + "\n";
 }
 
 }  // namespace
@@ -123,20 +143,21 @@ Result<egress::SandboxEgress> Daemon::egress_of(const SandboxRecord& rec) {
   return eg;
 }
 
-Result<std::shared_ptr<const std::string>> Daemon::trust_base() {
+Result<std::shared_ptr<const Daemon::TrustBase>> Daemon::trust_base() {
   struct stat st;
   if (::stat(kSystemBundle, &st) != 0) st = {};
   std::lock_guard lock(trust_mu_);
   if (trust_base_ && trust_size_ == st.st_size && trust_mtime_.tv_sec == st.st_mtim.tv_sec &&
       trust_mtime_.tv_nsec == st.st_mtim.tv_nsec)
     return trust_base_;
-  std::string bundle = read_text(kSystemBundle);
+  TrustBase base{read_text(kSystemBundle), ""};
   for (auto& f : cfg_.sandbox_ca_files) {
     std::string pem = read_text(f);
     if (pem.empty()) return fail(Code::kInvalidArgument, "sandbox_ca_files: cannot read " + f);
-    bundle += "\n" + pem;
+    base.bundle += "\n" + pem;
+    base.extra += pem + "\n";
   }
-  trust_base_ = std::make_shared<const std::string>(std::move(bundle));
+  trust_base_ = std::make_shared<const TrustBase>(std::move(base));
   trust_size_ = st.st_size;
   trust_mtime_ = st.st_mtim;
   return trust_base_;
@@ -203,24 +224,42 @@ Result<bool> write_upper_file(int dir, const char* name, std::vector<std::string
 }  // namespace
 
 Result<bool> Daemon::install_ca_files(int upper_fd, uint32_t uid_base, const fs::path& rootfs,
-                                      const std::string& ca_pem, const std::string& base) {
+                                      const std::string& ca_pem, const TrustBase& base) {
   static_assert(std::string_view(egress::kCaCertPath) == "/etc/space/ca.crt" &&
-                std::string_view(egress::kCaBundlePath) == "/etc/space/ca-bundle.crt");
+                std::string_view(egress::kCaBundlePath) == "/etc/space/ca-bundle.crt" &&
+                std::string_view(egress::kChromiumPolicyPath) ==
+                    "/etc/chromium/policies/managed/space.json");
   UniqueFd etc = TRY(upper_dir(upper_fd, "etc", rootfs / "etc", uid_base));
   if (!etc) return false;
   UniqueFd space = TRY(upper_dir(etc.get(), "space", rootfs / "etc" / "space", uid_base));
   if (!space) return false;
   if (!TRY(write_upper_file(space.get(), "ca.crt", {ca_pem}, uid_base))) return false;
-  return TRY(write_upper_file(space.get(), "ca-bundle.crt",
-                              {base, "\n" + std::string(kBundleMarker), ca_pem}, uid_base));
+  if (!TRY(write_upper_file(space.get(), "ca-bundle.crt",
+                            {base.bundle, "\n" + std::string(kBundleMarker), ca_pem}, uid_base)))
+    return false;
+  // Chromium's policy, in the image's /etc/chromium/policies/managed (an empty directory of the
+  // host image's skeleton; made here for other images).
+  fs::path lower = rootfs / "etc";
+  UniqueFd dir = std::move(etc);
+  for (const char* name : {"chromium", "policies", "managed"}) {
+    lower /= name;
+    dir = TRY(upper_dir(dir.get(), name, lower, uid_base));
+    if (!dir) return false;
+  }
+  return TRY(
+      write_upper_file(dir.get(), "space.json", {chromium_policy(base.extra + ca_pem)}, uid_base));
 }
 
 Result<void> Daemon::install_ca_via_agent(Sandbox& sb, const egress::SandboxCa& ca) {
   std::string pem = ca.cert_pem();
-  std::string bundle = *TRY(trust_base()) + "\n" + kBundleMarker + pem;
+  auto base = TRY(trust_base());
+  std::string bundle = base->bundle + "\n" + kBundleMarker + pem;
   TRY_VOID_CTX(put_file(*sb.conn, egress::kCaCertPath, 0644, pem), "installing the gateway CA");
   TRY_VOID_CTX(put_file(*sb.conn, egress::kCaBundlePath, 0644, bundle),
                "installing the trust store");
+  TRY_VOID_CTX(
+      put_file(*sb.conn, egress::kChromiumPolicyPath, 0644, chromium_policy(base->extra + pem)),
+      "installing Chromium's policy");
   return {};
 }
 

@@ -36,8 +36,56 @@ Result<void> write_file(const fs::path& p, std::string_view content, mode_t mode
   return {};
 }
 
-// Host directories bound read-only into the host image, when they exist.
-const char* kHostBinds[] = {"/usr", "/etc/ssl", "/etc/alternatives"};
+// Host directories bound read-only into the host image, when they exist: live (a package
+// upgrade on the host shows at once), shared, and holding nothing secret. docs/linux-runtime.md
+// ("The host image") says why each is there. Their mount points are made in the skeleton, so
+// the bind adds nothing to the sandbox's writable layer.
+const char* kHostBinds[] = {
+    "/usr",
+    "/etc/ssl",               // the CA store (ca-certificates)
+    "/etc/alternatives",      // Debian's alternatives (/usr/bin/* links point here)
+    "/etc/fonts",             // Fontconfig's configuration: Chromium, matplotlib, any text render
+    "/var/cache/fontconfig",  // its prebuilt cache, so each sandbox need not rebuild it
+    "/etc/chromium.d",        // sourced by Debian's /usr/bin/chromium launcher (exits 2 without)
+};
+
+// Small, non-secret host files copied into the skeleton (the sandbox sees them as of the
+// skeleton's build). Left out on purpose, because they can hold secrets or host identity:
+// shadow, gshadow, ssh/, sudoers, machine-id, gitconfig, npmrc, pip.conf, wgetrc, netrc,
+// environment and profile.d (host variables, proxies with passwords), the host's
+// hostname/hosts/resolv.conf (the sandbox gets its own).
+const char* kHostFiles[] = {
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/os-release",
+    "/etc/debian_version",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/mime.types",
+    "/etc/profile",
+    "/etc/bash.bashrc",
+    "/etc/shells",
+    "/etc/login.defs",
+    "/etc/inputrc",
+    "/etc/services",
+    "/etc/protocols",
+    "/etc/ethertypes",
+    "/etc/locale.alias",
+    "/etc/gai.conf",
+    "/etc/host.conf",
+    "/etc/magic",
+    "/etc/magic.mime",
+    "/etc/matplotlibrc",                 // Debian's python3-matplotlib has no built-in default
+    "/etc/chromium/master_preferences",  // Chromium's first-run defaults
+};
+
+// Small host directories copied the same way.
+const char* kHostDirs[] = {"/etc/ld.so.conf.d", "/etc/python3", "/etc/python3.11"};
+
+// Where the daemon writes each sandbox's Chromium policy (the sandbox CA, no ECH): a plain
+// directory of the skeleton, so the file lands in the sandbox's writable layer
+// (daemon/egress.cc).
+constexpr const char* kChromiumPolicyDir = "etc/chromium/policies/managed";
 
 }  // namespace
 
@@ -66,12 +114,16 @@ Result<void> Images::build_host_skeleton(const fs::path& root) {
     fs::create_symlink(target, root / e.path().filename(), ec);
   }
   for (const char* d :
-       {"usr",     "etc",     "etc/ssl",   "etc/alternatives", "root", "home", "tmp", "var",
-        "var/tmp", "var/lib", "var/cache", "var/log",          "run",  "proc", "dev", "sys",
-        "mnt",     "opt",     "srv",       "workspace"}) {
+       {"usr", "etc", "root", "home", "tmp", "var", "var/tmp", "var/lib", "var/cache", "var/log",
+        "run", "proc", "dev", "sys", "mnt", "opt", "srv", "workspace", kChromiumPolicyDir}) {
     fs::create_directories(root / d, ec);
     if (ec)
       return fail(Code::kInternal, "creating skeleton dir " + std::string(d) + ": " + ec.message());
+  }
+  for (const char* b : kHostBinds) {  // mount points
+    fs::create_directories(root / fs::path(b).relative_path(), ec);
+    if (ec)
+      return fail(Code::kInternal, std::string("creating mount point ") + b + ": " + ec.message());
   }
   ::chmod((root / "tmp").c_str(), 01777);
   ::chmod((root / "var/tmp").c_str(), 01777);
@@ -89,20 +141,20 @@ Result<void> Images::build_host_skeleton(const fs::path& root) {
   fs::create_directories(root / "home/user", ec);
   ::chown((root / "home/user").c_str(), 1000, 1000);
   // Small host files that programs expect; copied, not bound, so the sandbox sees a snapshot.
-  for (const char* f : {"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/os-release",
-                        "/etc/debian_version", "/etc/localtime", "/etc/mime.types", "/etc/profile",
-                        "/etc/bash.bashrc", "/etc/shells", "/etc/login.defs"}) {
+  for (const char* f : kHostFiles) {
     fs::path src(f);
     if (!fs::exists(src, ec)) continue;
+    fs::create_directories(root / src.relative_path().parent_path(), ec);
     fs::copy(src, root / src.relative_path(),
              fs::copy_options::overwrite_existing | fs::copy_options::copy_symlinks, ec);
   }
-  if (fs::exists("/etc/ld.so.conf.d", ec))
-    fs::copy("/etc/ld.so.conf.d", root / "etc/ld.so.conf.d",
-             fs::copy_options::recursive | fs::copy_options::overwrite_existing, ec);
-  if (fs::exists("/etc/python3.11", ec))
-    fs::copy("/etc/python3.11", root / "etc/python3.11",
-             fs::copy_options::recursive | fs::copy_options::overwrite_existing, ec);
+  for (const char* d : kHostDirs) {
+    if (!fs::is_directory(d, ec)) continue;
+    fs::copy(d, root / fs::path(d).relative_path(),
+             fs::copy_options::recursive | fs::copy_options::overwrite_existing |
+                 fs::copy_options::copy_symlinks,
+             ec);
+  }
   return {};
 }
 
@@ -112,9 +164,10 @@ Result<void> Images::init() {
   if (ec) return fail(Code::kInternal, "creating " + dir_.string() + ": " + ec.message());
   // Versioned so a newer spaced can change the skeleton without touching one that running
   // sandboxes still use as their lower layer.
-  fs::path root = dir_ / "host" / "rootfs.v1";
+  // v2: the host's /etc for fonts, Chromium, matplotlib (kHostBinds, kHostFiles).
+  fs::path root = dir_ / "host" / "rootfs.v2";
   if (!fs::exists(root / "etc/passwd", ec)) {
-    fs::path tmp = dir_ / "host" / ("rootfs.v1.tmp" + std::to_string(::getpid()));
+    fs::path tmp = dir_ / "host" / ("rootfs.v2.tmp" + std::to_string(::getpid()));
     fs::remove_all(tmp, ec);
     TRY_VOID_CTX(build_host_skeleton(tmp), "building the host image skeleton");
     fs::remove_all(root, ec);

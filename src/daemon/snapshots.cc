@@ -80,10 +80,15 @@ uint32_t shift_id(uint32_t id, uint32_t from, uint32_t to) {
 
 constexpr uint64_t kMaxSnapshotEntries = 500'000;
 
-// Files the daemon writes into every sandbox (the gateway's trust store): not the user's
-// changes.
-const std::set<std::string> kInstalled = {"/etc/space", "/etc/space/ca.crt",
-                                          "/etc/space/ca-bundle.crt"};
+// Files the daemon writes into every sandbox (the gateway's trust store, Chromium's policy;
+// Daemon::kInstalledFiles): not the user's changes.
+const std::set<std::string> kInstalled = {"/etc/space",
+                                          "/etc/space/ca.crt",
+                                          "/etc/space/ca-bundle.crt",
+                                          "/etc/chromium",
+                                          "/etc/chromium/policies",
+                                          "/etc/chromium/policies/managed",
+                                          "/etc/chromium/policies/managed/space.json"};
 
 }  // namespace
 

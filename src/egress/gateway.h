@@ -64,6 +64,8 @@ inline constexpr const char* kDnsStubAddress = "127.0.0.53";
 inline constexpr uint16_t kDnsStubPort = 53;
 inline constexpr const char* kCaCertPath = "/etc/space/ca.crt";           // the sandbox CA
 inline constexpr const char* kCaBundlePath = "/etc/space/ca-bundle.crt";  // system + CA
+// Debian's Chromium reads managed policies there; the daemon puts the sandbox CA in it.
+inline constexpr const char* kChromiumPolicyPath = "/etc/chromium/policies/managed/space.json";
 // HTTP(S)_PROXY, ALL_PROXY, NO_PROXY (both cases), SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
 // CURL_CA_BUNDLE, NODE_EXTRA_CA_CERTS, GIT_SSL_CAINFO, PIP_CERT, NPM_CONFIG_CAFILE, and one
 // variable per grant.

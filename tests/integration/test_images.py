@@ -184,6 +184,48 @@ class ImagesTest(SpaceTestCase):
                                              "a hard link to the host's /etc/shadow was made")
 
 
+class HostImageEtcTest(SpaceTestCase):
+    """The host image carries the host's non-secret /etc the tools need (docs/linux-runtime.md,
+    "The host image"), read-only where it is bound, and none of the files that hold secrets."""
+
+    BOUND = ["/etc/fonts", "/var/cache/fontconfig", "/etc/chromium.d"]
+    COPIED = ["/etc/matplotlibrc", "/etc/chromium/master_preferences", "/etc/services"]
+    SECRET = ["/etc/shadow", "/etc/gshadow", "/etc/ssh", "/etc/sudoers", "/etc/machine-id",
+              "/etc/gitconfig", "/etc/npmrc", "/etc/pip.conf", "/etc/environment",
+              "/etc/profile.d", "/etc/hostname"]
+
+    def test_etc_carried_and_secrets_not(self):
+        sid = self.create()
+        for path in self.BOUND + self.COPIED:
+            if not os.path.exists(path):
+                continue
+            self.exec_ok(sid, "test", "-e", path)
+        for path in self.BOUND:
+            if not os.path.isdir(path):
+                continue
+            # Live and read-only: the same entries as the host's, and a write is refused.
+            inside = self.exec_ok(sid, "ls", "-A", path).split()
+            self.assertEqual(sorted(inside), sorted(os.listdir(path)), path)
+            rc, _, err = self.space("exec", sid, "--", "touch", path + "/space-probe")
+            self.assertNotEqual(rc, 0, "could write into " + path)
+            self.assertIn("Read-only file system", err)
+            self.assertFalse(os.path.exists(path + "/space-probe"))
+        # The attack: look for each secret-holding host file inside. None may be there.
+        rc, out, _ = self.space("exec", sid, "--", "sh", "-c",
+                                "for f in %s; do test -e $f && echo $f; done; true"
+                                % " ".join(self.SECRET))
+        self.assertEqual(out.split(), [], "host files that may hold secrets are visible")
+        # Chromium's managed policy directory is the skeleton's own (so spaced can write the
+        # sandbox's policy there), not a bind of the host's /etc/chromium.
+        policy = json.loads(self.exec_ok(sid, "cat", "/etc/chromium/policies/managed/space.json"))
+        ca = self.exec_ok(sid, "cat", "/etc/space/ca.crt")
+        der64 = "".join(l for l in ca.splitlines() if l and not l.startswith("-----"))
+        self.assertEqual(policy, {"CACertificates": [der64], "EncryptedClientHelloEnabled": False})
+        diff = json.loads(self.space_ok("diff", sid, "--json"))  # the daemon's files are not
+        for kind in ("added", "changed", "deleted"):           # the agent's changes
+            self.assertEqual(diff.get(kind, []), [], diff)
+
+
 class DoctorTest(SpaceTestCase):
 
     def test_doctor(self):

@@ -205,7 +205,9 @@ class SnapshotTest(SnapshotCase):
         opaque = image_opaque_dir(self, sid)
         if opaque:  # replace an image directory by a sandbox-made one: overlay "opaque"
             self.sh(sid, "rm -rf %s && mkdir %s && echo mine > %s/mine" % (opaque, opaque, opaque))
-        roots = ["/root/w", "/etc", "--skip=/etc/space"]  # /etc/space: the gateway's CA
+        # /etc/space: the gateway's CA; space.json: Chromium's policy naming it (rewritten too)
+        roots = ["/root/w", "/etc", "--skip=/etc/space",
+                 "--skip=/etc/chromium/policies/managed/space.json"]
         st0 = self.state(sid, *roots)
         self.assertEqual(st0["/root/w/a.txt"]["xattrs"], {"user.note": b"v1".hex()},
                          "the kernel keeps user.* xattrs on the writable layer")
@@ -288,7 +290,9 @@ os.removexattr('/root/w/a.txt', 'user.note')"
     def test_restore_forks_independent_sandboxes_of_the_same_profile(self):
         src = self.create("--env", "FROM_SOURCE=1")
         self.sh(src, SETUP_SH)
-        roots = ["/root/w", "/etc", "--skip=/etc/space"]  # a restore gets a new gateway CA
+        # A restore gets a new gateway CA, and Chromium's policy names it.
+        roots = ["/root/w", "/etc", "--skip=/etc/space",
+                 "--skip=/etc/chromium/policies/managed/space.json"]
         st0 = self.state(src, *roots)
         info = self.snap(src)
         src_info = self.inspect(src)
