@@ -722,15 +722,20 @@ void H2Conn::run() {
       if (done) drop_client(r.get());
       return done;
     });
-    // What the upstreams produced goes to the sandbox at once; a worker may hold more than one
-    // delivery's worth, which no wake-up announces: loop while responses move.
-    bool open = true;
-    for (int i = 0; i < 64 && open; ++i) {
+    // What the upstreams produced goes to the sandbox at once, and what the sandbox sent to the
+    // workers: a worker may hold more than one delivery's worth, which no wake-up announces,
+    // and a request (or its body) read by pump_client reaches its worker only through
+    // service_h1. So loop while either side moves; poll only once both are quiet (or, after
+    // 64 turns, without waiting).
+    bool open = true, busy = true;
+    for (int i = 0; i < 64 && open && busy; ++i) {
       bool moved = service_h1();
       closed_.clear();
-      open = pump_client(progress);
+      bool pumped = false;
+      open = pump_client(pumped);
       closed_.clear();
-      if (!moved) break;
+      progress |= pumped;
+      busy = moved || pumped;
     }
     if (!open) break;
     if (progress) last = std::chrono::steady_clock::now();
@@ -745,7 +750,7 @@ void H2Conn::run() {
                            std::chrono::steady_clock::now() - last);
     if (left.count() <= 0) break;
     // Retired upstreams finish on a short tick rather than a poll entry of their own.
-    int wait = retired_.empty() ? static_cast<int>(left.count()) : 50;
+    int wait = busy ? 0 : retired_.empty() ? static_cast<int>(left.count()) : 50;
     int r = ::poll(p, static_cast<nfds_t>(n), wait);
     if (r < 0 && errno != EINTR) break;
     if (p[2].revents) break;  // the sandbox is being detached
