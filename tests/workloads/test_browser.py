@@ -160,16 +160,6 @@ class BrowserTest(harness.SpaceTestCase):
         self.assertEqual(self.via_of(TUNNELED), "tunnel")
 
     def test_websocket_intercepted(self):
-        # Enabled by WebSocket support through interception (issue 24, the egress branch):
-        # until then the gateway answers an upgrade on an intercepted host with its 502 "not
-        # supported", and only that case is skipped; any other failure fails.
-        rc, out, _ = self.sh(
-            "curl -sS -i --http1.1 --max-time 5 -H 'Connection: Upgrade' -H 'Upgrade: websocket'"
-            " -H 'Sec-WebSocket-Version: 13' -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=='"
-            " https://%s/ws?tag=probe" % INTERCEPTED, timeout=60)
-        if "protocol upgrades are not supported" in out:
-            self.skipTest("the gateway does not carry WebSocket through interception yet: %s"
-                          % out.strip().splitlines()[-1])
         self.websocket(INTERCEPTED)
         self.assertEqual(self.via_of(INTERCEPTED), "intercept")
 
