@@ -19,7 +19,7 @@
 #include <functional>
 #include <thread>
 
-#include "api/base64.h"
+#include "common/base64.h"
 #include "api/handlers.h"
 
 namespace space::api::handlers {

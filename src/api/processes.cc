@@ -7,7 +7,7 @@
 #include <csignal>
 #include <thread>
 
-#include "api/base64.h"
+#include "common/base64.h"
 #include "api/handlers.h"
 
 namespace space::api::handlers {

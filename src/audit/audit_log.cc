@@ -15,7 +15,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "api/base64.h"
+#include "common/base64.h"
 #include "common/clock.h"
 #include "daemon/sqlite_stmt.h"
 
@@ -392,9 +392,9 @@ void OutputDigest::add(std::string_view b) {
 }
 
 json OutputDigest::finish() {
-  json j = {{"bytes", bytes_}, {"sha256", sha_.hex()}, {"head_b64", api::base64_encode(head_)}};
+  json j = {{"bytes", bytes_}, {"sha256", sha_.hex()}, {"head_b64", base64_encode(head_)}};
   // The tail only adds information when the output did not fit in the head.
-  if (bytes_ > limit_) j["tail_b64"] = api::base64_encode(tail_);
+  if (bytes_ > limit_) j["tail_b64"] = base64_encode(tail_);
   j["truncated"] = bytes_ > 2 * limit_;
   return j;
 }

@@ -16,7 +16,7 @@
 #include <csignal>
 #include <thread>
 
-#include "api/base64.h"
+#include "common/base64.h"
 #include "cli/commands.h"
 #include "cli/daemon_start.h"
 #include "cli/output.h"
@@ -109,7 +109,7 @@ Result<std::optional<int>> handle_event(std::string_view line) {
 
 Result<std::string> exec_event_data(const json& ev) {
   auto data = ev.contains("data") && ev["data"].is_string()
-                  ? api::base64_decode(ev["data"].get<std::string>())
+                  ? base64_decode(ev["data"].get<std::string>())
                   : std::nullopt;
   if (!data) return fail(Code::kProtocol, "the daemon sent an exec event with bad data");
   return std::move(*data);

@@ -13,7 +13,7 @@
 
 #include <thread>
 
-#include "api/base64.h"
+#include "common/base64.h"
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "cli/signals.h"
@@ -118,7 +118,7 @@ Result<int> cmd_exec_terminal(const Args& a, const Client& c) {
           continue;
         }
         std::string_view data(buf, static_cast<size_t>(n));
-        if (!send({{"type", "stdin"}, {"data", api::base64_encode(data)}})) return;
+        if (!send({{"type", "stdin"}, {"data", base64_encode(data)}})) return;
       }
     }
   });

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "api/base64.h"  // read_file and write_file: binary content
+#include "common/base64.h"  // read_file and write_file: binary content
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "cli/signals.h"
@@ -400,14 +400,14 @@ Result<json> call_tool(Session& s, const std::string& name, const json& a) {
     if (status >= 400) return fail(api_error(status, data));
     if (!invalid_utf8_at(data)) return tool_result(data);
     return tool_result("[binary file, " + std::to_string(data.size()) + " bytes, base64]\n" +
-                       api::base64_encode(data));
+                       base64_encode(data));
   }
   if (name == "write_file") {
     std::string path = TRY(str_arg(a, "path"));
     std::string content = TRY(str_arg(a, "content"));
     std::string enc = TRY(str_arg(a, "encoding", false, "utf-8"));
     if (enc == "base64") {
-      auto raw = api::base64_decode(content);
+      auto raw = base64_decode(content);
       if (!raw) return fail(Code::kInvalidArgument, "\"content\" is not valid base64");
       content = std::move(*raw);
     } else if (enc != "utf-8") {

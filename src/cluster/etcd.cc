@@ -1,13 +1,14 @@
 // etcd's JSON gateway: the client, a node's Registration and EtcdDiscovery (see etcd.h).
 #include "cluster/etcd.h"
 
-#include <openssl/evp.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 
 #include <algorithm>
 #include <charconv>
+
+#include "common/base64.h"
 
 namespace space::cluster {
 namespace {
@@ -30,8 +31,8 @@ int64_t etcd_int(const json& j, const char* key) {
 
 Result<EtcdKeyValue> etcd_kv(const json& j, const std::string& origin) {
   EtcdKeyValue kv;
-  auto key = etcd_base64_decode(j.value("key", ""));
-  auto value = etcd_base64_decode(j.value("value", ""));
+  auto key = base64_decode(j.value("key", ""));
+  auto value = base64_decode(j.value("value", ""));
   if (!j.is_object() || !key || !value) {
     return fail(Code::kProtocol, origin + ": a key-value that is not base64");
   }
@@ -60,34 +61,6 @@ bool etcd_pause(int stop_fd, int ms) {
 }
 
 }  // namespace
-
-std::string etcd_base64_encode(std::string_view bytes) {
-  std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(bytes.data()),
-                          static_cast<int>(bytes.size()));
-  out.resize(static_cast<size_t>(n));
-  return out;
-}
-
-std::optional<std::string> etcd_base64_decode(std::string_view text) {
-  if (text.size() % 4 != 0) return std::nullopt;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '/' ||
-              (c == '=' && i + 2 >= text.size() && (i + 1 == text.size() || text[i + 1] == '='));
-    if (!ok) return std::nullopt;
-  }
-  if (text.empty()) return std::string();
-  std::string out(3 * text.size() / 4 + 1, '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(text.data()),
-                          static_cast<int>(text.size()));
-  if (n < 0) return std::nullopt;
-  size_t pad = text.ends_with("==") ? 2 : text.ends_with("=") ? 1 : 0;
-  out.resize(static_cast<size_t>(n) - pad);
-  return out;
-}
 
 std::string etcd_prefix_end(std::string_view prefix) {
   std::string end(prefix);
@@ -193,8 +166,8 @@ Result<json> EtcdClient::call(const std::string& path, const json& body) {
 }
 
 Result<EtcdRange> EtcdClient::range_prefix(std::string_view prefix) {
-  json j = TRY(call("/v3/kv/range", {{"key", etcd_base64_encode(prefix)},
-                                     {"range_end", etcd_base64_encode(etcd_prefix_end(prefix))}}));
+  json j = TRY(call("/v3/kv/range", {{"key", base64_encode(prefix)},
+                                     {"range_end", base64_encode(etcd_prefix_end(prefix))}}));
   EtcdRange r;
   r.revision = j.contains("header") ? etcd_int(j["header"], "revision") : 0;
   if (auto kvs = j.find("kvs"); kvs != j.end() && kvs->is_array()) {
@@ -204,7 +177,7 @@ Result<EtcdRange> EtcdClient::range_prefix(std::string_view prefix) {
 }
 
 Result<int64_t> EtcdClient::put(std::string_view key, std::string_view value, int64_t lease) {
-  json body = {{"key", etcd_base64_encode(key)}, {"value", etcd_base64_encode(value)}};
+  json body = {{"key", base64_encode(key)}, {"value", base64_encode(value)}};
   if (lease != 0) body["lease"] = std::to_string(lease);
   json j = TRY(call("/v3/kv/put", body));
   return j.contains("header") ? etcd_int(j["header"], "revision") : 0;
@@ -238,8 +211,8 @@ Result<void> EtcdClient::lease_revoke(int64_t id) {
 
 Result<std::unique_ptr<EtcdWatch>> EtcdClient::watch_prefix(std::string_view prefix,
                                                             int64_t start_revision) {
-  json create = {{"key", etcd_base64_encode(prefix)},
-                 {"range_end", etcd_base64_encode(etcd_prefix_end(prefix))},
+  json create = {{"key", base64_encode(prefix)},
+                 {"range_end", base64_encode(etcd_prefix_end(prefix))},
                  {"start_revision", std::to_string(start_revision)}};
   HttpRequest req;
   req.method = "POST";

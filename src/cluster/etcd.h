@@ -1,7 +1,8 @@
 // etcd v3 for the cluster, through etcd's JSON gateway on its client URL (etcd 3.4, Debian's
 // etcd-server): POST /v3/kv/range, /v3/kv/put, /v3/watch (a stream of JSON lines),
-// /v3/lease/grant, /v3/lease/keepalive, /v3/lease/revoke. Keys and values travel base64, 64-bit
-// numbers as JSON strings, and fields equal to zero are left out (grpc-gateway's JSON).
+// /v3/lease/grant, /v3/lease/keepalive, /v3/lease/revoke. Keys and values travel base64
+// (common/base64.h), 64-bit numbers as JSON strings, and fields equal to zero are left out
+// (grpc-gateway's JSON).
 //
 //   - EtcdClient: those calls, trying the configured endpoints in turn when one cannot be
 //     reached.
@@ -35,10 +36,6 @@
 
 namespace space::cluster {
 
-// Standard base64 with padding, as etcd's gateway sends bytes; decoding is strict (nullopt for
-// anything else).
-std::string etcd_base64_encode(std::string_view bytes);
-std::optional<std::string> etcd_base64_decode(std::string_view text);
 // etcd's range_end for every key that starts with `prefix` (the prefix with its last byte below
 // 0xff incremented; "\0" for an empty prefix: every key).
 std::string etcd_prefix_end(std::string_view prefix);

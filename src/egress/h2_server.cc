@@ -64,16 +64,6 @@ std::string lower_ascii(std::string_view s) {
   return out;
 }
 
-std::vector<nghttp2_nv> h2_nv(const Fields& fields) {
-  std::vector<nghttp2_nv> nv;
-  nv.reserve(fields.size());
-  for (auto& [n, v] : fields)
-    nv.push_back({const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(n.data())),
-                  const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(v.data())), n.size(),
-                  v.size(), NGHTTP2_NV_FLAG_NONE});
-  return nv;
-}
-
 class H2Conn;
 
 // One request/response exchange: what the sandbox sent, where it went, what comes back.
@@ -217,7 +207,7 @@ ssize_t send_response_body(nghttp2_session* session, int32_t id, uint8_t* buf, s
   if (s->down.empty() && s->down_end) {
     *flags |= NGHTTP2_DATA_FLAG_EOF;
     if (s->trailers && !s->trailers->empty()) {
-      auto nv = h2_nv(*s->trailers);
+      auto nv = nv_of(*s->trailers);
       if (nghttp2_submit_trailer(session, id, nv.data(), nv.size()) == 0)
         *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
     }
@@ -322,7 +312,7 @@ void H2Conn::reset(H2Stream& s, uint32_t code) {
 }
 
 void H2Conn::submit_head(H2Stream& s, const Fields& fields) {
-  auto nv = h2_nv(fields);
+  auto nv = nv_of(fields);
   nghttp2_data_provider prd{};
   prd.source.ptr = &s;
   prd.read_callback = send_response_body;

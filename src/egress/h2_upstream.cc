@@ -20,7 +20,9 @@ namespace h2http = boost::beast::http;
 
 constexpr size_t kUpstreamHeaderLimit = 64 * 1024;  // as for HTTP/1.1 responses (proxy.cc)
 
-std::vector<nghttp2_nv> to_nv(const Fields& fields) {
+}  // namespace
+
+std::vector<nghttp2_nv> nv_of(const Fields& fields) {
   std::vector<nghttp2_nv> nv;
   nv.reserve(fields.size());
   for (auto& [n, v] : fields)
@@ -29,8 +31,6 @@ std::vector<nghttp2_nv> to_nv(const Fields& fields) {
                   v.size(), NGHTTP2_NV_FLAG_NONE});
   return nv;
 }
-
-}  // namespace
 
 Result<std::unique_ptr<UpConn>> connect_upstream(const Shared& g, const Gateway::State& st,
                                                  const Host& host, uint16_t port, bool offer_h2) {
@@ -79,7 +79,7 @@ H2Client::~H2Client() { nghttp2_session_del(session_); }
 
 int32_t H2Client::submit(const Fields& headers, bool has_body, ResponseSink* sink) {
   if (!usable()) return -1;
-  auto nv = to_nv(headers);
+  auto nv = nv_of(headers);
   nghttp2_data_provider prd{};
   prd.read_callback = read_body;
   int32_t id = nghttp2_submit_request(session_, nullptr, nv.data(), nv.size(),

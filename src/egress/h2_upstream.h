@@ -25,6 +25,9 @@ namespace space::egress {
 
 using Fields = std::vector<std::pair<std::string, std::string>>;
 
+// nghttp2's view of `fields` (pointers into it: keep `fields` alive while nghttp2 reads them).
+std::vector<nghttp2_nv> nv_of(const Fields& fields);
+
 // What a stream receives from its upstream, and where the upstream takes the request body from.
 // Called on the loop thread only.
 class ResponseSink {

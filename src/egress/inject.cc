@@ -6,6 +6,7 @@
 #include <array>
 #include <vector>
 
+#include "common/base64.h"
 #include "egress/ascii.h"
 #include "egress/mask.h"
 
@@ -13,9 +14,6 @@ namespace space::egress {
 namespace {
 
 namespace http = boost::beast::http;
-
-constexpr std::string_view kBase64Alphabet =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 // The placeholder replaced in a query's parameters listed in `names` whose whole value it is.
 std::optional<std::string> substitute_query(std::string_view target,
@@ -49,50 +47,6 @@ std::optional<std::string> substitute_query(std::string_view target,
 }
 
 }  // namespace
-
-std::optional<std::string> base64_decode(std::string_view text) {
-  if (text.size() % 4 != 0) return std::nullopt;
-  std::array<int, 256> index;
-  index.fill(-1);
-  for (size_t i = 0; i < kBase64Alphabet.size(); ++i)
-    index[static_cast<unsigned char>(kBase64Alphabet[i])] = static_cast<int>(i);
-  size_t pad = 0;
-  while (pad < 2 && pad < text.size() && text[text.size() - 1 - pad] == '=') ++pad;
-  std::string out;
-  out.reserve(text.size() / 4 * 3);
-  uint32_t acc = 0;
-  int bits = 0;
-  for (size_t i = 0; i < text.size() - pad; ++i) {
-    int v = index[static_cast<unsigned char>(text[i])];
-    if (v < 0) return std::nullopt;
-    acc = (acc << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += static_cast<char>((acc >> bits) & 0xff);
-    }
-  }
-  // The bits left over after the last whole byte must be zero (canonical encoding), so that
-  // one credential has exactly one spelling and re-encoding it gives back what was sent.
-  if (bits > 0 && (acc & ((1u << bits) - 1)) != 0) return std::nullopt;
-  return out;
-}
-
-std::string base64_encode(std::string_view bytes) {
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t n = static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
-    if (i + 1 < bytes.size())
-      n |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
-    if (i + 2 < bytes.size()) n |= static_cast<unsigned char>(bytes[i + 2]);
-    out += kBase64Alphabet[(n >> 18) & 63];
-    out += kBase64Alphabet[(n >> 12) & 63];
-    out += i + 1 < bytes.size() ? kBase64Alphabet[(n >> 6) & 63] : '=';
-    out += i + 2 < bytes.size() ? kBase64Alphabet[n & 63] : '=';
-  }
-  return out;
-}
 
 std::optional<std::string> substitute_authorization(std::string_view field,
                                                     std::string_view placeholder,

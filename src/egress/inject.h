@@ -27,8 +27,4 @@ std::optional<std::string> substitute_authorization(std::string_view field,
                                                     std::string_view placeholder,
                                                     std::string_view value);
 
-// Strict standard base64 (RFC 4648 §4, padded): nullopt for anything else.
-std::optional<std::string> base64_decode(std::string_view text);
-std::string base64_encode(std::string_view bytes);
-
 }  // namespace space::egress

@@ -16,7 +16,7 @@
 #include <optional>
 #include <string>
 
-#include "api/base64.h"
+#include "common/base64.h"
 #include "common/fd_stream.h"
 
 namespace space::api::testing {

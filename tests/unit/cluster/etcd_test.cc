@@ -15,6 +15,7 @@
 #include <chrono>
 #include <thread>
 
+#include "common/base64.h"
 #include "common/tcp_listen.h"
 #include "unit/cluster/fake_http_server.h"
 #include "unit/temp_dir.h"
@@ -28,17 +29,17 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kEtcdBinary = "/usr/bin/etcd";
 
 TEST(EtcdCodec, Base64AndPrefixEnd) {
-  EXPECT_EQ(etcd_base64_encode(""), "");
-  EXPECT_EQ(etcd_base64_encode("/space/nodes/"), "L3NwYWNlL25vZGVzLw==");
-  EXPECT_EQ(etcd_base64_decode("L3NwYWNlL25vZGVzLw==").value(), "/space/nodes/");
-  EXPECT_EQ(etcd_base64_decode("eA==").value(), "x");
-  EXPECT_EQ(etcd_base64_decode("eHk=").value(), "xy");
-  EXPECT_EQ(etcd_base64_decode("").value(), "");
-  EXPECT_FALSE(etcd_base64_decode("eA="));
-  EXPECT_FALSE(etcd_base64_decode("e=A="));
-  EXPECT_FALSE(etcd_base64_decode("eA=\n"));
+  EXPECT_EQ(base64_encode(""), "");
+  EXPECT_EQ(base64_encode("/space/nodes/"), "L3NwYWNlL25vZGVzLw==");
+  EXPECT_EQ(base64_decode("L3NwYWNlL25vZGVzLw==").value(), "/space/nodes/");
+  EXPECT_EQ(base64_decode("eA==").value(), "x");
+  EXPECT_EQ(base64_decode("eHk=").value(), "xy");
+  EXPECT_EQ(base64_decode("").value(), "");
+  EXPECT_FALSE(base64_decode("eA="));
+  EXPECT_FALSE(base64_decode("e=A="));
+  EXPECT_FALSE(base64_decode("eA=\n"));
   std::string bytes("\0\xff\x10z", 4);
-  EXPECT_EQ(etcd_base64_decode(etcd_base64_encode(bytes)).value(), bytes);
+  EXPECT_EQ(base64_decode(base64_encode(bytes)).value(), bytes);
   EXPECT_EQ(etcd_prefix_end("/space/nodes/"), "/space/nodes0");
   EXPECT_EQ(etcd_prefix_end(std::string("a\xff", 2)), "b");
   EXPECT_EQ(etcd_prefix_end(""), std::string(1, '\0'));
@@ -308,8 +309,8 @@ TEST(EtcdDiscoveryFake, CompactionStartsOverWithAFreshRange) {
   using test_support::FakeConn;
   using test_support::FakeRequest;
   auto kv = [](const std::string& key, const std::string& value, int rev) {
-    return json{{"key", etcd_base64_encode(key)},
-                {"value", etcd_base64_encode(value)},
+    return json{{"key", base64_encode(key)},
+                {"value", base64_encode(value)},
                 {"create_revision", std::to_string(rev)},
                 {"mod_revision", std::to_string(rev)},
                 {"version", "1"}};
@@ -361,8 +362,7 @@ TEST(EtcdDiscoveryFake, CompactionStartsOverWithAFreshRange) {
            {{"header", {{"revision", "13"}}},
             {"events",
              {{{"type", "DELETE"},
-               {"kv",
-                {{"key", etcd_base64_encode("/space/nodes/n1")}, {"mod_revision", "13"}}}}}}}}};
+               {"kv", {{"key", base64_encode("/space/nodes/n1")}, {"mod_revision", "13"}}}}}}}}};
       c.chunk(del.dump() + "\n");
     }
     c.wait_client_gone(30'000);

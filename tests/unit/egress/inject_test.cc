@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/base64.h"
+
 namespace space::egress {
 namespace {
 

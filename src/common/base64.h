@@ -1,6 +1,8 @@
-// Standard base64 (RFC 4648, with padding) for the exec event stream: stdout/stderr bytes travel
-// as {"type":"stdout","data":"<base64>"} because JSON strings cannot carry arbitrary bytes. The
-// server encodes, the CLI decodes; decoding is strict (the input crosses a trust boundary).
+// Standard base64 (RFC 4648 §4, with padding), one implementation for every layer: the exec
+// event stream's stdout/stderr bytes ({"type":"stdout","data":"<base64>"}), the audit log's
+// output heads, etcd's JSON gateway keys and values, and the gateway's `Basic` credentials.
+// Decoding is strict (its input crosses trust boundaries): only canonical padded base64, so one
+// byte string has exactly one spelling and re-encoding a decoded value gives back what was sent.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace space::api {
+namespace space {
 
 inline std::string base64_encode(std::string_view in) {
   static constexpr char kAlphabet[] =
@@ -34,7 +36,7 @@ inline std::string base64_encode(std::string_view in) {
   return out;
 }
 
-// nullopt if `in` is not canonical padded base64.
+// nullopt if `in` is not canonical padded base64 ("" decodes to "").
 inline std::optional<std::string> base64_decode(std::string_view in) {
   auto value = [](char c) -> int {
     if (c >= 'A' && c <= 'Z') return c - 'A';
@@ -57,6 +59,8 @@ inline std::optional<std::string> base64_decode(std::string_view in) {
       if (d < 0) return std::nullopt;
       v = (v << 6) | uint32_t(d);
     }
+    // The bits a padded group drops must be zero (canonical encoding).
+    if ((pad == 2 && (v & 0xffff) != 0) || (pad == 1 && (v & 0xff) != 0)) return std::nullopt;
     out += char(v >> 16);
     if (pad < 2) out += char((v >> 8) & 0xff);
     if (pad < 1) out += char(v & 0xff);
@@ -64,4 +68,4 @@ inline std::optional<std::string> base64_decode(std::string_view in) {
   return out;
 }
 
-}  // namespace space::api
+}  // namespace space
