@@ -285,7 +285,9 @@ std::string answer_dns(Shared& g, Gateway::State& st, std::string_view datagram)
                                    ? std::vector<std::array<uint8_t, 4>>{kLoopback}
                                    : std::vector<std::array<uint8_t, 4>>{});  // no AAAA etc.
   };
-  if (q->name == "localhost") return loopback();
+  // The sandbox's own host name (its id: sb_..., not a valid DNS name) is looked up by many
+  // programs (git, Chromium, Python's getfqdn); it is this machine, as localhost is.
+  if (q->name == "localhost" || q->name == st.sb.id) return loopback();
   auto host = normalize_host(q->name);
   if (!host || host->is_ip()) {
     ++g.denied;

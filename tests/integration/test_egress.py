@@ -368,6 +368,22 @@ for name in ["api.example.test", "other.example.test", "metadata.google.internal
                   if e["kind"] == "egress.denied" and e["data"].get("via") == "dns"}
         self.assertIn("metadata.google.internal", denied)
 
+    def test_own_hostname_resolves_without_a_denial(self):
+        # The sandbox's host name is its id (sb_..., with a '_' no DNS name has): programs that
+        # look themselves up (git, Chromium, getfqdn) get the loopback address, and the audit
+        # log no denial for it; another sb_ name stays refused.
+        sid = self.sid
+        out = self.sh_ok("/usr/bin/python3 -c 'import socket; h = socket.gethostname(); "
+                         "print(h, socket.gethostbyname(h))'")
+        self.assertEqual(out.split(), [sid, "127.0.0.1"])
+        rc, out, _ = self.sh("/usr/bin/python3 -c 'import socket; "
+                             "socket.gethostbyname(\"sb_000000000000\")'")
+        self.assertNotEqual(rc, 0)
+        denied = {e["data"].get("host") for e in self.audit_events()
+                  if e["kind"] == "egress.denied" and e["data"].get("via") == "dns"}
+        self.assertNotIn(sid, denied)
+        self.assertIn("sb_000000000000", denied)
+
     def test_denied_host_via_dns_gets_403(self):
         # A client that ignores the proxy variables resolves through the stub and reaches the
         # transparent listeners: a denied host gets the gateway's 403 with the reason, over TLS
