@@ -58,12 +58,6 @@ bool connection_specific(std::string_view name) {
          name == "transfer-encoding" || name == "upgrade" || name == "te" || name == "trailer";
 }
 
-std::string lower_ascii(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = ascii_lower(c);
-  return out;
-}
-
 class H2Conn;
 
 // One request/response exchange: what the sandbox sent, where it went, what comes back.
@@ -249,7 +243,7 @@ void H2Stream::on_head(int st, Fields in) {
   mask_response_fields(res, redactor);
   Fields out{{":status", std::to_string(st)}};
   for (auto& f : res) {
-    std::string n = lower_ascii(std::string_view(f.name_string().data(), f.name_string().size()));
+    std::string n = ascii_lower(std::string_view(f.name_string().data(), f.name_string().size()));
     if (connection_specific(n)) continue;
     out.emplace_back(std::move(n), std::string(f.value()));
   }
@@ -275,7 +269,7 @@ void H2Stream::on_trailers(Fields in) {
   if (redactor.active()) down += redactor.finish();
   Fields out;
   for (auto& [n, v] : in) {
-    std::string name = lower_ascii(redactor.active() ? redactor.mask(n) : n);
+    std::string name = ascii_lower(redactor.active() ? redactor.mask(n) : n);
     if (connection_specific(name)) continue;
     out.emplace_back(std::move(name), redactor.active() ? redactor.mask(v) : v);
   }
@@ -560,7 +554,7 @@ void H2Conn::start(H2Stream& s) {
     Fields out{
         {":method", s.method}, {":scheme", "https"}, {":authority", authority}, {":path", s.path}};
     for (auto& f : req) {
-      std::string n = lower_ascii(std::string_view(f.name_string().data(), f.name_string().size()));
+      std::string n = ascii_lower(std::string_view(f.name_string().data(), f.name_string().size()));
       if (n == "host" || connection_specific(n)) continue;
       out.emplace_back(std::move(n), std::string(f.value()));
     }

@@ -398,9 +398,9 @@ void H1Exchange::run() {
   Fields fields;
   for (auto& f : res) {
     if (f.name() == h2http::field::transfer_encoding) continue;  // HTTP/2 frames its own body
-    std::string n(f.name_string());
-    for (char& c : n) c = ascii_lower(c);
-    fields.emplace_back(std::move(n), std::string(f.value()));
+    fields.emplace_back(
+        ascii_lower(std::string_view(f.name_string().data(), f.name_string().size())),
+        std::string(f.value()));
   }
   {
     std::lock_guard l(mu_);

@@ -81,23 +81,29 @@ std::optional<std::string> framing_problem(const http::fields& f) {
   return std::nullopt;
 }
 
+// The elements of a comma-separated field value (RFC 9110 §5.6.1), trimmed of spaces and tabs;
+// empty elements are left out.
+std::vector<std::string_view> list_elements(std::string_view list) {
+  std::vector<std::string_view> out;
+  for (;;) {
+    size_t comma = list.find(',');
+    std::string_view t = list.substr(0, comma);
+    while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
+    while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
+    if (!t.empty()) out.push_back(t);
+    if (comma == std::string_view::npos) return out;
+    list.remove_prefix(comma + 1);
+  }
+}
+
 // Removes hop-by-hop fields (RFC 9110 §7.6.1), including those named in Connection.
 void strip_hop_by_hop(http::fields& f) {
   std::vector<std::string> named;
   for (auto& field : f)
-    if (field.name() == http::field::connection) {
-      std::string v(field.value());
-      size_t i = 0;
-      while (i < v.size()) {
-        size_t j = v.find(',', i);
-        if (j == std::string::npos) j = v.size();
-        std::string tok = v.substr(i, j - i);
-        tok.erase(0, tok.find_first_not_of(" \t"));
-        tok.erase(tok.find_last_not_of(" \t") + 1);
-        if (!tok.empty()) named.push_back(tok);
-        i = j + 1;
-      }
-    }
+    if (field.name() == http::field::connection)
+      for (std::string_view tok :
+           list_elements(std::string_view(field.value().data(), field.value().size())))
+        named.emplace_back(tok);
   for (auto& n : named) f.erase(n);
   for (auto name : {http::field::connection, http::field::keep_alive, http::field::proxy_connection,
                     http::field::proxy_authorization, http::field::proxy_authenticate,
@@ -110,16 +116,8 @@ void strip_hop_by_hop(http::fields& f) {
 bool websocket_upgrade_requested(const http::request_header<>& req) {
   if (req.method() != http::verb::get) return false;
   auto has_token = [](std::string_view list, std::string_view token) {
-    while (!list.empty()) {
-      size_t comma = list.find(',');
-      std::string_view t = list.substr(0, comma);
-      while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
-      while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
-      if (iequals(t, token)) return true;
-      if (comma == std::string_view::npos) break;
-      list.remove_prefix(comma + 1);
-    }
-    return false;
+    return std::ranges::any_of(list_elements(list),
+                               [&](std::string_view t) { return iequals(t, token); });
   };
   bool upgrade = false, connection = false;
   for (auto& f : req) {
