@@ -361,6 +361,9 @@ void H1Exchange::run() {
       chunk.swap(body_);
       end = body_end_;
     }
+    // The loop hands over the next piece only once this one is taken (wants_body), and the
+    // sandbox sends more only once that piece is consumed: say it is taken.
+    if (!end) wake();
     if (!chunk.empty()) {
       std::string framed;
       if (req_.chunked) {
