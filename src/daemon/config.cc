@@ -311,6 +311,15 @@ Result<void> Config::load_gateway(const nlohmann::json& v) {
       upstream_ca_files = TRY(strings(gv, k));
     } else if (k == "sandbox_ca_files") {
       sandbox_ca_files = TRY(strings(gv, k));
+    } else if (k == "binary") {
+      if (!gv.is_string() || gv.get<std::string>().empty() || gv.get<std::string>()[0] != '/')
+        return fail(Code::kInvalidArgument, "binary: the absolute path of space-egress");
+      gateway_binary = gv.get<std::string>();
+    } else if (k == "uid" || k == "gid") {
+      if (!gv.is_number_unsigned() || gv.get<uint64_t>() == 0 || gv.get<uint64_t>() >= (1u << 30))
+        return fail(Code::kInvalidArgument,
+                    k + ": a number from 1 to 2^30-1 (not root, below the sandboxes' id ranges)");
+      (k == "uid" ? gateway_uid : gateway_gid) = gv.get<uint32_t>();
     } else {
       return fail(Code::kInvalidArgument, "unknown or mistyped key \"" + k + "\"");
     }

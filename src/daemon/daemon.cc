@@ -138,15 +138,29 @@ Result<std::unique_ptr<Daemon>> Daemon::start(Config cfg, Runtimes runtimes) {
   d->audit_ = std::move(audit_log);
   TRY_VOID_CTX(d->images_.init(), "preparing images");
   {
-    egress::Gateway::Options go;
-    go.resolve = d->cfg_.gateway_resolve;
-    go.upstream_ca_files = d->cfg_.upstream_ca_files;
-    go.audit = [p = d.get()](const std::string& id, const std::string& kind, json data) {
+    EgressProcess::Options eo;
+    eo.binary = d->cfg_.gateway_binary;
+    if (eo.binary.empty()) {
+      std::error_code ec;
+      eo.binary = fs::read_symlink("/proc/self/exe", ec).parent_path() / "space-egress";
+    }
+    eo.uid = d->cfg_.gateway_uid;
+    eo.gid = d->cfg_.gateway_gid;
+    // What the process must not see: spaced's state (keys, the database, every sandbox's
+    // files) and the directory of its API socket.
+    eo.hide = {d->cfg_.state_dir};
+    if (auto sock_dir = d->cfg_.socket.parent_path();
+        !sock_dir.empty() && sock_dir.has_relative_path() && sock_dir.parent_path() != "/")
+      eo.hide.push_back(sock_dir);
+    eo.gateway.resolve = d->cfg_.gateway_resolve;
+    eo.gateway.upstream_ca_files = d->cfg_.upstream_ca_files;
+    eo.gateway.audit = [p = d.get()](const std::string& id, const std::string& kind, json data) {
       p->audit(id, kind, std::move(data));
     };
     d->secrets_ = std::make_shared<egress::SecretStore>(d->cfg_.secrets);
+    eo.secrets = d->secrets_;
     d->gateway_ =
-        TRY_CTX(egress::Gateway::start(std::move(go), d->secrets_), "starting the egress gateway");
+        TRY_CTX(EgressProcess::start(std::move(eo)), "starting the egress gateway process");
   }
   TRY_VOID_CTX(d->reconcile(), "reconciling sandboxes from the previous run");
   (void)d->store_->prune_destroyed(now_s() - d->cfg_.destroyed_retention_s);
@@ -1167,6 +1181,8 @@ std::string Daemon::metrics() {
     counter("space_egress_credential_uses_total", "Requests a credential was injected into.",
             g.credential_uses);
     counter("space_egress_dns_queries_total", "Queries the DNS stubs answered.", g.dns_queries);
+    counter("space_egress_process_restarts_total",
+            "Times the gateway process died and was started again.", gateway_->restarts());
     o << "# HELP space_egress_active_connections Open gateway connections.\n"
       << "# TYPE space_egress_active_connections gauge\nspace_egress_active_connections "
       << g.active_connections << '\n';

@@ -79,25 +79,31 @@ Result<std::unique_ptr<SandboxCa>> SandboxCa::load(const std::filesystem::path& 
   std::string ctx = "loading the sandbox CA from " + dir.string();
   std::string key_pem = TRY_CTX(tls::read_small_file(dir / "ca.key", true), ctx);
   std::string crt_pem = TRY_CTX(tls::read_small_file(dir / "ca.crt", false), ctx);
+  return TRY_CTX(from_pem(std::move(key_pem), crt_pem), ctx);
+}
 
-  tls::PkeyPtr key = TRY_CTX(tls::parse_key_pem(std::move(key_pem)), ctx + ": ca.key");
-  auto certs = TRY_CTX(tls::parse_certs_pem(crt_pem), ctx + ": ca.crt");
+Result<std::unique_ptr<SandboxCa>> SandboxCa::from_pem(std::string key_pem,
+                                                       const std::string& crt_pem) {
+  tls::PkeyPtr key = TRY_CTX(tls::parse_key_pem(std::move(key_pem)), "ca.key");
+  auto certs = TRY_CTX(tls::parse_certs_pem(crt_pem), "ca.crt");
   tls::X509Ptr cert(X509_dup(certs.front().get()));
-  if (!cert) return fail(tls::ossl_error("X509_dup").wrap(ctx));
+  if (!cert) return fail(tls::ossl_error("X509_dup"));
   if (!EVP_PKEY_is_a(key.get(), "EC")) {
-    return fail(Code::kInvalidArgument, ctx + ": ca.key is not an EC key");
+    return fail(Code::kInvalidArgument, "ca.key is not an EC key");
   }
   if (X509_check_private_key(cert.get(), key.get()) != 1) {
-    return fail(tls::ossl_error("ca.key does not match ca.crt", Code::kInvalidArgument).wrap(ctx));
+    return fail(tls::ossl_error("ca.key does not match ca.crt", Code::kInvalidArgument));
   }
   if (X509_check_ca(cert.get()) < 1) {
-    return fail(Code::kInvalidArgument, ctx + ": ca.crt is not a CA certificate");
+    return fail(Code::kInvalidArgument, "ca.crt is not a CA certificate");
   }
   std::unique_ptr<SandboxCa> ca(new SandboxCa());
   ca->ca_.key = std::shared_ptr<EVP_PKEY>(key.release(), EVP_PKEY_free);
   ca->ca_.cert = std::shared_ptr<X509>(cert.release(), X509_free);
   return ca;
 }
+
+std::string SandboxCa::key_pem() const { return tls::key_pem(ca_.key.get()); }
 
 std::string SandboxCa::cert_pem() const { return tls::cert_pem(ca_.cert.get()); }
 

@@ -509,6 +509,34 @@ Result<SecretDef> SecretDef::from_json(const std::string& name, const nlohmann::
   return d;
 }
 
+nlohmann::json SecretDef::to_wire() const {
+  json hs = json::array();
+  for (const auto& h : hosts) hs.push_back(h.text());
+  json places = json::array();
+  for (const auto& h : placeholder_headers) places.push_back(h);
+  for (const auto& q : placeholder_query) places.push_back("query:" + q);
+  json j = {{"hosts", hs}, {"profiles", profiles}, {"env_var", env_var}, {"placeholder_in", places}};
+  if (!methods.empty()) j["methods"] = methods;
+  if (!paths.empty()) j["paths"] = paths;
+  if (!header.empty()) {
+    j["header"] = header;
+    j["format"] = format;
+  }
+  return j;
+}
+
+Result<SecretDef> SecretDef::from_wire(const std::string& name, const nlohmann::json& j) {
+  if (!j.is_object() || j.contains("value") || j.contains("env") || j.contains("file") ||
+      j.contains("command") || j.contains("ttl"))
+    return fail(Code::kInvalidArgument, "secret " + name + ": not the gateway's form");
+  json config = j;
+  config["env"] = "SPACE_REMOTE";  // parsed as a source, then replaced: never read
+  auto d = TRY(from_json(name, config));
+  d.source = Source::kRemote;
+  d.value.clear();
+  return d;
+}
+
 bool SecretDef::bound_to(const Host& host) const {
   return std::any_of(hosts.begin(), hosts.end(),
                      [&](const HostPattern& p) { return p.matches(host); });
@@ -536,6 +564,24 @@ SecretStore::SecretStore(std::map<std::string, SecretDef> defs)
     // after it too.
     (void)value(name);
   }
+}
+
+SecretStore::SecretStore(std::map<std::string, SecretDef> defs, Fetch fetch)
+    : defs_(std::move(defs)),
+      fetch_(std::move(fetch)),
+      clock_([] { return std::chrono::steady_clock::now(); }) {}
+
+std::vector<std::string> SecretStore::remembered(const std::string& name) {
+  std::lock_guard lock(mu_);
+  auto it = seen_.find(name);
+  return it == seen_.end() ? std::vector<std::string>{} : it->second;
+}
+
+void SecretStore::remember_values(const std::string& name,
+                                  const std::vector<std::string>& values) {
+  if (!find(name)) return;
+  for (const auto& v : values)
+    if (v.size() >= kMinValueBytes && !has_control(v)) remember(name, v);
 }
 
 const SecretDef* SecretStore::find(std::string_view name) const {
@@ -581,11 +627,15 @@ std::shared_ptr<const MaskPatterns> SecretStore::mask_patterns() {
   return patterns_;
 }
 
-Result<std::string> SecretStore::value(const std::string& name, const MintPermit& permit) {
+Result<std::string> SecretStore::value(const std::string& name, const MintPermit& permit,
+                                       const std::string& sandbox) {
   const SecretDef* def = find(name);
   if (!def) return fail(Code::kNotFound, "secret " + name + " is not defined");
   Result<std::string> v = fail(Code::kInternal, "unknown secret source");
-  switch (def->source) {
+  if (fetch_) {
+    v = fetch_(name, sandbox);
+    if (!v) return fail(std::move(v.error()));  // spaced's message names the secret already
+  } else switch (def->source) {
     case SecretDef::Source::kValue:
       v = def->value;
       break;
@@ -607,6 +657,9 @@ Result<std::string> SecretStore::value(const std::string& name, const MintPermit
       break;
     case SecretDef::Source::kCommand:
       v = mint(*def, permit);
+      break;
+    case SecretDef::Source::kRemote:
+      v = fail(Code::kInternal, "a remote secret in a store that cannot fetch");
       break;
   }
   if (!v) return fail(std::move(v.error()).wrap("secret " + name));

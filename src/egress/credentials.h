@@ -47,7 +47,8 @@ namespace space::egress {
 // [A-Za-z_][A-Za-z0-9_]{0,63}.
 struct SecretDef {
   std::string name;
-  enum class Source { kValue, kEnv, kFile, kCommand } source = Source::kValue;
+  // kRemote: in the gateway process, whose values come from spaced (SecretStore::Fetch).
+  enum class Source { kValue, kEnv, kFile, kCommand, kRemote } source = Source::kValue;
   std::string value;                    // kValue: the literal; kEnv: variable; kFile: path
   std::vector<std::string> command;     // kCommand argv (absolute path first)
   std::chrono::seconds ttl{300};        // kCommand: how long its output is reused
@@ -62,6 +63,10 @@ struct SecretDef {
   std::vector<std::string> placeholder_query;    // query parameters whose value it may be
 
   static Result<SecretDef> from_json(const std::string& name, const nlohmann::json& j);
+  // The definition without its source, for the gateway process (egress/wire.h): where the
+  // value goes, never where it comes from. from_wire() gives a kRemote definition.
+  nlohmann::json to_wire() const;
+  static Result<SecretDef> from_wire(const std::string& name, const nlohmann::json& j);
   bool bound_to(const Host& host) const;
   // The binding: host, method, and path as the profile's own path check reads it (dot
   // segments with ";" parameters and encoded dots refuse the match, as there).
@@ -85,6 +90,12 @@ class SecretStore {
   using MintPermit = std::function<bool()>;
 
   explicit SecretStore(std::map<std::string, SecretDef> defs);
+  // The gateway process's store: every value comes through `fetch` from spaced, which hands
+  // out only the secrets granted to `sandbox` (and runs any command itself); nothing is read
+  // or run here. Values are remembered for masking like any other.
+  using Fetch =
+      std::function<Result<std::string>(const std::string& name, const std::string& sandbox)>;
+  SecretStore(std::map<std::string, SecretDef> defs, Fetch fetch);
   const SecretDef* find(std::string_view name) const;
   const std::map<std::string, SecretDef>& defs() const { return defs_; }
   // kNotFound for an unknown name; kUnavailable when the source cannot give a value (variable
@@ -93,7 +104,14 @@ class SecretStore {
   // command secret whose cached value expired wait for a single run of the command and share
   // its output. Error messages may quote the command's stderr: they are for the operator (the
   // audit log), never for a sandbox.
-  Result<std::string> value(const std::string& name, const MintPermit& permit = {});
+  // `sandbox`: whose request it is (what a fetching store asks spaced for).
+  Result<std::string> value(const std::string& name, const MintPermit& permit = {},
+                            const std::string& sandbox = {});
+  // The values of `name` remembered so far (newest last), and adding such values learned
+  // elsewhere: spaced tells the gateway process what it handed out before, so that those are
+  // masked in responses too.
+  std::vector<std::string> remembered(const std::string& name);
+  void remember_values(const std::string& name, const std::vector<std::string>& values);
   // Every remembered value of every secret in all its mask_forms(), as one matcher; rebuilt
   // only when a new value was seen. Never null.
   std::shared_ptr<const MaskPatterns> mask_patterns();
@@ -107,6 +125,7 @@ class SecretStore {
   void remember(const std::string& name, const std::string& value);
 
   std::map<std::string, SecretDef> defs_;
+  Fetch fetch_;  // set: the gateway process's store
   std::mutex mu_;  // guards everything below but minting_
   struct Cached { std::string value; std::chrono::steady_clock::time_point expires; };
   std::map<std::string, Cached> cache_;

@@ -89,6 +89,8 @@ class Gateway {
     std::map<std::string, std::string> resolve;
     // CA files trusted, besides the system store, when verifying upstream servers.
     std::vector<std::string> upstream_ca_files;
+    // The same as PEM text (the gateway process cannot read the operator's files).
+    std::vector<std::string> upstream_ca_pems;
     std::chrono::milliseconds connect_timeout{10'000};
     std::chrono::milliseconds idle_timeout{300'000};
     AuditFn audit;

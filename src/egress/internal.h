@@ -15,6 +15,7 @@
 
 #include "common/fd.h"
 #include "common/fd_stream.h"
+#include "common/token_bucket.h"
 #include "egress/gateway.h"
 #include "egress/tls_stream.h"
 
@@ -69,22 +70,7 @@ struct Gateway::State {
     std::lock_guard lock(bucket_mu);
     return mint_bucket.take(kMintRate, kMintBurst);
   }
-  // A token bucket that starts full: take() refills it for the time since the last call and
-  // takes one token if there is one.
-  struct Bucket {
-    double tokens = 0;
-    std::chrono::steady_clock::time_point last{};
-    bool take(double rate, double burst) {
-      auto now = std::chrono::steady_clock::now();
-      double refill = std::chrono::duration<double>(now - last).count() * rate;
-      tokens = last == std::chrono::steady_clock::time_point{} ? burst
-                                                               : std::min(burst, tokens + refill);
-      last = now;
-      if (tokens < 1) return false;
-      tokens -= 1;
-      return true;
-    }
-  };
+  using Bucket = TokenBucket;
   std::mutex bucket_mu;  // guards the three fields below
   Bucket audit_bucket, mint_bucket;
   uint64_t audit_suppressed = 0;

@@ -282,6 +282,52 @@ Result<Policy> Policy::make(std::string profile_name, const EgressProfile& profi
   return p;
 }
 
+nlohmann::json Policy::to_json() const {
+  auto rule_json = [](const Rule& r) {
+    nlohmann::json j = {{"host", r.host.text()}};
+    if (!r.ports.empty()) j["ports"] = r.ports;
+    if (!r.methods.empty()) j["methods"] = r.methods;
+    if (!r.path_prefixes.empty()) j["paths"] = r.path_prefixes;
+    return j;
+  };
+  nlohmann::json allow = nlohmann::json::array(), networks = nlohmann::json::array(),
+                 narrow = nlohmann::json::array();
+  for (const Rule& r : rules_) allow.push_back(rule_json(r));
+  for (const Cidr& c : networks_) networks.push_back(fmt::format("{}/{}", c.base.to_string(), c.prefix));
+  for (const Rule& n : narrow_) {
+    std::string host = n.host.text();
+    bool v6 = host.find(':') != std::string::npos;
+    if (n.ports.empty()) {
+      narrow.push_back(v6 ? "[" + host + "]" : host);
+    } else {
+      narrow.push_back((v6 ? "[" + host + "]" : host) + ":" + std::to_string(n.ports.front()));
+    }
+  }
+  return {{"profile", profile_},
+          {"max_connections", max_connections_},
+          {"egress",
+           {{"allow", allow},
+            {"allow_networks", networks},
+            {"max_connections", std::max<size_t>(max_connections_, 1)},
+            {"bandwidth", bandwidth_}}},
+          {"narrow", narrow}};
+}
+
+Result<Policy> Policy::from_json(const nlohmann::json& j) {
+  if (!j.is_object() || !j.contains("egress") || !j["profile"].is_string() ||
+      !j["narrow"].is_array() || !j["max_connections"].is_number_unsigned())
+    return fail(Code::kInvalidArgument, "policy: not the gateway's policy form");
+  std::vector<std::string> narrow;
+  for (const auto& n : j["narrow"]) {
+    if (!n.is_string()) return fail(Code::kInvalidArgument, "policy: narrow must be strings");
+    narrow.push_back(n.get<std::string>());
+  }
+  auto profile = TRY_CTX(EgressProfile::from_json(j["egress"]), "policy");
+  auto p = TRY(make(j["profile"].get<std::string>(), profile, narrow));
+  p.max_connections_ = j["max_connections"].get<size_t>();  // 0 for Policy(): refuses all
+  return p;
+}
+
 Decision Policy::check_host(const Host& host, uint16_t port) const {
   if (!normalized(host)) {
     return Decision{false, fmt::format("host {} is not normalized", printable(host.name))};

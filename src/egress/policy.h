@@ -176,6 +176,12 @@ class Policy {
   uint64_t bandwidth_bytes_per_s() const { return bandwidth_; }
   std::vector<uint16_t> ports() const;  // every port some rule allows, sorted, unique
 
+  // The policy as data and back, for the gateway process (egress/wire.h): the profile's rules
+  // in its config form, the --allow entries as written. from_json(to_json()) decides every
+  // check exactly as the original does.
+  nlohmann::json to_json() const;
+  static Result<Policy> from_json(const nlohmann::json& j);
+
  private:
   std::string profile_;
   std::vector<Rule> rules_;            // profile rules

@@ -7,6 +7,8 @@
 
 #include <vector>
 
+#include "tls/x509.h"
+
 namespace space::egress {
 
 std::string tls_error_text() {
@@ -184,7 +186,8 @@ void TlsStream::shutdown() {
   }
 }
 
-Result<std::shared_ptr<SSL_CTX>> upstream_context(const std::vector<std::string>& extra_ca_files) {
+Result<std::shared_ptr<SSL_CTX>> upstream_context(const std::vector<std::string>& extra_ca_files,
+                                                  const std::vector<std::string>& extra_ca_pems) {
   std::shared_ptr<SSL_CTX> ctx(SSL_CTX_new(TLS_client_method()), SSL_CTX_free);
   if (!ctx) return fail(Code::kInternal, "SSL_CTX_new: " + tls_error_text());
   SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
@@ -194,6 +197,12 @@ Result<std::shared_ptr<SSL_CTX>> upstream_context(const std::vector<std::string>
     if (SSL_CTX_load_verify_locations(ctx.get(), f.c_str(), nullptr) != 1)
       return fail(Code::kInvalidArgument,
                   "loading upstream CA file " + f + ": " + tls_error_text());
+  }
+  for (auto& pem : extra_ca_pems) {
+    auto certs = TRY_CTX(tls::parse_certs_pem(pem), "an upstream CA");
+    for (auto& c : certs)
+      if (X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx.get()), c.get()) != 1)
+        return fail(Code::kInvalidArgument, "adding an upstream CA: " + tls_error_text());
   }
   SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
   static const unsigned char kAlpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};

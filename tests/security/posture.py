@@ -25,6 +25,12 @@ As a library: check_running_sandbox(socket, cli, sid, daemon_pid) starts a few p
 sandbox (a running exec, detached ones, a double fork) and returns (problems, summary). Run
 directly, it starts its own daemon and sandbox: `python3 posture.py` (root), exit 0 when clean.
 
+The gateway process (space-egress, docs/egress.md "The gateway process") is inspected the same
+way by check_gateway_process(daemon_pid): one child of spaced, its own non-root uid and gid with
+no groups, no capability in any set, NoNewPrivs 1, Seccomp 2, its own mount and IPC namespaces
+(net and user are the host's by design: it dials the internet), spaced's state directory empty
+in its view, no descriptor of a file under it or of a namespace, nothing of spaced's environment.
+
 A microVM's only host process is its VMM, checked instead of the agent, with the same signature:
 check_running_vm (QEMU, the qemu runtime) and check_running_firecracker (Firecracker, started by
 its jailer). Both also look inside the guest for devices it should not have.
@@ -457,6 +463,64 @@ def check_guest_devices(cli, sid, ports):
     return problems
 
 
+def gateway_pids(daemon_pid):
+    return [p for p in harness.proc_pids()
+            if harness.proc_ppid(p) == daemon_pid and
+            harness.read_text("/proc/%d/comm" % p).strip() == "space-egress"]
+
+
+def check_gateway_process(daemon_pid):
+    """The gateway process's posture from the host: (problems, summary)."""
+    pids = gateway_pids(daemon_pid)
+    if len(pids) != 1:
+        return ["spaced %d has %d space-egress children, want 1" % (daemon_pid, len(pids))], ""
+    pid = pids[0]
+    problems = []
+    st = status_fields(pid)
+    uids, gids = st.get("Uid", "").split(), st.get("Gid", "").split()
+    if len(set(uids)) != 1 or uids[0] == "0":
+        problems.append("space-egress uids %s: want one non-root uid" % uids)
+    if len(set(gids)) != 1 or gids[0] == "0":
+        problems.append("space-egress gids %s: want one non-root gid" % gids)
+    if st.get("Groups", ""):
+        problems.append("space-egress has supplementary groups %s" % st["Groups"])
+    for f in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        if int(st.get(f, "1"), 16) != 0:
+            problems.append("space-egress %s is %s, want 0" % (f, st.get(f)))
+    if st.get("NoNewPrivs") != "1":
+        problems.append("space-egress NoNewPrivs %s" % st.get("NoNewPrivs"))
+    if st.get("Seccomp") != "2":
+        problems.append("space-egress Seccomp %s, want 2 (filter)" % st.get("Seccomp"))
+    for ns in ("mnt", "ipc"):
+        if ns_inode(pid, ns) == ns_inode(daemon_pid, ns):
+            problems.append("space-egress shares spaced's %s namespace" % ns)
+    state = daemon_state_dir(daemon_pid) or "/var/lib/space"
+    try:
+        seen = os.listdir("/proc/%d/root%s" % (pid, state))
+    except FileNotFoundError:
+        seen = []  # a directory above it is covered (the API socket's)
+    except OSError as e:
+        seen = ["(cannot list: %s)" % e]
+    if seen:
+        problems.append("space-egress sees spaced's state dir %s: %s" % (state, seen[:5]))
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if target.startswith(state) or target.startswith("mnt:[") or \
+                target.startswith("net:[") or target.startswith("user:["):
+            problems.append("space-egress holds fd %s -> %s" % (fd, target))
+    env = [e.split("=", 1)[0] for e in
+           harness.read_text("/proc/%d/environ" % pid).split("\0") if e]
+    if set(env) - {"PATH", "LANG"}:
+        problems.append("space-egress environment has %s" % sorted(set(env) - {"PATH", "LANG"}))
+    summary = ("space-egress pid %d: uid %s gid %s, caps 0 (all sets), NoNewPrivs 1, Seccomp 2, "
+               "own mnt+ipc namespaces (net, user: the host's), state dir hidden, env %s"
+               % (pid, uids[0] if uids else "?", gids[0] if gids else "?", sorted(env)))
+    return problems, summary
+
+
 def daemon_state_dir(daemon_pid):
     """spaced's --state-dir, from its command line (None if it has none there)."""
     argv = harness.proc_cmdline(daemon_pid)
@@ -658,6 +722,9 @@ def main():
         rc, out, err = cli("create")
         sid = out.strip()
         problems, summary = check_running_sandbox(daemon.socket, cli, sid, daemon.pid)
+        gw_problems, gw_summary = check_gateway_process(daemon.pid)
+        problems += gw_problems
+        summary += "\n" + gw_summary
         cli("rm", "--force", sid)
     finally:
         daemon.stop()

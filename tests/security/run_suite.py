@@ -1115,6 +1115,16 @@ class Suite:
                       summary if not problems else "; ".join(problems)[:1500],
                       time.monotonic() - t0)
 
+    def run_gateway_posture(self):
+        t0 = time.monotonic()
+        try:
+            problems, summary = posture.check_gateway_process(self.daemon.pid)
+        except Exception as e:  # noqa: BLE001
+            problems, summary = ["gateway posture check failed to run: %s" % e], ""
+        return Result("posture", "gateway_process", "OK" if not problems else "FAILED",
+                      summary if not problems else "; ".join(problems)[:1500],
+                      time.monotonic() - t0)
+
     def run_probe(self):
         t0 = time.monotonic()
         out_rows = []
@@ -1181,6 +1191,7 @@ def main():
         return 1
     attacks = discover(ARGS.pattern)
     want_posture = matches("posture/running_sandbox_profile", ARGS.pattern)
+    want_gateway_posture = matches("posture/gateway_process", ARGS.pattern)
     want_probe = matches("probe/syscall_probe", ARGS.pattern) and ARGS.runtime == "linux"
     if ARGS.list:
         for a in attacks:
@@ -1225,6 +1236,11 @@ def main():
                   flush=True)
         if want_posture:
             r = suite.run_posture()
+            results.append(r)
+            print("%-12s %-42s %5.1fs  %s" % (r.status, "posture/" + r.name, r.seconds,
+                                               r.detail[:300]), flush=True)
+        if want_gateway_posture:
+            r = suite.run_gateway_posture()
             results.append(r)
             print("%-12s %-42s %5.1fs  %s" % (r.status, "posture/" + r.name, r.seconds,
                                                r.detail[:300]), flush=True)

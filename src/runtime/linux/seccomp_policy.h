@@ -37,6 +37,11 @@ struct PolicyRule {
 // The sandbox policy, in review order.
 const std::vector<PolicyRule>& sandbox_policy();
 
+// The gateway process's role (space-egress, docs/egress.md): the sandbox policy plus what a
+// process that only relays sockets never needs (running programs, reading other processes,
+// rarely used socket families). In review order.
+const std::vector<PolicyRule>& egress_policy();
+
 // For `space doctor` and the syscall probe: [{syscall, match, action, reason}].
 nlohmann::json policy_table();
 

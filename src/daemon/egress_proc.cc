@@ -1,0 +1,479 @@
+// spaced's side of the gateway process: spawning, handing over, answering, supervising
+// (egress_proc.h; the process itself is src/egressd/).
+#include "daemon/egress_proc.h"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "egress/wire.h"
+
+namespace space::daemon {
+
+using nlohmann::json;
+namespace wire = egress::wire;
+
+namespace {
+
+// What the process may report into the audit log: the gateway's own kinds, nothing else.
+const std::set<std::string> kAuditKinds = {"egress.request",  "egress.denied",  "egress.error",
+                                           "egress.tunnel",   "credential.use", "credential.error"};
+
+// A compromised process could flood the audit log: at most this many events per second (with a
+// burst) are taken from it; the rest are counted and logged.
+constexpr double kAuditRate = 2000, kAuditBurst = 20000;
+constexpr size_t kMaxSecretThreads = 32;
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return std::string("was killed by signal ") + sigabbrev_np(WTERMSIG(status)) +
+           (WCOREDUMP(status) ? " (core dumped)" : "");
+  return "ended";
+}
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+EgressProcess::EgressProcess(Options options) : o_(std::move(options)) {}
+
+Result<std::unique_ptr<EgressProcess>> EgressProcess::start(Options options) {
+  if (options.uid == 0 || options.gid == 0)
+    return fail(Code::kInvalidArgument, "the gateway process needs a uid and gid other than 0");
+  if (::access(options.binary.c_str(), X_OK) != 0)
+    return fail(Code::kUnavailable, "the gateway process's binary " + options.binary.string() +
+                                        " is missing or not executable (it is built and "
+                                        "installed next to spaced)");
+  for (auto& f : options.gateway.upstream_ca_files) {
+    std::string pem = read_file(f);
+    if (pem.empty()) return fail(Code::kInvalidArgument, "upstream_ca_files: cannot read " + f);
+    options.gateway.upstream_ca_pems.push_back(std::move(pem));
+  }
+  std::unique_ptr<EgressProcess> p(new EgressProcess(std::move(options)));
+  TRY_VOID_CTX(p->spawn(), "starting the gateway process");
+  p->ready_ = true;
+  p->supervisor_ = std::thread([raw = p.get()] { raw->supervise(); });
+  return p;
+}
+
+EgressProcess::~EgressProcess() { stop(); }
+
+Result<void> EgressProcess::spawn() {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+    return fail_sys("socketpair", "SOCK_SEQPACKET");
+  UniqueFd mine(sv[0]), theirs(sv[1]);
+  // The child's end becomes its fd 3 by dup2, which clears close-on-exec only if it is not
+  // already 3.
+  if (theirs.get() <= 3) {
+    int moved = ::fcntl(theirs.get(), F_DUPFD_CLOEXEC, 10);
+    if (moved < 0) return fail_sys("fcntl", "F_DUPFD_CLOEXEC");
+    theirs.reset(moved);
+  }
+  int big = static_cast<int>(wire::kMaxMessage * 2);
+  (void)::setsockopt(mine.get(), SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big);
+
+  std::vector<std::string> args = {o_.binary.string(), "--control-fd", "3",
+                                   "--uid",            std::to_string(o_.uid),
+                                   "--gid",            std::to_string(o_.gid)};
+  for (auto& h : o_.hide) {
+    args.push_back("--hide");
+    args.push_back(h.string());
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // Nothing of spaced's environment: secrets may come from its variables.
+  std::string path = "PATH=/usr/sbin:/usr/bin:/sbin:/bin", lang = "LANG=C.UTF-8";
+  char* envp[] = {path.data(), lang.data(), nullptr};
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, theirs.get(), 3);
+  posix_spawn_file_actions_addclosefrom_np(&fa, 4);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = 0;
+  int rc = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return fail_sys("posix_spawn", o_.binary.string(), rc);
+  theirs.reset();
+
+  auto failed = [&](Error e) -> Result<void> {
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return fail(Error(e.code(), e.message() + " (the process " + describe_status(status) + ")"));
+  };
+  json secrets = json::object();
+  if (o_.secrets)
+    for (auto& [name, def] : o_.secrets->defs()) secrets[name] = def.to_wire();
+  json opts = {{"resolve", o_.gateway.resolve},
+               {"upstream_ca_pems", o_.gateway.upstream_ca_pems},
+               {"connect_timeout_ms", uint64_t(o_.gateway.connect_timeout.count())},
+               {"idle_timeout_ms", uint64_t(o_.gateway.idle_timeout.count())}};
+  if (auto r = wire::send(mine.get(), {{"op", "init"}, {"options", opts}, {"secrets", secrets}});
+      !r)
+    return failed(std::move(r.error()));
+  pollfd pfd{mine.get(), POLLIN, 0};
+  int n;
+  do {
+    n = ::poll(&pfd, 1, 10'000);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return failed(Error(Code::kTimeout, "the gateway process did not get ready in 10 s"));
+  auto ready = wire::recv(mine.get());
+  if (!ready)
+    return failed(Error(Code::kUnavailable,
+                        "the gateway process ended before it was ready (its reason is on "
+                        "spaced's standard error, lines starting space-egress)"));
+  if (ready->body.value("op", "") != "ready" || ready->body.contains("error"))
+    return failed(wire::error_of(ready->body.value("error", json::object())));
+  {
+    std::lock_guard send(send_mu_);
+    ctl_ = std::move(mine);
+  }
+  pid_ = pid;
+  spdlog::info("egress: gateway process {} started (uid {}, gid {})", pid, o_.uid, o_.gid);
+  return {};
+}
+
+void EgressProcess::supervise() {
+  std::chrono::milliseconds pause{0};
+  auto started = std::chrono::steady_clock::now();
+  TokenBucket audit_bucket;
+  uint64_t audit_dropped = 0;
+  for (;;) {
+    int fd;
+    {
+      std::lock_guard send(send_mu_);
+      fd = ctl_.get();
+    }
+    for (;;) {
+      auto m = wire::recv(fd);
+      if (!m) {
+        if (m.error().code() == Code::kUnavailable || m.error().sys_errno() == EBADF) break;
+        spdlog::warn("egress: gateway process: {}", m.error().message());
+        continue;
+      }
+      if (m->body.value("op", "") == "audit") {
+        if (!audit_bucket.take(kAuditRate, kAuditBurst)) {
+          if (++audit_dropped % 1000 == 1)
+            spdlog::warn("egress: the gateway process reports too many events; {} left out",
+                         audit_dropped);
+          continue;
+        }
+      }
+      on_message(std::move(m->body));
+    }
+    // The process ended or closed the channel.
+    pid_t pid = pid_.exchange(0);
+    std::vector<std::string> ids;
+    bool stopping;
+    {
+      std::lock_guard lock(mu_);
+      ready_ = false;
+      stopping = stopping_;
+      fail_waiters_locked(Error(Code::kUnavailable, "the gateway process ended"));
+      for (auto& [id, e] : entries_) ids.push_back(id);
+    }
+    cv_.notify_all();
+    int status = 0;
+    if (pid > 0) {
+      if (stopping) {
+        // It exits when it sees the channel close; a moment's grace, then it is killed.
+        for (int i = 0; i < 100 && ::waitpid(pid, &status, WNOHANG) == 0; ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      ::kill(pid, SIGKILL);  // harmless if already reaped: the pid is ours until waited for
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    if (stopping) return;
+    std::string why = "the egress gateway process (pid " + std::to_string(pid) + ") " +
+                      describe_status(status) +
+                      "; connections in flight were cut, a new process serves new ones";
+    spdlog::error("egress: {}", why);
+    restarts_++;
+    for (auto& id : ids)
+      if (o_.gateway.audit) o_.gateway.audit(id, "egress.interrupted", {{"reason", why}});
+    // Dying again soon after a start: wait longer each time (up to 5 s), so a process that
+    // cannot run does not spin.
+    for (;;) {
+      using std::chrono::milliseconds;
+      if (std::chrono::steady_clock::now() - started >= std::chrono::seconds(10))
+        pause = milliseconds(0);
+      else
+        pause = std::clamp<milliseconds>(pause * 2, milliseconds(100), milliseconds(5000));
+      {
+        std::unique_lock lock(mu_);
+        if (cv_.wait_for(lock, pause, [&] { return stopping_; })) return;
+      }
+      started = std::chrono::steady_clock::now();
+      auto r = spawn();
+      if (r) break;
+      spdlog::error("egress: restarting the gateway process: {}", r.error().message());
+    }
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      // stop() came while it started: let the loop above see the channel close.
+      ::shutdown(ctl_.get(), SHUT_RDWR);
+      continue;
+    }
+    for (auto& [id, e] : entries_)
+      if (auto r = send_attach_locked(e, 0); !r)
+        spdlog::error("egress: handing {} to the new gateway process: {}", id,
+                      r.error().message());
+    ready_ = true;
+  }
+}
+
+void EgressProcess::on_message(json m) {
+  std::string op = m.value("op", "");
+  if (op == "reply") {
+    auto seq = m.find("seq");
+    if (seq == m.end() || !seq->is_number_unsigned()) return;
+    Result<json> r = m.contains("error") ? Result<json>(fail(wire::error_of(m["error"]))) : m;
+    std::lock_guard lock(mu_);
+    auto it = waiters_.find(seq->get<uint64_t>());
+    if (it == waiters_.end()) {
+      if (!r) spdlog::error("egress: the gateway process refused a sandbox: {}", r.error().message());
+      return;
+    }
+    it->second->result = std::move(r);
+    cv_.notify_all();
+  } else if (op == "audit") {
+    std::string id = m.value("id", ""), kind = m.value("kind", "");
+    auto data = m.find("data");
+    if (!kAuditKinds.count(kind) || data == m.end() || !data->is_object()) return;
+    {
+      std::lock_guard lock(mu_);
+      if (!entries_.count(id)) return;  // only sandboxes it serves
+    }
+    if (o_.gateway.audit) o_.gateway.audit(id, kind, std::move(*data));
+  } else if (op == "secret") {
+    auto seq = m.find("seq");
+    if (seq == m.end() || !seq->is_number_unsigned() || !m.value("id", json()).is_string() ||
+        !m.value("name", json()).is_string())
+      return;
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    if (secret_threads_ >= kMaxSecretThreads) {
+      std::lock_guard send(send_mu_);
+      (void)wire::send(ctl_.get(), {{"op", "secret"},
+                                    {"seq", *seq},
+                                    {"error", wire::error_json(Error(
+                                                  Code::kResourceExhausted,
+                                                  "too many secret requests at once"))}});
+      return;
+    }
+    ++secret_threads_;
+    std::thread([this, s = seq->get<uint64_t>(), id = m["id"].get<std::string>(),
+                 name = m["name"].get<std::string>()] { answer_secret(s, id, name); })
+        .detach();
+  }
+}
+
+void EgressProcess::answer_secret(uint64_t seq, std::string id, std::string name) {
+  Result<std::string> v = fail(Code::kInternal, "no value");
+  bool granted = false;
+  {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(id);
+    if (it != entries_.end())
+      for (auto& g : it->second.eg.grants) granted = granted || g.name == name;
+  }
+  if (!granted) {
+    // The gateway only asks for a sandbox's own secrets: this is a bug or a compromised process.
+    spdlog::error("egress: the gateway process asked for secret {} for {}, which holds no such "
+                  "grant; refused",
+                  name.substr(0, 64), id.substr(0, 64));
+    v = fail(Code::kPermissionDenied, "secret " + name.substr(0, 64) + " is not granted to " +
+                                          id.substr(0, 64));
+  } else {
+    egress::SecretStore::MintPermit permit = [this, id] {
+      std::lock_guard lock(mu_);
+      auto it = entries_.find(id);
+      return it != entries_.end() && it->second.mint.take(1, 5);
+    };
+    v = o_.secrets->value(name, permit);
+  }
+  json out = {{"op", "secret"}, {"seq", seq}};
+  if (v) {
+    out["value"] = std::move(*v);
+  } else {
+    out["error"] = wire::error_json(v.error());
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (ready_ && !stopping_) {
+      std::lock_guard send(send_mu_);
+      (void)wire::send(ctl_.get(), out);
+    }
+    --secret_threads_;
+  }
+  if (out.contains("value")) OPENSSL_cleanse(out["value"].get_ref<std::string&>().data(),
+                                             out["value"].get_ref<std::string&>().size());
+  cv_.notify_all();
+}
+
+Result<void> EgressProcess::send_attach_locked(const Entry& e, uint64_t seq) {
+  json grants = json::array(), known = json::object(), kinds = json::array();
+  std::vector<int> fds;
+  for (auto& g : e.eg.grants) {
+    grants.push_back({{"name", g.name}, {"placeholder", g.placeholder}});
+    if (o_.secrets) known[g.name] = o_.secrets->remembered(g.name);
+  }
+  for (auto& [fd, kind] : e.listeners.fds) {
+    fds.push_back(fd.get());
+    kinds.push_back(kind);
+  }
+  std::string key = e.eg.ca->key_pem();
+  json body = {{"op", "attach"},     {"seq", seq},
+               {"id", e.eg.id},      {"policy", e.eg.policy.to_json()},
+               {"grants", grants},   {"ca_key", key},
+               {"ca_cert", e.eg.ca->cert_pem()}, {"kinds", kinds},
+               {"known", known}};
+  OPENSSL_cleanse(key.data(), key.size());
+  std::lock_guard send(send_mu_);
+  auto r = wire::send(ctl_.get(), body, fds);
+  OPENSSL_cleanse(body["ca_key"].get_ref<std::string&>().data(),
+                  body["ca_key"].get_ref<std::string&>().size());
+  return r;
+}
+
+void EgressProcess::fail_waiters_locked(const Error& e) {
+  for (auto& [seq, w] : waiters_) {
+    if (w->result) continue;
+    w->result = fail(Error(e.code(), e.message()));
+    w->ended = true;
+  }
+}
+
+Result<json> EgressProcess::request(json body, std::chrono::milliseconds timeout) {
+  auto w = std::make_shared<Waiter>();
+  std::unique_lock lock(mu_);
+  if (!ready_) return fail(Code::kUnavailable, "the gateway process is restarting");
+  uint64_t seq = ++next_seq_;
+  body["seq"] = seq;
+  {
+    std::lock_guard send(send_mu_);
+    TRY_VOID(wire::send(ctl_.get(), body));
+  }
+  waiters_[seq] = w;
+  cv_.wait_for(lock, timeout, [&] { return w->result.has_value(); });
+  waiters_.erase(seq);
+  if (!w->result) return fail(Code::kTimeout, "the gateway process did not answer");
+  return std::move(*w->result);
+}
+
+Result<void> EgressProcess::attach(egress::SandboxEgress sandbox, int netns_fd) {
+  std::string id = sandbox.id;
+  auto bound =
+      TRY_CTX(egress::Gateway::bind(netns_fd),
+              "binding the egress gateway's listeners in " + id + "'s network namespace");
+  return attach(std::move(sandbox), std::move(bound));
+}
+
+Result<void> EgressProcess::attach(egress::SandboxEgress sandbox,
+                                   egress::BoundListeners listeners) {
+  std::string id = sandbox.id;
+  if (!sandbox.ca) return fail(Code::kInternal, "egress for " + id + ": no CA");
+  if (listeners.empty()) return fail(Code::kInternal, "egress for " + id + ": no listeners");
+  auto w = std::make_shared<Waiter>();
+  std::unique_lock lock(mu_);
+  if (stopping_) return fail(Code::kUnavailable, "the egress gateway is stopping");
+  if (entries_.count(id)) return fail(Code::kAlreadyExists, id + " is already attached");
+  Entry& e = entries_[id];
+  e.eg = std::move(sandbox);
+  e.listeners = std::move(listeners);
+  // While the process restarts the entry waits: the new process is handed every entry, and
+  // connections wait in the listeners' backlog until then.
+  if (!ready_) return {};
+  uint64_t seq = ++next_seq_;
+  if (auto r = send_attach_locked(e, seq); !r) {
+    // The process is going away; the supervisor hands this entry to the next one.
+    spdlog::warn("egress: {}: {}", id, r.error().message());
+    return {};
+  }
+  waiters_[seq] = w;
+  cv_.wait_for(lock, std::chrono::seconds(10), [&] { return w->result.has_value(); });
+  waiters_.erase(seq);
+  if (!w->result) {
+    entries_.erase(id);
+    return fail(Code::kTimeout, "the gateway process did not take " + id + " within 10 s");
+  }
+  if (!*w->result) {
+    if (w->ended) return {};  // the supervisor hands it to the next process
+    entries_.erase(id);
+    return fail(std::move(w->result->error()));
+  }
+  return {};
+}
+
+void EgressProcess::detach(const std::string& id) {
+  {
+    std::lock_guard lock(mu_);
+    if (!entries_.erase(id)) return;  // spaced's copies of its listeners close here
+  }
+  // The process closes its copies and cuts the sandbox's connections.
+  (void)request({{"op", "detach"}, {"id", id}}, std::chrono::seconds(5));
+}
+
+egress::Gateway::Stats EgressProcess::stats() {
+  egress::Gateway::Stats s;
+  auto r = request({{"op", "stats"}}, std::chrono::seconds(2));
+  if (!r) return s;
+  auto num = [&](const char* k) { return r->value(k, uint64_t{0}); };
+  s.connections = num("connections");
+  s.requests = num("requests");
+  s.denied = num("denied");
+  s.bytes_up = num("bytes_up");
+  s.bytes_down = num("bytes_down");
+  s.credential_uses = num("credential_uses");
+  s.dns_queries = num("dns_queries");
+  s.active_connections = num("active_connections");
+  s.sandboxes = num("sandboxes");
+  return s;
+}
+
+void EgressProcess::stop() {
+  {
+    std::unique_lock lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    std::lock_guard send(send_mu_);
+    if (ctl_) ::shutdown(ctl_.get(), SHUT_RDWR);  // the supervisor's read ends; the process exits
+  }
+  cv_.notify_all();
+  if (supervisor_.joinable()) supervisor_.join();
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return secret_threads_ == 0; });
+  entries_.clear();
+}
+
+}  // namespace space::daemon

@@ -1,0 +1,226 @@
+"""The egress gateway as its own process (space-egress; docs/egress.md, "The gateway process").
+
+* Killing it with SIGKILL while a sandbox runs 16 downloads through it: the downloads fail
+  cleanly (curl reports an error, none hangs), a new request succeeds within a second, the
+  sandbox and its files are untouched, a new process with the same posture serves, and the
+  interruption is in the sandbox's audit log.
+* A compromised gateway process (a stand-in speaking its control protocol, put in place with
+  `gateway.binary`) asks spaced for secrets its sandbox was not granted and for sandboxes that do
+  not exist, and reports forged audit events: spaced refuses each and records none of them.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+import harness
+from test_egress import SECRET, EgressBase
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "security"))
+
+import posture  # noqa: E402
+
+DOWNLOADS = 16
+
+# Inside the sandbox: 16 downloads of a 1 MiB file at a sandbox-wide 64 KiB/s (so all are in
+# flight for many seconds); READY once each has bytes; then waits for them to end and times how
+# long a new request takes to succeed after the first one failed.
+DOWNLOAD_SCRIPT = r'''
+import json, os, subprocess, sys, time
+procs = []
+for i in range(%(n)d):
+    procs.append(subprocess.Popen(
+        ["curl", "-sS", "--max-time", "120", "-o", "/tmp/dl%%d" %% i,
+         "https://git.example.test/big.bin"], stderr=subprocess.PIPE))
+deadline = time.time() + 60
+while time.time() < deadline:
+    if all(os.path.exists("/tmp/dl%%d" %% i) and os.path.getsize("/tmp/dl%%d" %% i) > 0
+           for i in range(%(n)d)):
+        break
+    time.sleep(0.05)
+open("/tmp/ready", "w").close()
+first_fail = None
+codes = []
+for p in procs:
+    p.wait()
+    codes.append(p.returncode)
+    if p.returncode != 0 and first_fail is None:
+        first_fail = time.time()
+errors = [p.stderr.read().decode(errors="replace").strip()[-200:] for p in procs]
+t0 = first_fail or time.time()
+ok_after = None
+tries = 0
+while time.time() - t0 < 10:
+    tries += 1
+    r = subprocess.run(["curl", "-sS", "--max-time", "5", "https://api.example.test/echo"],
+                       capture_output=True)
+    if r.returncode == 0:
+        ok_after = time.time() - t0
+        break
+    time.sleep(0.02)
+print(json.dumps({"codes": codes, "errors": errors, "ok_after": ok_after, "tries": tries}))
+'''
+
+# A stand-in for a compromised space-egress: it speaks the control protocol (egress/wire.h) and
+# tries what a process taken over by a sandbox's bytes would try.
+FAKE_GATEWAY = r'''#!/usr/bin/env python3
+import json, os, socket, sys
+out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake-results.jsonl")
+ctl = socket.socket(fileno=3)
+def send(m): ctl.send(json.dumps(m).encode())
+def note(m):
+    with open(out, "a") as f: f.write(json.dumps(m) + "\n")
+seq = 100
+pending = {}
+while True:
+    data, fds, _, _ = socket.recv_fds(ctl, 1 << 22, 16)
+    if not data:
+        break
+    m = json.loads(data)
+    for fd in fds:
+        os.close(fd)
+    op = m.get("op")
+    if op == "init":
+        note({"init_secrets": sorted(m.get("secrets", {})),
+              "init_has_values": any("value" in d or "env" in d or "file" in d or "command" in d
+                                     for d in m.get("secrets", {}).values())})
+        send({"op": "ready", "pid": os.getpid()})
+    elif op == "attach":
+        sid = m["id"]
+        note({"attach": sid, "grants": [g["name"] for g in m["grants"]],
+              "known": sorted(m.get("known", {}))})
+        send({"op": "reply", "seq": m["seq"], "ok": True})
+        for what, ask_id, name in (("granted", sid, "API_TOKEN"),
+                                   ("not_granted", sid, "LIVE_ONLY"),
+                                   ("other_sandbox", "sb_doesnotexist", "API_TOKEN")):
+            seq += 1
+            pending[seq] = what
+            send({"op": "secret", "seq": seq, "id": ask_id, "name": name})
+        send({"op": "audit", "id": sid, "kind": "sandbox.destroy", "data": {"forged": 1}})
+        send({"op": "audit", "id": "sb_doesnotexist", "kind": "egress.denied",
+              "data": {"forged": 2}})
+        send({"op": "audit", "id": sid, "kind": "egress.denied", "data": {"genuine": 3}})
+    elif op == "secret":
+        note({"secret": pending.get(m.get("seq")), "value": m.get("value"),
+              "error": m.get("error")})
+    elif op in ("detach", "stats"):
+        send({"op": "reply", "seq": m["seq"], "ok": True})
+'''
+
+
+class GatewayProcessTest(EgressBase):
+
+    @classmethod
+    def daemon_config(cls):
+        cfg = super().daemon_config()
+        cfg["profiles"]["many"] = {"egress": {
+            "allow": ["git.example.test", "api.example.test"],
+            "allow_networks": ["127.0.0.2/32"], "max_connections": 64, "bandwidth": "64K"}}
+        return cfg
+
+    def gateway_pid(self):
+        pids = posture.gateway_pids(self.daemon.pid)
+        self.assertEqual(len(pids), 1, "space-egress children of spaced: %s" % pids)
+        return pids[0]
+
+    def test_sigkill_during_downloads(self):
+        sid = self.create("--profile", "many")
+        self.sh_ok("echo kept > /tmp/mine", sid=sid)
+        old = self.gateway_pid()
+        script = DOWNLOAD_SCRIPT % {"n": DOWNLOADS}
+        p = subprocess.Popen([harness.SPACE, "exec", sid, "--", "python3", "-c", script],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL, env=self.env())
+        try:
+            harness.wait_for(lambda: self.space("exec", sid, "--", "test", "-e",
+                                                "/tmp/ready")[0] == 0,
+                             timeout=60, interval=0.2, what="16 downloads in flight")
+            self.assertIsNone(p.poll(), "the downloads ended before the kill")
+            os.kill(old, signal.SIGKILL)
+            out, err = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        self.assertEqual(p.returncode, 0, err.decode(errors="replace")[-2000:])
+        res = json.loads(out.decode().strip().splitlines()[-1])
+        # Every download failed (none finished: 1 MiB at 64 KiB/s takes minutes) and none hung.
+        self.assertEqual(len(res["codes"]), DOWNLOADS)
+        self.assertTrue(all(c != 0 for c in res["codes"]), res)
+        # A new request succeeded within a second of the first failure.
+        self.assertIsNotNone(res["ok_after"], res)
+        self.assertLess(res["ok_after"], 1.0, res)
+        print("gateway killed: %d downloads failed (curl codes %s); a new request succeeded "
+              "%.0f ms after the first failure (%d tries)" %
+              (DOWNLOADS, sorted(set(res["codes"])), res["ok_after"] * 1000, res["tries"]),
+              file=sys.stderr)
+        # Nothing else was lost: the sandbox, its files, its secret injection, a new process
+        # with the same posture.
+        self.assertEqual(self.sh_ok("cat /tmp/mine", sid=sid).strip(), "kept")
+        new = self.gateway_pid()
+        self.assertNotEqual(new, old)
+        problems, summary = posture.check_gateway_process(self.daemon.pid)
+        self.assertEqual(problems, [], summary)
+        out = self.sh_ok('curl -sS https://api.example.test/echo -H "Authorization: $API_TOKEN"')
+        got = [e for e in self.upstream.echoes() if e["host"] == "api.example.test"]
+        self.assertEqual(got[-1]["headers"]["authorization"], SECRET)
+        self.assertNotIn(SECRET, out)
+        events = [e for e in self.audit_events(sid) if e["kind"] == "egress.interrupted"]
+        self.assertEqual(len(events), 1, events)
+        self.assertIn("signal KILL", events[0]["data"]["reason"])
+        metrics = self.api("GET", "/metrics").body.decode()
+        self.assertIn("space_egress_process_restarts_total 1", metrics)
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.sid = cls.create_for_class("--secret", "API_TOKEN")
+
+
+class CompromisedGatewayTest(EgressBase):
+
+    @classmethod
+    def daemon_config(cls):
+        cfg = super().daemon_config()
+        fake = os.path.join(cls.tmp, "fake-egress.py")
+        with open(fake, "w") as f:
+            f.write(FAKE_GATEWAY)
+        os.chmod(fake, 0o755)
+        cfg["gateway"]["binary"] = fake
+        return cfg
+
+    def results(self):
+        path = os.path.join(self.tmp, "fake-results.jsonl")
+        return [json.loads(l) for l in harness.read_text(path).splitlines() if l.strip()]
+
+    def test_spaced_refuses_what_was_not_granted(self):
+        sid = self.create("--secret", "API_TOKEN")
+        harness.wait_for(lambda: len([r for r in self.results() if "secret" in r]) == 3,
+                         timeout=20, what="the fake gateway's three secret requests answered")
+        res = self.results()
+        init = [r for r in res if "init_secrets" in r][0]
+        # The definitions travel without their sources or values.
+        self.assertFalse(init["init_has_values"], init)
+        attach = [r for r in res if r.get("attach") == sid][0]
+        self.assertEqual(attach["grants"], ["API_TOKEN"])
+        answers = {r["secret"]: r for r in res if "secret" in r}
+        self.assertEqual(answers["granted"]["value"], SECRET)
+        for what in ("not_granted", "other_sandbox"):
+            self.assertIsNone(answers[what]["value"], answers[what])
+            self.assertIn("not granted", answers[what]["error"]["message"])
+        self.assertNotIn("live-only-value", json.dumps(res))
+        # Of the three audit events only the genuine kind for its own sandbox was recorded.
+        harness.wait_for(lambda: any(e["data"].get("genuine") == 3
+                                     for e in self.audit_events(sid)),
+                         timeout=10, what="the genuine event in the audit log")
+        events = self.audit_events(sid)
+        self.assertFalse([e for e in events if "forged" in e["data"]], events)
+        self.assertFalse([e for e in events if e["kind"] == "sandbox.destroy"], events)
+
+
+if __name__ == "__main__":
+    harness.main()
