@@ -903,3 +903,76 @@ TEST(RedactorTest, PropertyRandomSplitsMatchOneShot) {
 
 }  // namespace
 }  // namespace space::egress
+
+namespace space::egress {
+namespace {
+
+// The gateway process's definitions carry where a value goes, never where it comes from.
+TEST(SecretWire, DefinitionsTravelWithoutTheirSource) {
+  json j = base_def();
+  j["methods"] = {"GET"};
+  j["paths"] = {"/repos/"};
+  j["placeholder_in"] = {"Authorization", "query:key"};
+  auto d = SecretDef::from_json("GH", j);
+  ASSERT_TRUE(d) << d.error().message();
+  json wire = d->to_wire();
+  EXPECT_EQ(wire.dump().find("s3cr3t"), std::string::npos) << wire.dump();
+  auto r = SecretDef::from_wire("GH", json::parse(wire.dump()));
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->source, SecretDef::Source::kRemote);
+  EXPECT_TRUE(r->value.empty());
+  EXPECT_EQ(r->methods, d->methods);
+  EXPECT_EQ(r->paths, d->paths);
+  EXPECT_EQ(r->placeholder_headers, d->placeholder_headers);
+  EXPECT_EQ(r->placeholder_query, d->placeholder_query);
+  EXPECT_EQ(r->env_var, d->env_var);
+  auto gh = normalize_host("api.github.com");
+  EXPECT_TRUE(r->applies(*gh, "GET", "/repos/x"));
+  EXPECT_FALSE(r->applies(*gh, "POST", "/repos/x"));
+  // A header definition keeps its header and format.
+  json h = base_def();
+  h["header"] = "X-Api-Key";
+  h["format"] = "Key {}";
+  auto hd = SecretDef::from_json("K", h);
+  ASSERT_TRUE(hd);
+  auto hr = SecretDef::from_wire("K", hd->to_wire());
+  ASSERT_TRUE(hr) << hr.error().message();
+  EXPECT_EQ(hr->header, "X-Api-Key");
+  EXPECT_EQ(hr->format, "Key {}");
+  // A source smuggled into the wire form is refused.
+  json bad = d->to_wire();
+  bad["command"] = {"/bin/sh", "-c", "id"};
+  EXPECT_FALSE(SecretDef::from_wire("GH", bad));
+}
+
+// A fetching store reads nothing itself: every value comes through fetch, for a sandbox, and is
+// remembered for masking; spaced's own known values can be added.
+TEST(SecretWire, FetchingStore) {
+  auto d = SecretDef::from_wire("GH", SecretDef::from_json("GH", base_def())->to_wire());
+  ASSERT_TRUE(d);
+  std::vector<std::pair<std::string, std::string>> asked;
+  SecretStore store({{"GH", *d}}, [&](const std::string& name, const std::string& sandbox)
+                                      -> Result<std::string> {
+    asked.emplace_back(name, sandbox);
+    if (sandbox == "sb_b") return fail(Code::kPermissionDenied, "not granted");
+    return std::string("fetched-value-0123456789");
+  });
+  EXPECT_TRUE(store.remembered("GH").empty());
+  auto v = store.value("GH", {}, "sb_a");
+  ASSERT_TRUE(v) << v.error().message();
+  EXPECT_EQ(*v, "fetched-value-0123456789");
+  EXPECT_FALSE(store.value("GH", {}, "sb_b"));
+  ASSERT_EQ(asked.size(), 2u);
+  EXPECT_EQ(asked[0], std::make_pair(std::string("GH"), std::string("sb_a")));
+  store.remember_values("GH", {"old-value-abcdefghij", "x"});  // too short: not a mask
+  EXPECT_EQ(store.remembered("GH"),
+            (std::vector<std::string>{"fetched-value-0123456789", "old-value-abcdefghij"}));
+  std::string body = "a old-value-abcdefghij b fetched-value-0123456789";
+  Redactor r(store.mask_patterns());
+  std::string out = r.feed(body) + r.finish();
+  EXPECT_EQ(out.find("old-value"), std::string::npos) << out;
+  EXPECT_EQ(out.find("fetched-value"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace space::egress

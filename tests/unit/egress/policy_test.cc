@@ -510,3 +510,50 @@ TEST(Invariants, AcceptedTargetsStayUnderTheirPrefix) {
 
 }  // namespace
 }  // namespace space::egress
+
+namespace space::egress {
+namespace {
+
+// The gateway process gets the policy as data (egress/wire.h): the copy must decide exactly as
+// the original, for a profile with every kind of rule and a narrowed sandbox.
+TEST(PolicyWire, RoundTripDecidesTheSame) {
+  auto ep = EgressProfile::from_json(json::parse(kProfile));
+  ASSERT_TRUE(ep) << ep.error().message();
+  for (std::vector<std::string> narrow :
+       {std::vector<std::string>{}, {"api.github.com:443", "*.example.com", "[fd00::5]:443"}}) {
+    auto p = Policy::make("live", *ep, narrow);
+    ASSERT_TRUE(p) << p.error().message();
+    auto q = Policy::from_json(json::parse(p->to_json().dump()));
+    ASSERT_TRUE(q) << q.error().message();
+    EXPECT_EQ(q->profile(), "live");
+    EXPECT_EQ(q->max_connections(), p->max_connections());
+    EXPECT_EQ(q->bandwidth_bytes_per_s(), p->bandwidth_bytes_per_s());
+    EXPECT_EQ(q->ports(), p->ports());
+    for (const char* h : {"pypi.org", "files.pythonhosted.org", "api.github.com", "a.example.com",
+                          "upload.example.com", "mixed.test", "10.1.2.3", "fd00::5", "evil.test"})
+      for (uint16_t port : {80, 443, 8080, 8443}) {
+        Host ho = host(h);
+        EXPECT_EQ(q->check_host(ho, port).allowed, p->check_host(ho, port).allowed) << h << port;
+        EXPECT_EQ(q->check_host(ho, port).reason, p->check_host(ho, port).reason);
+        EXPECT_EQ(q->needs_inspection(ho, port), p->needs_inspection(ho, port));
+        for (const char* m : {"GET", "POST", "DELETE"})
+          for (const char* t : {"/repos/x", "/user", "/public/a", "/admin", "/a/../repos/"})
+            EXPECT_EQ(q->check_request(ho, port, m, t).allowed,
+                      p->check_request(ho, port, m, t).allowed)
+                << h << ":" << port << " " << m << " " << t;
+      }
+    for (const char* a : {"10.1.9.9", "127.0.0.1", "fd00::1", "8.8.8.8"}) {
+      auto addr = boost::asio::ip::make_address(a);
+      EXPECT_EQ(q->check_address(addr).allowed, p->check_address(addr).allowed) << a;
+    }
+  }
+  // Policy() refuses everything, and so does its copy.
+  auto none = Policy::from_json(Policy().to_json());
+  ASSERT_TRUE(none) << none.error().message();
+  EXPECT_EQ(none->max_connections(), 0u);
+  EXPECT_FALSE(none->check_host(host("pypi.org"), 443).allowed);
+  EXPECT_FALSE(Policy::from_json(json::parse(R"({"profile": "x"})")));
+}
+
+}  // namespace
+}  // namespace space::egress

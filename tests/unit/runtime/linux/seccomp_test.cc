@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <fcntl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -97,8 +99,9 @@ TEST(SeccompPolicy, Compiles) {
 
 // Runs `body` in a forked child under the compiled policy; returns its exit status (the body
 // returns the number of mismatches, written to stderr).
-int run_filtered(const std::function<int()>& body) {
-  auto prog = compile_policy(sandbox_policy());
+int run_filtered(const std::function<int()>& body,
+                 const std::vector<PolicyRule>& policy = sandbox_policy()) {
+  auto prog = compile_policy(policy);
   if (!prog) return -1;
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -112,6 +115,36 @@ int run_filtered(const std::function<int()>& body) {
 }
 
 long errno_of(long rc) { return rc < 0 ? errno : 0; }
+
+// The gateway process's role: what an exploited parser inside space-egress would try next.
+TEST(SeccompPolicy, EgressRoleRefusesProgramsPeersAndRawSockets) {
+  auto prog = compile_policy(egress_policy());
+  ASSERT_TRUE(prog) << prog.error().message();
+  EXPECT_TRUE(prog->unresolved.empty());
+  int rc = run_filtered(
+      [] {
+        int bad = 0;
+        char* argv[] = {const_cast<char*>("/bin/true"), nullptr};
+        if (!(::execve("/bin/true", argv, nullptr) < 0 && errno == EPERM)) ++bad;
+        if (!(::syscall(SYS_execveat, AT_FDCWD, "/bin/true", argv, nullptr, 0) < 0 &&
+              errno == EPERM))
+          ++bad;
+        if (!(::syscall(SYS_ptrace, 16 /* PTRACE_ATTACH */, ::getppid(), 0, 0) < 0 &&
+              errno == EPERM))
+          ++bad;
+        if (!(::syscall(SYS_process_vm_readv, ::getppid(), nullptr, 0, nullptr, 0, 0) < 0 &&
+              errno == EPERM))
+          ++bad;
+        if (!(::socket(AF_PACKET, SOCK_RAW, 0) < 0 && errno == EAFNOSUPPORT)) ++bad;
+        if (!(::unshare(CLONE_NEWUSER) < 0 && errno == EPERM)) ++bad;
+        // What it needs still works: IP and Unix sockets.
+        int s4 = ::socket(AF_INET, SOCK_STREAM, 0), su = ::socket(AF_UNIX, SOCK_STREAM, 0);
+        if (s4 < 0 || su < 0) ++bad;
+        return bad;
+      },
+      egress_policy());
+  EXPECT_EQ(rc, 0);
+}
 
 TEST(SeccompPolicy, PersonalityAllowList) {
   int bad = run_filtered([] {
