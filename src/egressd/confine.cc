@@ -11,7 +11,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
+#include <fstream>
+#include <sstream>
 #include <cstring>
 #include <string_view>
 
@@ -81,6 +84,22 @@ Result<void> confine(const Args& a) {
   if (::unshare(CLONE_NEWNS | CLONE_NEWIPC) != 0) return fail_sys("unshare", "NEWNS|NEWIPC");
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     return fail_sys("mount", "/ private");
+  // Mounts spaced made under a hidden directory (a VM's disk, an image) are copies in this
+  // namespace: detached first, so this process never pins what spaced later unmounts.
+  {
+    std::vector<std::string> under;
+    std::ifstream mi("/proc/self/mountinfo");
+    for (std::string line; std::getline(mi, line);) {
+      std::istringstream f(line);
+      std::string id, parent, devno, root, point;
+      if (!(f >> id >> parent >> devno >> root >> point)) continue;
+      for (const auto& dir : a.hide)
+        if (point == dir || (point.starts_with(dir) && point[dir.size()] == '/'))
+          under.push_back(point);
+    }
+    std::sort(under.begin(), under.end(), [](auto& x, auto& y) { return x.size() > y.size(); });
+    for (const auto& point : under) (void)::umount2(point.c_str(), MNT_DETACH);
+  }
   for (const auto& dir : a.hide) {
     struct stat st;
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;

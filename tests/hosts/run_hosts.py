@@ -179,7 +179,7 @@ def main():
 
     if os.geteuid() != 0:
         skip("needs root: QEMU shares the host's /etc (with /etc/shadow) read-only")
-    for b in ("spaced", "space", "space-agent"):
+    for b in ("spaced", "space", "space-agent", "space-egress"):
         if not os.access(os.path.join(build_dir, b), os.X_OK):
             raise SystemExit("hosts: %s/%s is not built" % (build_dir, b))
     unit = os.path.abspath(args.unit) if args.unit else None

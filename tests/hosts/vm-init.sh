@@ -75,7 +75,7 @@ $B mount -t 9p -o "$P9,ro" build "$R$build" || fail "9p build"
 $B mount -t 9p -o "$P9,cache=none" results "$R/results" || fail "9p results"
 $B mkdir -p "$R/var/lib/space"
 $B mount -t ext4 /dev/vda "$R/var/lib/space" || fail "mount the state disk /dev/vda"
-for b in spaced space space-agent; do
+for b in spaced space space-agent space-egress; do
   $B cp "$R$build/$b" "$R/usr/local/bin/$b" || fail "copying $b"
 done
 
