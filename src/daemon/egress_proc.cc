@@ -328,16 +328,16 @@ void EgressProcess::answer_secret(uint64_t seq, std::string id, std::string name
   } else {
     out["error"] = wire::error_json(v.error());
   }
-  {
-    std::lock_guard lock(mu_);
-    if (ready_ && !stopping_) {
-      std::lock_guard send(send_mu_);
-      (void)wire::send(ctl_.get(), out);
-    }
-    --secret_threads_;
+  std::lock_guard lock(mu_);
+  if (ready_ && !stopping_) {
+    std::lock_guard send(send_mu_);
+    (void)wire::send(ctl_.get(), out);
   }
-  if (out.contains("value")) OPENSSL_cleanse(out["value"].get_ref<std::string&>().data(),
-                                             out["value"].get_ref<std::string&>().size());
+  if (out.contains("value"))
+    OPENSSL_cleanse(out["value"].get_ref<std::string&>().data(),
+                    out["value"].get_ref<std::string&>().size());
+  // Last: once the count drops, stop() may return and this object go away.
+  --secret_threads_;
   cv_.notify_all();
 }
 
