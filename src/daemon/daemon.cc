@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <set>
@@ -20,6 +21,7 @@
 
 #include "common/clock.h"
 #include "common/janitor.h"
+#include "common/subprocess.h"
 #include "common/units.h"
 #include "daemon/caller.h"
 #include "runtime/kvm.h"
@@ -1232,22 +1234,18 @@ std::string Daemon::metrics() {
 
 namespace {
 
-// First line of a command's output, or "" if it cannot run. Only fixed commands from doctor().
-std::string first_line_of(const char* cmd) {
-  FILE* f = ::popen(cmd, "r");
-  if (!f) return "";
-  char buf[256] = {0};
-  if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
-  ::pclose(f);
-  std::string s(buf);
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-  return s;
+// First line of a host tool's `--version` output, or "" if it cannot run. Looked for in
+// spaced's own PATH, as the VM runtimes look for their binaries (vm::find_in_path).
+std::string version_line(const char* program) {
+  const char* path = std::getenv("PATH");
+  return first_output_line({program, "--version"}, std::chrono::seconds(10),
+                           path && *path ? path : kDefaultSearchPath);
 }
 
 // Facts about the host that the VM runtimes and memory snapshots depend on.
 json host_facts() {
-  std::string qemu = first_line_of("qemu-system-x86_64 --version 2>/dev/null");
-  std::string criu = first_line_of("criu --version 2>/dev/null");
+  std::string qemu = version_line("qemu-system-x86_64");
+  std::string criu = version_line("criu");
   return {
       {"qemu", qemu.empty() ? json{{"found", false}, {"hint", "apt-get install qemu-system-x86"}}
                             : json{{"found", true}, {"version", qemu}}},
