@@ -4,7 +4,6 @@
 #include "daemon/daemon.h"
 
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <spdlog/spdlog.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -20,7 +19,9 @@
 #include <sstream>
 
 #include "common/clock.h"
+#include "common/hex.h"
 #include "common/janitor.h"
+#include "common/openat2.h"
 #include "common/subprocess.h"
 #include "common/units.h"
 #include "daemon/caller.h"
@@ -55,25 +56,7 @@ std::string random_id(std::string_view prefix, size_t bytes) {
   unsigned char b[32];
   bytes = std::min(bytes, sizeof b);
   if (getrandom(b, bytes, 0) != static_cast<ssize_t>(bytes)) abort();  // cannot happen
-  static const char* hex = "0123456789abcdef";
-  std::string id(prefix);
-  for (size_t i = 0; i < bytes; ++i) {
-    id += hex[b[i] >> 4];
-    id += hex[b[i] & 15];
-  }
-  return id;
-}
-
-std::string rfc3339(double t) {
-  time_t s = static_cast<time_t>(t);
-  int ms = static_cast<int>((t - static_cast<double>(s)) * 1000);
-  struct tm tm;
-  gmtime_r(&s, &tm);
-  char buf[40];
-  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  char out[48];
-  snprintf(out, sizeof out, "%s.%03dZ", buf, ms);
-  return out;
+  return std::string(prefix) + to_hex(b, bytes);
 }
 
 namespace {
@@ -104,10 +87,8 @@ bool image_has_dir(const fs::path& rootfs, const std::string& path) {
   std::string rel = path;
   while (!rel.empty() && rel.front() == '/') rel.erase(0, 1);
   if (rel.empty()) return true;
-  open_how how{};
-  how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, root.get(), rel.c_str(), &how, sizeof how)));
+  UniqueFd fd(sys_openat2(root.get(), rel.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC,
+                          RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS));
   return fd.valid();
 }
 

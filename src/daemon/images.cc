@@ -5,7 +5,6 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,6 +19,7 @@
 #include "common/clock.h"
 #include "common/subprocess.h"
 #include "daemon/archive_names.h"
+#include "tls/digest.h"
 
 namespace space::daemon {
 namespace fs = std::filesystem;
@@ -339,30 +339,16 @@ Result<void> run_checked(const std::vector<std::string>& argv, const std::string
 Result<std::string> sha256_file(const fs::path& p) {
   UniqueFd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return fail_sys("open", p.string());
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) != 1) abort();
+  tls::Sha256 sha;
   char buf[64 * 1024];
   for (;;) {
     ssize_t n = ::read(fd.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      EVP_MD_CTX_free(ctx);
-      return fail_sys("read", p.string());
-    }
+    if (n < 0) return fail_sys("read", p.string());
     if (n == 0) break;
-    EVP_DigestUpdate(ctx, buf, static_cast<size_t>(n));
+    sha.update(buf, static_cast<size_t>(n));
   }
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned len = 0;
-  EVP_DigestFinal_ex(ctx, md, &len);
-  EVP_MD_CTX_free(ctx);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < len; ++i) {
-    out += hex[md[i] >> 4];
-    out += hex[md[i] & 15];
-  }
-  return out;
+  return sha.hex();
 }
 
 // The agent as the stamp records it: content hash for build_vm, size + mtime for resolve's
