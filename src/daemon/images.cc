@@ -315,7 +315,6 @@ Result<ToolResult> run_tool(const std::vector<std::string>& argv) {
   o.stderr_mode = StderrMode::kMerge;
   o.max_output = 8192;
   o.keep_tail = true;
-  o.search_path = "/usr/sbin:/usr/bin:/sbin:/bin";
   auto r = run_program(argv, o);
   if (!r)
     return fail(std::move(r.error()).wrap("running " + argv[0] +
