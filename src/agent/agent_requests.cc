@@ -17,6 +17,7 @@
 #include "agent/agent.h"
 #include "agent/proc_table.h"
 #include "agent/response.h"
+#include "common/hex.h"
 
 namespace space::agent {
 namespace {
@@ -135,21 +136,18 @@ Result<void> Agent::do_resync(const json& req) {
       hostname.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos)
     return fail(Code::kInvalidArgument, "resync: bad hostname", EINVAL);
   if (time_ns == 0) return fail(Code::kInvalidArgument, "resync: time_ns is required", EINVAL);
-  if (hex.empty() || hex.size() > 512 || hex.size() % 2 ||
-      hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+  std::string seed;
+  if (hex.empty() || hex.size() > 512 || !from_hex(hex, &seed))
     return fail(Code::kInvalidArgument, "resync: seed must be 1-256 bytes of lowercase hex",
                 EINVAL);
   // The entropy first: everything after it (the TLS of the next request) draws on a state that
   // no other copy of this machine has.
   // struct rand_pool_info: two ints, then the bytes.
   alignas(int) uint8_t pool[2 * sizeof(int) + 256] = {};
-  const int n = static_cast<int>(hex.size() / 2), bits = n * 8;
+  const int n = static_cast<int>(seed.size()), bits = n * 8;
   std::memcpy(pool, &bits, sizeof bits);
   std::memcpy(pool + sizeof(int), &n, sizeof n);
-  for (int i = 0; i < n; ++i) {
-    auto nib = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-    pool[2 * sizeof(int) + i] = static_cast<uint8_t>(nib(hex[2 * i]) << 4 | nib(hex[2 * i + 1]));
-  }
+  std::memcpy(pool + 2 * sizeof(int), seed.data(), seed.size());
   UniqueFd rnd(::open("/dev/urandom", O_RDWR | O_CLOEXEC));
   if (!rnd) return fail_sys("open", "/dev/urandom");
   if (::ioctl(rnd.get(), RNDADDENTROPY, pool) != 0) return fail_sys("ioctl", "RNDADDENTROPY");

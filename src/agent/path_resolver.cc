@@ -3,13 +3,14 @@
 #include "agent/path_resolver.h"
 
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <deque>
 #include <vector>
+
+#include "common/openat2.h"
 
 namespace space::agent {
 namespace {
@@ -71,14 +72,12 @@ Result<UniqueFd> PathResolver::open(std::string_view path, int flags, mode_t mod
 }
 
 Result<UniqueFd> PathResolver::open_openat2(std::string_view path, int flags, mode_t mode) const {
-  open_how how{};
-  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
-  how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
-  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  const mode_t m = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
   std::string p(path);
   int fd;
   do {
-    fd = static_cast<int>(syscall(SYS_openat2, root_fd_, p.c_str(), &how, sizeof(how)));
+    fd = sys_openat2(root_fd_, p.c_str(), flags | O_CLOEXEC,
+                     RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS, m);
   } while (fd < 0 && (errno == EINTR || errno == EAGAIN));
   if (fd < 0) return fail_sys("openat2", quote_path(path));
   return UniqueFd(fd);

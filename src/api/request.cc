@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <set>
 
+#include "common/hex.h"
 #include "common/units.h"
 
 namespace space::api {
@@ -16,13 +17,6 @@ using nlohmann::json;
 
 std::unexpected<Error> invalid(std::string message) {
   return fail(Code::kInvalidArgument, std::move(message));
-}
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
 }
 
 Result<std::string> percent_decode(std::string_view in, bool plus_is_space) {

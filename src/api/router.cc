@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "api/handlers.h"
+#include "common/clock.h"
 #include "daemon/caller.h"
 
 namespace space::api {
@@ -102,8 +103,7 @@ void dispatch(Exchange& ex, ApiContext& ctx) {
   Result<void> r;
   // Who is asking comes first: on the TCP listener nothing, not even a 404, answers a caller
   // without a valid token.
-  double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  double now = now_s();
   std::string_view forwarded = ex.header(kPrincipalHeader);
   Result<Principal> principal =
       forwarded.empty()

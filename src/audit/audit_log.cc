@@ -4,8 +4,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -26,17 +24,6 @@ using nlohmann::json;
 namespace {
 
 constexpr size_t kKeyBytes = 32;
-
-std::string hex(const unsigned char* p, size_t n) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  s.reserve(n * 2);
-  for (size_t i = 0; i < n; ++i) {
-    s += d[p[i] >> 4];
-    s += d[p[i] & 15];
-  }
-  return s;
-}
 
 Error sql_error(sqlite3* db, std::string_view what) {
   return Error(Code::kInternal, std::string(what) + ": " + sqlite3_errmsg(db));
@@ -100,11 +87,7 @@ std::string chain_mac(const std::string& key, const std::string& prev_hash,
     msg += ':';
     msg += f;
   }
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len);
-  return hex(out, len);
+  return tls::hmac_sha256_hex(key, msg);
 }
 
 json Event::to_json() const {
@@ -364,20 +347,6 @@ Result<int> AuditLog::prune_destroyed(double before) {
   sqlite3_bind_double(s.s, 1, before);
   if (sqlite3_step(s.s) != SQLITE_DONE) return fail(sql_error(rdb_, "pruning the audit log"));
   return sqlite3_changes(rdb_);
-}
-
-Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
-  EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr);
-}
-Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
-void Sha256::update(std::string_view b) {
-  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), b.data(), b.size());
-}
-std::string Sha256::hex() {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), out, &n);
-  return audit::hex(out, n);
 }
 
 void OutputDigest::add(std::string_view b) {

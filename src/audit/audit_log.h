@@ -16,33 +16,33 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/error.h"
+#include "tls/digest.h"
 
 namespace space::audit {
 
 struct Event {
   std::string sandbox_id;
-  int64_t seq = 0;       // 1, 2, 3 ... per sandbox
-  double ts = 0;         // unix seconds
-  std::string kind;      // e.g. "exec.start"; see docs/audit.md
-  nlohmann::json data;   // kind-specific fields
-  std::string hash;      // hex HMAC-SHA256 chaining this event to the previous one
+  int64_t seq = 0;      // 1, 2, 3 ... per sandbox
+  double ts = 0;        // unix seconds
+  std::string kind;     // e.g. "exec.start"; see docs/audit.md
+  nlohmann::json data;  // kind-specific fields
+  std::string hash;     // hex HMAC-SHA256 chaining this event to the previous one
 
   nlohmann::json to_json() const;
 };
 
 struct VerifyReport {
   bool ok = true;
-  int64_t events = 0;                   // rows examined
-  std::optional<int64_t> first_bad_seq; // the first sequence number that does not check
-  std::string problem;                  // what is wrong there
+  int64_t events = 0;                    // rows examined
+  std::optional<int64_t> first_bad_seq;  // the first sequence number that does not check
+  std::string problem;                   // what is wrong there
 };
 
 class AuditLog {
@@ -66,8 +66,7 @@ class AuditLog {
 
   // Queues an event stamped now. Blocks while the queue is full. Fails only once the log is
   // closed.
-  Result<void> append(const std::string& sandbox_id, const std::string& kind,
-                      nlohmann::json data);
+  Result<void> append(const std::string& sandbox_id, const std::string& kind, nlohmann::json data);
   // Waits until every event queued before the call is committed.
   Result<void> flush();
 
@@ -121,18 +120,8 @@ std::string chain_mac(const std::string& key, const std::string& prev_hash,
                       const std::string& sandbox_id, int64_t seq, double ts,
                       const std::string& kind, const std::string& data);
 
-// Running SHA-256 for exec output.
-class Sha256 {
- public:
-  Sha256();
-  ~Sha256();
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-  void update(std::string_view bytes);
-  std::string hex();  // finishes; call once
- private:
-  void* ctx_;
-};
+// Running SHA-256 for exec output (tls/digest.h).
+using tls::Sha256;
 
 // Keeps the first and last `limit` bytes of a stream plus its size and SHA-256, for
 // exec.end's output summaries.

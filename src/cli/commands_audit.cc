@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "cli/signals.h"
+#include "common/clock.h"
 
 namespace space::cli {
 using nlohmann::json;
@@ -21,17 +22,7 @@ constexpr size_t kMaxLine = 64u << 20;
 
 void print_out(std::string_view s) { write_all(STDOUT_FILENO, s); }
 
-std::string when(const json& ev) {
-  double ts = ev.value("ts", 0.0);
-  time_t s = static_cast<time_t>(ts);
-  struct tm tm;
-  gmtime_r(&s, &tm);
-  char buf[40];
-  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  char out[48];
-  snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>((ts - static_cast<double>(s)) * 1000));
-  return out;
-}
+std::string when(const json& ev) { return rfc3339(ev.value("ts", 0.0)); }
 
 std::string field(const json& d, const char* key) {
   if (!d.is_object() || !d.contains(key)) return "-";
@@ -60,16 +51,16 @@ std::string argv_text(const json& d) {
 std::string format_audit_event(const json& ev) {
   const json d = ev.value("data", json::object());
   std::string kind = ev.value("kind", std::string("?"));
-  std::string line = when(ev) + "  " + std::to_string(ev.value("seq", 0)) + "  " +
-                     escape_text(kind) + "  ";
+  std::string line =
+      when(ev) + "  " + std::to_string(ev.value("seq", 0)) + "  " + escape_text(kind) + "  ";
   if (kind == "proc.exec") {
     line += "pid=" + field(d, "pid") + " ppid=" + field(d, "ppid") + " uid=" + field(d, "uid") +
             " exe=" + field(d, "path") + " cwd=" + field(d, "cwd") + " argv: " + argv_text(d);
     if (d.value("guest_reported", false)) line += " (guest-reported)";
   } else if (kind == "proc.exec_dropped") {
     line += "count=" + field(d, "count") + " rate_limited=" + field(d, "rate_limited") +
-            " dropped_by_guest=" + field(d, "dropped_by_guest") + " malformed=" +
-            field(d, "malformed");
+            " dropped_by_guest=" + field(d, "dropped_by_guest") +
+            " malformed=" + field(d, "malformed");
   } else if (kind == "exec.start") {
     line += "stream=" + field(d, "stream") + " cwd=" + field(d, "cwd") + " argv: " + argv_text(d);
   } else if (kind == "exec.end") {
@@ -95,8 +86,8 @@ std::string format_audit_event(const json& ev) {
     if (d.contains("redactions")) line += " redactions=" + field(d, "redactions");
   } else if (kind == "egress.tunnel") {
     line += field(d, "host") + ":" + field(d, "port") + " address=" + field(d, "address") +
-            " up=" + field(d, "bytes_up") + "B down=" + field(d, "bytes_down") + "B via=" +
-            field(d, "via");
+            " up=" + field(d, "bytes_up") + "B down=" + field(d, "bytes_down") +
+            "B via=" + field(d, "via");
   } else if (kind == "egress.denied") {
     line += field(d, "host") + ":" + field(d, "port");
     if (d.contains("method")) line += " " + field(d, "method") + " " + field(d, "path");
@@ -118,11 +109,10 @@ Result<int> cmd_audit(const Args& a, const Client& c) {
     if (a.json) {
       print_json(rep);
     } else if (rep.value("ok", false)) {
-      print_out("ok: " + std::to_string(rep.value("events", 0)) +
-                " events, hash chain intact\n");
+      print_out("ok: " + std::to_string(rep.value("events", 0)) + " events, hash chain intact\n");
     } else {
-      print_out("FAILED: " + field(rep, "problem") + " (first bad event: " +
-                field(rep, "first_bad_seq") + ")\n");
+      print_out("FAILED: " + field(rep, "problem") +
+                " (first bad event: " + field(rep, "first_bad_seq") + ")\n");
     }
     return rep.value("ok", false) ? 0 : 1;
   }

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "cli/tar.h"
+#include "common/clock.h"
 #include "common/units.h"
 
 namespace space::cli {
@@ -103,8 +104,7 @@ Result<int> cmd_image_ls(const Args& a, const Client& c) {
     return 0;
   }
   std::vector<std::vector<std::string>> rows = {{"NAME", "SIZE", "CREATED"}};
-  double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  double now = now_s();
   for (const auto& img : images) {
     std::string size = "-";
     if (img.contains("size_bytes") && img["size_bytes"].is_number_unsigned()) {

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/daemon_start.h"
 #include "cli/output.h"
+#include "common/clock.h"
 
 namespace space::cli {
 namespace {
@@ -78,7 +79,7 @@ Result<int> cmd_ls(const Args& a, const Client& c) {
   }
   std::vector<std::vector<std::string>> rows = {
       {"ID", "STATE", "RUNTIME", "IMAGE", "PROFILE", "AGE"}};
-  double now = now_unix();
+  double now = now_s();
   for (const auto& s : list) {
     rows.push_back({cell(s.value("id", json())), cell(s.value("state", json())),
                     cell(s.value("runtime", json())), cell(s.value("image", json())),

@@ -10,13 +10,13 @@
 
 #include "cli/commands.h"
 #include "cli/output.h"
+#include "common/clock.h"
 #include "common/units.h"
 
 namespace space::cli {
 namespace {
 
 using nlohmann::json;
-
 
 std::string bytes_cell(const json& v) {
   if (v.is_number_unsigned()) return format_size(v.get<uint64_t>());
@@ -29,10 +29,9 @@ std::string bytes_cell(const json& v) {
 std::string expires_cell(const json& when, double now) {
   if (when.is_null()) return "never";
   if (!when.is_string()) return "-";
-  std::tm tm{};
-  if (strptime(when.get_ref<const std::string&>().c_str(), "%Y-%m-%dT%H:%M:%S", &tm) == nullptr)
-    return "-";
-  double at = static_cast<double>(timegm(&tm));
+  auto parsed = parse_rfc3339(when.get_ref<const std::string&>(), /*strict=*/false);
+  if (!parsed) return "-";
+  double at = *parsed;
   if (at <= now) return "now";
   // age() measures from its first argument to its second.
   return "in " + age(json(now), at);
@@ -41,7 +40,7 @@ std::string expires_cell(const json& when, double now) {
 std::string snapshot_table(const json& list) {
   std::vector<std::vector<std::string>> rows = {
       {"ID", "NAME", "KIND", "CREATED", "FILES", "SIZE", "NEW", "EXPIRES"}};
-  double now = now_unix();
+  double now = now_s();
   for (const auto& s : list) {
     if (!s.is_object()) continue;
     json created = s.value("created_at", json());

@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/output.h"
+#include "common/clock.h"
 
 namespace space::cli {
 namespace {
@@ -59,8 +60,7 @@ Result<int> cmd_token_ls(const Args& a, const Client& c) {
     print_json(tokens);
     return 0;
   }
-  double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  double now = now_s();
   std::vector<std::vector<std::string>> rows = {
       {"ID", "NAME", "PROFILES", "OPS", "STATE", "EXPIRES", "LAST USED"}};
   for (const auto& t : tokens) {

@@ -11,6 +11,7 @@
 #include <ctime>
 #include <iterator>
 
+#include "common/clock.h"
 #include "common/units.h"
 #include "common/utf8.h"
 
@@ -199,11 +200,6 @@ std::string format_table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
-double now_unix() {
-  using namespace std::chrono;
-  return duration<double>(system_clock::now().time_since_epoch()).count();
-}
-
 void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
 
 std::string age(const nlohmann::json& created_at, double now_unix) {
@@ -211,11 +207,9 @@ std::string age(const nlohmann::json& created_at, double now_unix) {
   if (created_at.is_number()) {
     t = created_at.get<double>();
   } else if (created_at.is_string()) {
-    const std::string& s = created_at.get_ref<const std::string&>();
-    std::tm tm{};
-    const char* rest = strptime(s.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
-    if (rest == nullptr) return "-";
-    t = static_cast<double>(timegm(&tm));
+    auto parsed = parse_rfc3339(created_at.get_ref<const std::string&>(), /*strict=*/false);
+    if (!parsed) return "-";
+    t = *parsed;
   } else {
     return "-";
   }

@@ -50,9 +50,6 @@ std::string format_table(const std::vector<std::vector<std::string>>& rows);
 // number of Unix seconds, as "42s", "5m", "3h", "2d"; "-" if it cannot be read.
 std::string age(const nlohmann::json& created_at, double now_unix);
 
-// The current time as Unix seconds (for age()).
-double now_unix();
-
 // Text as is on stdout (escape what is not the CLI's own).
 void print(const std::string& text);
 

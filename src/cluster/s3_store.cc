@@ -11,6 +11,7 @@
 
 #include "cluster/http_client.h"
 #include "cluster/sigv4.h"
+#include "common/hex.h"
 #include "common/utf8.h"
 
 namespace space::cluster {
@@ -28,19 +29,12 @@ bool s3_bucket_ok(const std::string& b) {
   return std::all_of(b.begin(), b.end(), [&](char c) { return alnum(c) || c == '.' || c == '-'; });
 }
 
-int s3_hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 bool s3_percent_decode(std::string_view in, std::string* out) {
   out->clear();
   for (size_t i = 0; i < in.size(); ++i) {
     if (in[i] == '%') {
       if (i + 2 >= in.size()) return false;
-      int hi = s3_hex_value(in[i + 1]), lo = s3_hex_value(in[i + 2]);
+      int hi = hex_value(in[i + 1]), lo = hex_value(in[i + 2]);
       if (hi < 0 || lo < 0) return false;
       *out += static_cast<char>(hi * 16 + lo);
       i += 2;

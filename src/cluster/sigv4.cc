@@ -2,9 +2,6 @@
 // "Create a string to sign", "Calculate the signature" (the derived signing key).
 #include "cluster/sigv4.h"
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/sha.h>
 #include <time.h>
 
 #include <algorithm>
@@ -12,24 +9,6 @@
 
 namespace space::cluster::sigv4 {
 namespace {
-
-std::string sigv4_hex(const unsigned char* p, size_t n) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out(2 * n, '0');
-  for (size_t i = 0; i < n; ++i) {
-    out[2 * i] = kDigits[p[i] >> 4];
-    out[2 * i + 1] = kDigits[p[i] & 15];
-  }
-  return out;
-}
-
-std::string sigv4_hmac(std::string_view key, std::string_view data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), md, &n);
-  return std::string(reinterpret_cast<char*>(md), n);
-}
 
 std::string sigv4_trim(std::string_view v) {
   // Leading and trailing spaces dropped, runs of spaces inside made one.
@@ -85,12 +64,6 @@ std::string canonical_query(const std::vector<std::pair<std::string, std::string
   return out;
 }
 
-std::string sha256_hex(std::string_view data) {
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
-  return sigv4_hex(md, sizeof md);
-}
-
 std::string amz_date(int64_t unix_seconds) {
   time_t t = static_cast<time_t>(unix_seconds);
   struct tm tm;
@@ -129,12 +102,12 @@ Signature sign(const Request& request, const Credentials& credentials, std::stri
       date + "/" + std::string(region) + "/" + std::string(service) + "/aws4_request";
   out.string_to_sign = "AWS4-HMAC-SHA256\n" + std::string(amz_date) + "\n" + scope + "\n" +
                        sha256_hex(out.canonical_request);
-  std::string key = sigv4_hmac("AWS4" + credentials.secret_access_key, date);
-  key = sigv4_hmac(key, region);
-  key = sigv4_hmac(key, service);
-  key = sigv4_hmac(key, "aws4_request");
-  const std::string mac = sigv4_hmac(key, out.string_to_sign);
-  out.signature = sigv4_hex(reinterpret_cast<const unsigned char*>(mac.data()), mac.size());
+  std::string key = tls::hmac_sha256("AWS4" + credentials.secret_access_key, date);
+  key = tls::hmac_sha256(key, region);
+  key = tls::hmac_sha256(key, service);
+  key = tls::hmac_sha256(key, "aws4_request");
+  const std::string mac = tls::hmac_sha256(key, out.string_to_sign);
+  out.signature = to_hex(mac);
   out.authorization = "AWS4-HMAC-SHA256 Credential=" + credentials.access_key_id + "/" + scope +
                       ", SignedHeaders=" + signed_headers + ", Signature=" + out.signature;
   return out;

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "tls/digest.h"
+
 namespace space::cluster::sigv4 {
 
 struct Credentials {
@@ -43,7 +45,7 @@ Signature sign(const Request& request, const Credentials& credentials, std::stri
 std::string uri_encode(std::string_view s, bool keep_slash);
 // The canonical query string of `query`: each name and value encoded, sorted, '&'-joined.
 std::string canonical_query(const std::vector<std::pair<std::string, std::string>>& query);
-std::string sha256_hex(std::string_view data);
+using tls::sha256_hex;  // lowercase hex (tls/digest.h)
 // "20150830T123600Z" for a time in seconds since the epoch (UTC).
 std::string amz_date(int64_t unix_seconds);
 

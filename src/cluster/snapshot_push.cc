@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "common/hex.h"
+
 namespace space::cluster {
 namespace {
 
@@ -27,11 +29,7 @@ bool push_valid_id(const std::string& id) {
          });
 }
 
-bool push_chunk_id(const std::string& id) {
-  return id.size() == 64 && std::all_of(id.begin(), id.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
-}
+bool push_chunk_id(const std::string& id) { return id.size() == 64 && is_lower_hex(id); }
 
 Result<void> push_check_profile(const std::string& profile) {
   if (!push_valid_profile(profile))

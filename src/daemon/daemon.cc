@@ -4,7 +4,6 @@
 #include "daemon/daemon.h"
 
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <spdlog/spdlog.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -13,13 +12,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <set>
 #include <sstream>
 
 #include "common/clock.h"
+#include "common/hex.h"
 #include "common/janitor.h"
+#include "common/openat2.h"
+#include "common/subprocess.h"
 #include "common/units.h"
 #include "daemon/caller.h"
 #include "runtime/kvm.h"
@@ -53,25 +56,7 @@ std::string random_id(std::string_view prefix, size_t bytes) {
   unsigned char b[32];
   bytes = std::min(bytes, sizeof b);
   if (getrandom(b, bytes, 0) != static_cast<ssize_t>(bytes)) abort();  // cannot happen
-  static const char* hex = "0123456789abcdef";
-  std::string id(prefix);
-  for (size_t i = 0; i < bytes; ++i) {
-    id += hex[b[i] >> 4];
-    id += hex[b[i] & 15];
-  }
-  return id;
-}
-
-std::string rfc3339(double t) {
-  time_t s = static_cast<time_t>(t);
-  int ms = static_cast<int>((t - static_cast<double>(s)) * 1000);
-  struct tm tm;
-  gmtime_r(&s, &tm);
-  char buf[40];
-  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  char out[48];
-  snprintf(out, sizeof out, "%s.%03dZ", buf, ms);
-  return out;
+  return std::string(prefix) + to_hex(b, bytes);
 }
 
 namespace {
@@ -102,10 +87,8 @@ bool image_has_dir(const fs::path& rootfs, const std::string& path) {
   std::string rel = path;
   while (!rel.empty() && rel.front() == '/') rel.erase(0, 1);
   if (rel.empty()) return true;
-  open_how how{};
-  how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, root.get(), rel.c_str(), &how, sizeof how)));
+  UniqueFd fd(sys_openat2(root.get(), rel.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC,
+                          RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS));
   return fd.valid();
 }
 
@@ -1248,22 +1231,18 @@ std::string Daemon::metrics() {
 
 namespace {
 
-// First line of a command's output, or "" if it cannot run. Only fixed commands from doctor().
-std::string first_line_of(const char* cmd) {
-  FILE* f = ::popen(cmd, "r");
-  if (!f) return "";
-  char buf[256] = {0};
-  if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
-  ::pclose(f);
-  std::string s(buf);
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-  return s;
+// First line of a host tool's `--version` output, or "" if it cannot run. Looked for in
+// spaced's own PATH, as the VM runtimes look for their binaries (vm::find_in_path).
+std::string version_line(const char* program) {
+  const char* path = std::getenv("PATH");
+  return first_output_line({program, "--version"}, std::chrono::seconds(10),
+                           path && *path ? path : kDefaultSearchPath);
 }
 
 // Facts about the host that the VM runtimes and memory snapshots depend on.
 json host_facts() {
-  std::string qemu = first_line_of("qemu-system-x86_64 --version 2>/dev/null");
-  std::string criu = first_line_of("criu --version 2>/dev/null");
+  std::string qemu = version_line("qemu-system-x86_64");
+  std::string criu = version_line("criu");
   return {
       {"qemu", qemu.empty() ? json{{"found", false}, {"hint", "apt-get install qemu-system-x86"}}
                             : json{{"found", true}, {"version", qemu}}},

@@ -409,7 +409,7 @@ class Daemon : public SandboxService {
   } metrics_;
 };
 
-std::string rfc3339(double unix_seconds);
+using space::rfc3339;  // common/clock.h: "2026-12-05T01:38:28.123Z"
 // `prefix` and `bytes` random bytes in hex: "sb_3f2a...", "snap_...".
 std::string random_id(std::string_view prefix, size_t bytes);
 

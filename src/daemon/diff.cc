@@ -11,7 +11,6 @@
 // What the daemon or the runtime made at creation (the `installed` record) is not a change.
 #include <dirent.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
@@ -24,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/openat2.h"
 #include "daemon/daemon.h"
 #include "runtime/upper_listing.h"
 #include "runtime/vm_diff.h"
@@ -153,11 +153,8 @@ Result<json> Daemon::diff(const std::string& id) {
   if (!lower) return fail_sys("open", sb->spec.image.rootfs.string());
   auto in_lower = [&](const std::string& rel) {
     if (lower_extras.contains(rel)) return true;
-    open_how how{};
-    how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    UniqueFd fd(
-        static_cast<int>(::syscall(SYS_openat2, lower.get(), rel.c_str(), &how, sizeof how)));
+    UniqueFd fd(sys_openat2(lower.get(), rel.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC,
+                            RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS));
     return fd.valid();
   };
   return classify(entries, in_lower, installed);

@@ -5,11 +5,8 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
-#include <spawn.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,7 +17,9 @@
 #include <sstream>
 
 #include "common/clock.h"
+#include "common/subprocess.h"
 #include "daemon/archive_names.h"
+#include "tls/digest.h"
 
 namespace space::daemon {
 namespace fs = std::filesystem;
@@ -304,46 +303,25 @@ constexpr int kVmDiskFormat = 1;  // bump when the disk's layout changes
 
 struct ToolResult {
   int status = -1;     // exit code; -1 if killed by a signal
-  std::string output;  // stdout + stderr, the last 4 KiB
+  std::string output;  // stdout + stderr, the last 8 KiB
 };
 
 // Runs a host tool (mke2fs, debugfs, e2fsck) with stdout+stderr captured; never through a
-// shell. posix_spawn: the daemon has threads, so nothing may run between fork and exec.
+// shell (common/subprocess.h). The deadline only stops a tool that hangs: these finish in
+// seconds even on large images.
 Result<ToolResult> run_tool(const std::vector<std::string>& argv) {
-  int pipefd[2];
-  if (::pipe2(pipefd, O_CLOEXEC) != 0) return fail_sys("pipe2");
-  UniqueFd rd(pipefd[0]), wr(pipefd[1]);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, wr.get(), 1);
-  posix_spawn_file_actions_adddup2(&fa, wr.get(), 2);
-  std::vector<char*> cargv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  static const char* env[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", nullptr};
-  pid_t pid;
-  int rc = ::posix_spawnp(&pid, cargv[0], &fa, nullptr, cargv.data(), const_cast<char**>(env));
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    errno = rc;
-    return fail_sys("posix_spawn", argv[0] + " (e2fsprogs installed? scripts/install-deps.sh)");
-  }
-  wr.reset();
-  ToolResult r;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(rd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    r.output.append(buf, static_cast<size_t>(n));
-    if (r.output.size() > 8192) r.output.erase(0, r.output.size() - 4096);
-  }
-  int st;
-  while (::waitpid(pid, &st, 0) < 0)
-    if (errno != EINTR) return fail_sys("waitpid", argv[0]);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  RunOptions o;
+  o.timeout = std::chrono::minutes(15);
+  o.stderr_mode = StderrMode::kMerge;
+  o.max_output = 8192;
+  o.keep_tail = true;
+  auto r = run_program(argv, o);
+  if (!r)
+    return fail(std::move(r.error()).wrap("running " + argv[0] +
+                                          " (e2fsprogs installed? scripts/install-deps.sh)"));
+  if (r->timed_out)
+    return fail(Code::kTimeout, argv[0] + " " + r->describe_status(o) + ": " + r->out);
+  return ToolResult{r->exit_code, std::move(r->out)};
 }
 
 Result<void> run_checked(const std::vector<std::string>& argv, const std::string& what) {
@@ -360,30 +338,16 @@ Result<void> run_checked(const std::vector<std::string>& argv, const std::string
 Result<std::string> sha256_file(const fs::path& p) {
   UniqueFd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return fail_sys("open", p.string());
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) != 1) abort();
+  tls::Sha256 sha;
   char buf[64 * 1024];
   for (;;) {
     ssize_t n = ::read(fd.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      EVP_MD_CTX_free(ctx);
-      return fail_sys("read", p.string());
-    }
+    if (n < 0) return fail_sys("read", p.string());
     if (n == 0) break;
-    EVP_DigestUpdate(ctx, buf, static_cast<size_t>(n));
+    sha.update(buf, static_cast<size_t>(n));
   }
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned len = 0;
-  EVP_DigestFinal_ex(ctx, md, &len);
-  EVP_MD_CTX_free(ctx);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < len; ++i) {
-    out += hex[md[i] >> 4];
-    out += hex[md[i] & 15];
-  }
-  return out;
+  return sha.hex();
 }
 
 // The agent as the stamp records it: content hash for build_vm, size + mtime for resolve's

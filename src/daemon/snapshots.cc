@@ -9,10 +9,7 @@
 // profile's store does not verify. Snapshots hold the writable layer only: on rollback and
 // restore the sandbox's processes start afresh (there is no CRIU support yet).
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <malloc.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <spdlog/spdlog.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -25,6 +22,7 @@
 #include <set>
 
 #include "common/guard.h"
+#include "common/openat2.h"
 #include "common/units.h"
 #include "daemon/daemon.h"
 #include "daemon/retention.h"
@@ -56,12 +54,7 @@ Result<void> check_name(const std::string& name) {
 
 // The key that seals one profile's manifests: HMAC(master, profile).
 std::string profile_key(const std::string& master, const std::string& profile) {
-  std::string label = "space snapshot store v1: " + profile;
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  HMAC(EVP_sha256(), master.data(), static_cast<int>(master.size()),
-       reinterpret_cast<const unsigned char*>(label.data()), label.size(), out, &n);
-  return std::string(reinterpret_cast<char*>(out), n);
+  return tls::hmac_sha256(master, "space snapshot store v1: " + profile);
 }
 
 Result<UniqueFd> open_upper(runtime::Instance& inst, const std::string& id) {
@@ -411,11 +404,8 @@ Result<json> Daemon::diff_since(const std::string& id, const std::string& snap) 
   UniqueFd lower(::open(sb->spec.image.rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   auto in_lower = [&](const std::string& abs) {
     if (!lower) return false;
-    open_how how{};
-    how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    int fd =
-        static_cast<int>(::syscall(SYS_openat2, lower.get(), abs.c_str() + 1, &how, sizeof how));
+    int fd = sys_openat2(lower.get(), abs.c_str() + 1, O_PATH | O_NOFOLLOW | O_CLOEXEC,
+                         RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
     if (fd >= 0) ::close(fd);
     return fd >= 0;
   };

@@ -2,34 +2,16 @@
 #include "daemon/tokens.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <openssl/rand.h>
 
 #include <nlohmann/json.hpp>
 
+#include "common/hex.h"
 #include "daemon/daemon.h"  // rfc3339
 #include "daemon/sqlite_stmt.h"
 
 namespace space::daemon {
 namespace {
-
-constexpr char kHex[] = "0123456789abcdef";
-
-std::string to_hex(const unsigned char* p, size_t n) {
-  std::string out;
-  out.reserve(n * 2);
-  for (size_t i = 0; i < n; ++i) {
-    out += kHex[p[i] >> 4];
-    out += kHex[p[i] & 15];
-  }
-  return out;
-}
-
-bool is_lower_hex(std::string_view s) {
-  for (char c : s)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
-}
 
 Result<std::string> random_hex(size_t bytes) {
   std::vector<unsigned char> b(bytes);
@@ -109,13 +91,6 @@ std::optional<TokenText> parse_token_text(std::string_view text) {
 }
 
 bool is_token_id(std::string_view id) { return id.size() == kTokenIdHexDigits && is_lower_hex(id); }
-
-std::string sha256_hex(std::string_view data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  if (EVP_Digest(data.data(), data.size(), md, &n, EVP_sha256(), nullptr) != 1) abort();
-  return to_hex(md, n);
-}
 
 Result<std::unique_ptr<TokenStore>> TokenStore::open(const std::filesystem::path& db_file) {
   sqlite3* db = nullptr;

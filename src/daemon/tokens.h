@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "tls/digest.h"
 
 namespace space::daemon {
 
@@ -58,8 +59,8 @@ struct TokenText {
 // Splits "spt_<12 hex>_<64 hex>"; nullopt unless the text has exactly that shape (lower-case
 // hex). Never puts the text in an error message: callers must not either.
 std::optional<TokenText> parse_token_text(std::string_view text);
-// Lower-case hex SHA-256 of `data`.
-std::string sha256_hex(std::string_view data);
+// Lower-case hex SHA-256 of `data` (tls/digest.h).
+using tls::sha256_hex;
 // Whether `id` looks like a token id (12 lower-case hex digits).
 bool is_token_id(std::string_view id);
 

@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "common/fd.h"
+#include "common/hex.h"
 #include "common/units.h"
 #include "egress/ascii.h"
 
@@ -722,14 +723,10 @@ std::string make_placeholder(std::string_view name) {
       ::getrandom(r, sizeof r, 0) != static_cast<ssize_t>(sizeof r)) {
     std::abort();  // no randomness at all: a guessable placeholder would be worse
   }
-  static constexpr char kHex[] = "0123456789abcdef";
   std::string out = "space_ph_";
   out += name;
   out += '_';
-  for (unsigned char b : r) {
-    out += kHex[b >> 4];
-    out += kHex[b & 15];
-  }
+  out += to_hex(r, sizeof r);
   return out;
 }
 

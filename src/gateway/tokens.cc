@@ -11,6 +11,7 @@
 
 #include "api/auth.h"
 #include "common/clock.h"
+#include "common/hex.h"
 #include "daemon/daemon.h"  // rfc3339
 
 namespace space::gateway {
@@ -20,23 +21,10 @@ namespace {
 std::optional<double> gw_parse_time(const nlohmann::json& v) {
   if (v.is_number()) return v.get<double>();
   if (!v.is_string()) return std::nullopt;
-  std::string s = v.get<std::string>();
-  std::tm tm{};
-  const char* end = ::strptime(s.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
-  if (end == nullptr) return std::nullopt;
-  if (*end == '.')
-    while (*++end >= '0' && *end <= '9') {
-    }
-  if (std::string_view(end) != "Z") return std::nullopt;
-  return static_cast<double>(::timegm(&tm));
+  return parse_rfc3339(v.get<std::string>());
 }
 
-bool gw_is_hex(std::string_view s, size_t n) {
-  if (s.size() != n) return false;
-  for (char c : s)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
-}
+bool gw_is_hex(std::string_view s, size_t n) { return s.size() == n && is_lower_hex(s); }
 
 }  // namespace
 

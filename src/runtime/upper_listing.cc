@@ -4,17 +4,12 @@
 
 #include <charconv>
 
+#include "common/hex.h"
+
 namespace space::runtime {
 namespace {
 
 constexpr char kHex[] = "0123456789ABCDEF";
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
-}
 
 Error bad(size_t line, std::string_view why) {
   return Error(Code::kProtocol, "the disk reader's listing is malformed at line " +

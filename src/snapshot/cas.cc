@@ -17,6 +17,7 @@
 #include <system_error>
 #include <unordered_set>
 
+#include "common/clock.h"
 #include "snapshot/internal.h"
 
 namespace space::snapshot {
@@ -102,11 +103,7 @@ Result<Manifest> Store::take(int dir_fd, const std::string& id, const Manifest* 
   m.id = id;
   m.parent = parent ? parent->id : "";
   m.labels = std::move(labels);
-  m.created_at =
-      options_.clock
-          ? options_.clock()
-          : std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-                .count();
+  m.created_at = options_.clock ? options_.clock() : now_s();
   ChunkWriter writer(chunks_.get());
   detail::TakeContext tc{&options_, &writer, parent, progress};
   TRY_VOID_CTX(detail::walk_tree(dir_fd, tc, &m), ctx);

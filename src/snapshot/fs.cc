@@ -4,9 +4,6 @@
 // reached through the O_PATH fd's /proc/self/fd entry, which names the inode itself.
 #include <dirent.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
-#include <openssl/hmac.h>
-#include <openssl/sha.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -17,6 +14,7 @@
 #include <cstring>
 #include <optional>
 
+#include "common/openat2.h"
 #include "snapshot/internal.h"
 
 namespace space::snapshot::detail {
@@ -66,10 +64,9 @@ Result<UniqueFd> open_beneath(int root, const std::string& rel, int flags) {
     return UniqueFd(fd);
   }
   if (!g_force_component_walk) {
-    open_how how{};
-    how.flags = static_cast<uint64_t>(flags | O_NOFOLLOW | O_CLOEXEC);
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
-    int fd = static_cast<int>(::syscall(SYS_openat2, root, rel.c_str(), &how, sizeof how));
+    int fd = sys_openat2(
+        root, rel.c_str(), flags | O_NOFOLLOW | O_CLOEXEC,
+        RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV);
     if (fd >= 0) return UniqueFd(fd);
     if (errno != ENOSYS && errno != EPERM) return fail_sys("openat2", "\"" + rel + "\"");
     // ENOSYS: an older kernel; EPERM: a seccomp policy that blocks openat2.
@@ -268,54 +265,7 @@ bool valid_id(const std::string& id) {
   return true;
 }
 
-std::string to_hex(const void* data, size_t n) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  const auto* p = static_cast<const uint8_t*>(data);
-  std::string out(n * 2, '\0');
-  for (size_t i = 0; i < n; ++i) {
-    out[2 * i] = kDigits[p[i] >> 4];
-    out[2 * i + 1] = kDigits[p[i] & 15];
-  }
-  return out;
-}
-
-bool from_hex(std::string_view hex, std::string* out) {
-  if (hex.size() % 2 != 0) return false;
-  auto nib = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  out->clear();
-  out->reserve(hex.size() / 2);
-  for (size_t i = 0; i < hex.size(); i += 2) {
-    int hi = nib(hex[i]), lo = nib(hex[i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    out->push_back(static_cast<char>(hi << 4 | lo));
-  }
-  return true;
-}
-
-bool is_chunk_id(std::string_view s) {
-  if (s.size() != 64) return false;
-  for (char c : s)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
-}
-
-std::string sha256_hex(const void* data, size_t n) {
-  uint8_t md[SHA256_DIGEST_LENGTH];
-  SHA256(static_cast<const uint8_t*>(data), n, md);
-  return to_hex(md, sizeof md);
-}
-
-std::string hmac_sha256_hex(const std::string& key, std::string_view data) {
-  uint8_t md[EVP_MAX_MD_SIZE];
-  unsigned len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const uint8_t*>(data.data()), data.size(), md, &len);
-  return to_hex(md, len);
-}
+bool is_chunk_id(std::string_view s) { return s.size() == 64 && is_lower_hex(s); }
 
 bool valid_utf8(std::string_view s) {
   size_t i = 0;

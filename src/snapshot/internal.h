@@ -18,7 +18,9 @@
 
 #include "common/error.h"
 #include "common/fd.h"
+#include "common/hex.h"
 #include "snapshot/cas.h"
+#include "tls/digest.h"
 
 namespace space::snapshot::detail {
 
@@ -73,11 +75,11 @@ std::string parent_of(const std::string& path);  // "a/b" -> "a"; "a" -> ""
 std::string base_of(const std::string& path);    // "a/b" -> "b"
 bool valid_id(const std::string& id);            // [A-Za-z0-9_.-]{1,128}, no leading '.'
 
-std::string to_hex(const void* data, size_t n);
-bool from_hex(std::string_view hex, std::string* out);
+using space::from_hex;  // lowercase only (common/hex.h)
+using space::to_hex;
 bool is_chunk_id(std::string_view s);  // 64 lowercase hex digits
-std::string sha256_hex(const void* data, size_t n);
-std::string hmac_sha256_hex(const std::string& key, std::string_view data);
+using tls::hmac_sha256_hex;
+using tls::sha256_hex;
 bool valid_utf8(std::string_view s);
 
 int64_t to_ns(const struct timespec& ts);

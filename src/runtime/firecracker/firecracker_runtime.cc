@@ -23,13 +23,14 @@
 #include <regex>
 
 #include "common/guard.h"
+#include "common/subprocess.h"
 #include "runtime/firecracker/api.h"
-#include "runtime/sparse_file.h"
 #include "runtime/firecracker/vsock.h"
+#include "runtime/kvm.h"
 #include "runtime/linux/host_files.h"
 #include "runtime/linux/launcher.h"
 #include "runtime/linux/syscalls.h"
-#include "runtime/kvm.h"
+#include "runtime/sparse_file.h"
 #include "runtime/vm_host.h"
 #include "runtime/vmm.h"
 
@@ -102,18 +103,6 @@ Result<UniqueFd> open_jail_file(int root_fd, const char* name, int flags = O_RDO
   if (::fstat(fd.get(), &st) != 0) return fail_sys("fstat", name);
   if (!S_ISREG(st.st_mode)) return fail(Code::kProtocol, std::string(name) + " is not a file");
   return fd;
-}
-
-std::string first_line_of_command(const fs::path& prog, const char* arg) {
-  if (prog.string().find('\'') != std::string::npos) return "";
-  std::string cmd = "'" + prog.string() + "' " + arg + " 2>/dev/null";
-  FILE* f = ::popen(cmd.c_str(), "r");
-  if (!f) return "";
-  char buf[256] = {};
-  std::string line = std::fgets(buf, sizeof buf, f) ? buf : "";
-  ::pclose(f);
-  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-  return line;
 }
 
 std::optional<RateLimiter> disk_limiter(const VmDevices& d) {
@@ -392,7 +381,7 @@ FirecrackerRuntime::FirecrackerRuntime(Config config)
     : config_(std::move(config)), layout_(linux::detect_cgroups(config_.cgroup_root)) {
   if (auto f = vm::find_in_path(config_.firecracker)) {
     config_.firecracker = *f;
-    version_ = first_line_of_command(config_.firecracker, "--version");
+    version_ = first_output_line({config_.firecracker.string(), "--version"});
   }
   if (auto j = vm::find_in_path(config_.jailer)) config_.jailer = *j;
 }
