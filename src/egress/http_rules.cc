@@ -88,11 +88,14 @@ Result<AbsoluteTarget> split_absolute_target(std::string_view t) {
                                             : "the proxy takes absolute http:// URLs only");
   }
   t.remove_prefix(7);
-  size_t end = t.find_first_of("/?#");
+  // A fragment is the client's business (RFC 9110 §4.2.5): it is cut off, so that what the
+  // policy checks is what the upstream routes on ("http://host#x" was the path "#x").
+  t = t.substr(0, t.find('#'));
+  size_t end = t.find_first_of("/?");
   AbsoluteTarget out;
   out.authority = std::string(t.substr(0, end));
   out.path = end == std::string_view::npos ? "/" : std::string(t.substr(end));
-  if (!out.path.empty() && out.path[0] == '?') out.path = "/" + out.path;
+  if (out.path[0] == '?') out.path = "/" + out.path;
   return out;
 }
 

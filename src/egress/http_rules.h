@@ -36,8 +36,8 @@ std::vector<std::string_view> list_elements(std::string_view list);
 bool websocket_upgrade_requested(const boost::beast::http::request_header<>& req);
 // The plain proxy's absolute-form target ("http://host[:port]/path?query", scheme in any case):
 // the authority as sent (not yet parsed: parse_authority) and the origin-form path the upstream
-// gets ("/" when there is none, "/?q" for "http://h?q"). Anything but http:// is
-// kInvalidArgument with the message the client gets.
+// gets ("/" when there is none, "/?q" for "http://h?q"), without any fragment ("#..."). Anything
+// but http:// is kInvalidArgument with the message the client gets.
 struct AbsoluteTarget {
   std::string authority;
   std::string path;
