@@ -29,17 +29,8 @@ namespace beast = boost::beast;
 namespace http = boost::beast::http;
 using nlohmann::json;
 
-constexpr size_t kHeaderLimit = 16 * 1024;
+constexpr size_t kHeaderLimit = kRequestHeaderLimit;
 
-// The size of a parsed request head as it was sent, counted from what the parser kept (the
-// request line and each field line with its CRLF). Beast bounds each parse window, and the
-// byte count read_header returns missed some heads of many short lines depending on how they
-// were split into reads (seen through a microVM's relay), so the limit is checked on this too.
-size_t header_section_size(const http::request_header<>& h) {
-  size_t n = h.method_string().size() + 1 + h.target().size() + 1 + 8 + 2 + 2;
-  for (const auto& f : h) n += f.name_string().size() + 2 + f.value().size() + 2;
-  return n;
-}
 constexpr size_t kResponseHeaderLimit = 64 * 1024;
 // What the gateway buffers per direction beyond the body chunk being moved: a header section,
 // a chunk-size line, trailers. Anything longer ends the connection (Beast's buffer_overflow),
@@ -60,72 +51,6 @@ void respond(AnyStream& s, int status, std::string_view reason, const std::strin
                     "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
                     std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
   (void)s.write_all(out);
-}
-
-// Refuses ambiguous framing (request smuggling): Content-Length together with
-// Transfer-Encoding, more than one Content-Length, or any transfer coding but "chunked".
-std::optional<std::string> framing_problem(const http::fields& f) {
-  size_t cl = 0, te = 0;
-  std::string te_value;
-  for (auto& field : f) {
-    if (field.name() == http::field::content_length) ++cl;
-    if (field.name() == http::field::transfer_encoding) {
-      ++te;
-      te_value = std::string(field.value());
-    }
-  }
-  if (cl > 1) return "more than one Content-Length";
-  if (cl && te) return "both Content-Length and Transfer-Encoding";
-  if (te > 1) return "more than one Transfer-Encoding";
-  if (te && !iequals(te_value, "chunked")) return "Transfer-Encoding other than chunked";
-  return std::nullopt;
-}
-
-// The elements of a comma-separated field value (RFC 9110 §5.6.1), trimmed of spaces and tabs;
-// empty elements are left out.
-std::vector<std::string_view> list_elements(std::string_view list) {
-  std::vector<std::string_view> out;
-  for (;;) {
-    size_t comma = list.find(',');
-    std::string_view t = list.substr(0, comma);
-    while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
-    while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
-    if (!t.empty()) out.push_back(t);
-    if (comma == std::string_view::npos) return out;
-    list.remove_prefix(comma + 1);
-  }
-}
-
-// Removes hop-by-hop fields (RFC 9110 §7.6.1), including those named in Connection.
-void strip_hop_by_hop(http::fields& f) {
-  std::vector<std::string> named;
-  for (auto& field : f)
-    if (field.name() == http::field::connection)
-      for (std::string_view tok :
-           list_elements(std::string_view(field.value().data(), field.value().size())))
-        named.emplace_back(tok);
-  for (auto& n : named) f.erase(n);
-  for (auto name : {http::field::connection, http::field::keep_alive, http::field::proxy_connection,
-                    http::field::proxy_authorization, http::field::proxy_authenticate,
-                    http::field::te, http::field::trailer, http::field::upgrade})
-    f.erase(name);
-}
-
-// A WebSocket opening handshake (RFC 6455 §4.1): GET with Upgrade: websocket and the
-// "upgrade" token in Connection.
-bool websocket_upgrade_requested(const http::request_header<>& req) {
-  if (req.method() != http::verb::get) return false;
-  auto has_token = [](std::string_view list, std::string_view token) {
-    return std::ranges::any_of(list_elements(list),
-                               [&](std::string_view t) { return iequals(t, token); });
-  };
-  bool upgrade = false, connection = false;
-  for (auto& f : req) {
-    std::string_view v(f.value().data(), f.value().size());
-    if (f.name() == http::field::upgrade) upgrade |= has_token(v, "websocket");
-    if (f.name() == http::field::connection) connection |= has_token(v, "upgrade");
-  }
-  return upgrade && connection;
 }
 
 // Why a response from a host a granted secret is bound to cannot be masked reliably, if it
@@ -227,7 +152,7 @@ class Connection {
     p.header_limit(kHeaderLimit);
     boost::system::error_code ec;
     size_t head = http::read_header(client_fd_, buf, p, ec);
-    if (!ec && (head > kHeaderLimit || header_section_size(p.get()) > kHeaderLimit)) {
+    if (!ec && (head > kHeaderLimit || request_head_size(p.get()) > kHeaderLimit)) {
       // Beast bounds each parse window, not the whole section: check the total too.
       respond(client_, 431, "Request Header Fields Too Large",
               "the request header section is over " + std::to_string(kHeaderLimit) + " bytes");
@@ -467,7 +392,7 @@ class Connection {
       respond(client, 502, "Bad Gateway", problem);
       return;
     }
-    strip_hop_by_hop(res);
+    strip_hop_by_hop_fields(res);
     Redactor redactor(g_.secrets->mask_patterns());
     mask_fields(res, redactor);
     std::string head =
@@ -599,7 +524,7 @@ class Connection {
         hp->header_limit(kHeaderLimit);
         boost::system::error_code ec;
         size_t head = http::read_header(client, buf, *hp, ec);
-        if (!ec && (head > kHeaderLimit || header_section_size(hp->get()) > kHeaderLimit)) {
+        if (!ec && (head > kHeaderLimit || request_head_size(hp->get()) > kHeaderLimit)) {
           respond(client, 431, "Request Header Fields Too Large",
                   "the request header section is over " + std::to_string(kHeaderLimit) + " bytes");
           return;
@@ -614,7 +539,7 @@ class Connection {
       auto& req = hp->get();
       std::string method(req.method_string());
       std::string target(req.target());
-      if (auto problem = framing_problem(req)) {
+      if (auto problem = framing_problem_of(req)) {
         deny(via, fixed_host ? fixed_host->name : "?", default_port,
              "ambiguous request framing: " + *problem, {{"method", method}});
         respond(client, 400, "Bad Request", "ambiguous request framing: " + *problem);
@@ -638,20 +563,15 @@ class Connection {
           respond(client, 400, "Bad Request", "CONNECT must be the first request on a connection");
           return;
         }
-        std::string_view t = target;
-        if (t.size() < 7 || !iequals(t.substr(0, 7), "http://")) {
-          std::string msg = t.size() >= 8 && iequals(t.substr(0, 8), "https://")
-                                ? "https:// URLs go through CONNECT (set HTTPS_PROXY)"
-                                : "the proxy takes absolute http:// URLs only";
+        auto split = split_absolute_target(target);
+        if (!split) {
+          const std::string& msg = split.error().message();
           deny(via, "?", 0, msg, {{"method", method}});
           respond(client, 400, "Bad Request", msg);
           return;
         }
-        t.remove_prefix(7);
-        size_t end = t.find_first_of("/?#");
-        std::string_view auth = t.substr(0, end);
-        path = end == std::string_view::npos ? "/" : std::string(t.substr(end));
-        if (!path.empty() && path[0] == '?') path = "/" + path;
+        std::string_view auth = split->authority;
+        path = std::move(split->path);
         auto a = parse_authority(auth, 80);
         if (!a) {
           deny(via, std::string(auth.substr(0, 256)), 0, a.error().message(), {{"method", method}});
@@ -697,7 +617,7 @@ class Connection {
       // hop-by-hop strip, and no extension is offered (permessage-deflate would hide the
       // frames' payloads from masking).
       const bool websocket = mode == Mode::kIntercepted && websocket_upgrade_requested(req);
-      strip_hop_by_hop(req);
+      strip_hop_by_hop_fields(req);
       if (websocket) {
         req.set(http::field::upgrade, "websocket");
         req.set(http::field::connection, "Upgrade");
@@ -803,7 +723,7 @@ class Connection {
         return;
       }
       auto& res = resp->get();
-      if (auto problem = framing_problem(res)) {
+      if (auto problem = framing_problem_of(res)) {
         up_.reset();
         respond(client, 502, "Bad Gateway", "the upstream's response framing is ambiguous");
         return;
@@ -821,7 +741,7 @@ class Connection {
         }
       }
       bool upstream_keep_alive = res.keep_alive();
-      strip_hop_by_hop(res);
+      strip_hop_by_hop_fields(res);
       // The reason phrase is the upstream's free text: the standard one replaces it.
       res.reason({});
       mask_fields(res, redactor);
@@ -853,8 +773,6 @@ class Connection {
 }  // namespace
 
 // The rules above, for the HTTP/2 streams of h2_server.cc (http_rules.h).
-std::optional<std::string> framing_problem_of(const http::fields& f) { return framing_problem(f); }
-void strip_hop_by_hop_fields(http::fields& f) { strip_hop_by_hop(f); }
 std::optional<std::string> unmaskable_response(const http::response_header<>& res) {
   return unmaskable(res);
 }

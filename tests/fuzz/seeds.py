@@ -201,6 +201,365 @@ def exec_report():
     write("exec_report", "not-json", b'{"events":[{"syscall":"execve"')
 
 
+# ---- TLS ClientHello (src/egress/tls_hello.cc) ----
+
+def vec(width, data):
+    return len(data).to_bytes(width, "big") + data
+
+
+def tls_ext(etype, data):
+    return struct.pack(">H", etype) + vec(2, data)
+
+
+def sni_ext(*names):
+    return tls_ext(0, vec(2, b"".join(b"\x00" + vec(2, n) for n in names)))
+
+
+ALPN = tls_ext(16, vec(2, vec(1, b"h2") + vec(1, b"http/1.1")))
+KEY_SHARE = tls_ext(51, vec(2, struct.pack(">H", 0x001d) + vec(2, b"\x11" * 32)))
+VERSIONS = tls_ext(43, vec(1, b"\x03\x04\x03\x03"))
+
+
+def client_hello_msg(exts, sid=b"\x22" * 32, suites=b"\x13\x01\x13\x02\xc0\x2f", comp=b"\x00",
+                     version=0x0303, with_exts=True):
+    body = struct.pack(">H", version) + b"\x5a" * 32 + vec(1, sid) + vec(2, suites) + vec(1, comp)
+    if with_exts:
+        body += vec(2, b"".join(exts))
+    return b"\x01" + vec(3, body)
+
+
+def records(msg, size=1 << 14, version=b"\x03\x01"):
+    out = b""
+    for i in range(0, len(msg), size):
+        part = msg[i:i + size]
+        out += b"\x16" + version + vec(2, part)
+    return out
+
+
+def tls_hello():
+    plain = client_hello_msg([sni_ext(b"example.com"), ALPN, VERSIONS, KEY_SHARE])
+    big_share = tls_ext(51, vec(2, struct.pack(">H", 0x11ec) + vec(2, b"\x33" * 1216)))
+    seeds = {
+        "sni-alpn": records(plain),
+        "sni-only": records(client_hello_msg([sni_ext(b"api.github.com")])),
+        "no-sni": records(client_hello_msg([ALPN, VERSIONS])),
+        "no-extensions": records(client_hello_msg([], with_exts=False)),
+        "ech": records(client_hello_msg([sni_ext(b"public.example"),
+                                         tls_ext(0xfe0d, b"\x00\x00\x01\x00\x01" + b"\x42" * 40)])),
+        "esni": records(client_hello_msg([sni_ext(b"a.example"), tls_ext(0xffce, b"\x01" * 8)])),
+        "ech-draft": records(client_hello_msg([tls_ext(0xfe0a, b"")])),
+        "two-names": records(client_hello_msg([sni_ext(b"allowed.example", b"evil.example")])),
+        "dup-extension": records(client_hello_msg([sni_ext(b"a.example"), sni_ext(b"b.example")])),
+        "sni-256": records(client_hello_msg([sni_ext(b"a" * 256)])),
+        "sni-nul": records(client_hello_msg([sni_ext(b"allowed.example\x00.evil")])),
+        "sni-other-type": records(client_hello_msg([tls_ext(0, vec(2, b"\x01" + vec(2, b"x")))])),
+        "fragmented": records(plain, size=40),
+        "big-key-share": records(client_hello_msg([sni_ext(b"pq.example"), big_share]), size=512),
+        "truncated": records(plain)[:60],
+        "trailing-bytes": records(plain) + b"\x17\x03\x03\x00\x10" + b"\x00" * 16,
+        "not-tls": b"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n",
+        "bad-record-version": b"\x16\x02\x00" + records(plain)[3:],
+        "zero-length-record": b"\x16\x03\x01\x00\x00" + records(plain),
+        "record-too-long": b"\x16\x03\x01\x40\x01" + plain,
+        "not-client-hello": b"\x16\x03\x01\x00\x08\x02\x00\x00\x04\x03\x03\x00\x00",
+        "hello-length-huge": b"\x16\x03\x01\x00\x08\x01\xff\xff\xff\x03\x03\x00\x00",
+        "odd-suites": records(client_hello_msg([sni_ext(b"x.example")], suites=b"\x13")),
+        "ssl2-version": records(client_hello_msg([sni_ext(b"x.example")], version=0x0200)),
+    }
+    for name, data in seeds.items():
+        write("tls_hello", name, data)
+
+
+# ---- DNS queries (src/egress/dns.cc) ----
+
+def dns_name(name):
+    if isinstance(name, bytes):
+        return name
+    out = b""
+    for label in name.split(".") if name else []:
+        out += vec(1, label.encode())
+    return out + b"\x00"
+
+
+def dns_query(name, qtype=1, qclass=1, qid=0x1234, flags=0x0100, qd=1, an=0, ns=0, ar=0,
+              extra=b""):
+    return struct.pack(">HHHHHH", qid, flags, qd, an, ns, ar) + dns_name(name) + \
+        struct.pack(">HH", qtype, qclass) + extra
+
+
+OPT = b"\x00" + struct.pack(">HHIH", 41, 1232, 0, 0)
+
+
+def dns():
+    seeds = {
+        "a": dns_query("example.com"),
+        "aaaa": dns_query("pypi.org", qtype=28),
+        "case-0x20": dns_query("ExAmPlE.CoM", qid=0xbeef),
+        "https": dns_query("www.github.com", qtype=65, flags=0),
+        "root": dns_query(""),
+        "edns": dns_query("example.com", ar=1, extra=OPT),
+        "edns-cookie": dns_query("example.com", ar=1, extra=b"\x00" + struct.pack(
+            ">HHIH", 41, 4096, 0, 12) + struct.pack(">HH", 10, 8) + b"\x01" * 8),
+        "sandbox-name": dns_query("sb_0123abcd", qtype=1),
+        "max-name": dns_query(".".join(["a" * 63] * 3 + ["b" * 61])),
+        "name-too-long": dns_query(".".join(["a" * 63] * 4)),
+        "label-64": dns_query(b"\x40" + b"a" * 64 + b"\x00"),
+        "pointer": dns_query(b"\x03www\xc0\x0c"),
+        "dot-in-label": dns_query(b"\x07evil.co\x00"),
+        "trailing": dns_query("example.com", extra=b"\x00\x00"),
+        "response": dns_query("example.com", flags=0x8180),
+        "opcode-status": dns_query("example.com", flags=0x1000),
+        "two-questions": dns_query("a.example", qd=2),
+        "answers": dns_query("a.example", an=1),
+        "two-additional": dns_query("a.example", ar=2, extra=OPT + OPT),
+        "not-opt": dns_query("a.example", ar=1, extra=dns_name("x") + struct.pack(">HHIH", 1, 1, 0, 4)
+                             + b"\x7f\x00\x00\x01"),
+        "truncated-question": dns_query("example.com")[:-3],
+        "header-only": struct.pack(">HHHHHH", 7, 0x0100, 1, 0, 0, 0),
+        "short": b"\x12\x34\x01",
+        "any": dns_query("example.com", qtype=255, qclass=255),
+    }
+    for name, data in seeds.items():
+        write("dns", name, data)
+
+
+# ---- host names (src/egress/host.cc) ----
+
+def host():
+    texts = [
+        "Example.COM.", "example.com..", "xn--bcher-kva.example", "bücher.example",
+        "ＥＸＡＭＰＬＥ.com", "ｆｕｌｌ／ｗｉｄｔｈ.example", "faß.de", "xn--a.com", "xn--zz",
+        "r3---sn-x.example", "a" * 63 + ".com", "a" * 64 + ".com",
+        ".".join(["a" * 63] * 3 + ["b" * 61]), "-a.com", "a-.com", "a..b", ".", "",
+        "0x7f.1", "2130706433", "0177.0.0.1", "127.1", "1.2.3.4.5", "1.2.3.256", "0x100000000",
+        "4294967296", "example.0x1g", "127.0.0.1.", "[::1]", "::1", "::ffff:127.0.0.1",
+        "[::ffff:7f00:1]", "[fe80::1%25eth0]", "[::1", "[::1]x", "2001:db8::1", "64:ff9b::a00:1",
+        "user@host", "ho st", "ho%73t", "host/path", "a\x00b", "*.example.com", "*", "a.*.com",
+        "*.10.0.0.1", "*.example.com:443", "example.com:0", "example.com:65535", "example.com:65536",
+        "example.com:08", "[::1]:8080", "[2001:db8::1]:443", "a:b:c", "10.0.0.0/8", "fd00::/8",
+        "10.0.0.1/8", "::ffff:10.0.0.0/104", "0.0.0.0/0", "192.0.2.7", "10.0.0.0/08",
+        "*.example.com\x00a.b.example.com", "*.example.com\x00example.com",
+        "example.com\x00EXAMPLE.com.", "10.0.0.1\x000xa.0.0.1", "*.xn--bcher-kva.example\x00a.bücher.example",
+    ]
+    for i, t in enumerate(texts):
+        write("host", "%02d" % i, t.encode())
+
+
+# ---- HTTP proxy requests (src/egress/http_rules.cc, inject.cc) ----
+
+PLACEHOLDER = "SPACE_PLACEHOLDER_0123456789abcdef"
+
+
+def http_request():
+    import base64
+    basic = base64.b64encode(("x-access-token:" + PLACEHOLDER).encode()).decode()
+    heads = {
+        "absolute": "GET http://example.com/path?q=1 HTTP/1.1\r\nHost: example.com\r\n"
+                    "User-Agent: curl/8\r\nAccept: */*\r\nProxy-Connection: Keep-Alive\r\n\r\n",
+        "absolute-port-query": "GET HTTP://Example.COM:8080?x=1 HTTP/1.1\r\n\r\n",
+        "absolute-no-path": "HEAD http://[::1]:8000 HTTP/1.0\r\n\r\n",
+        "absolute-userinfo": "GET http://user:pw@example.com/ HTTP/1.1\r\n\r\n",
+        "absolute-backslash": "GET http://example.com\\@evil.com/ HTTP/1.1\r\n\r\n",
+        "https-target": "GET https://example.com/ HTTP/1.1\r\n\r\n",
+        "origin-form": "GET /index.html HTTP/1.1\r\nHost: example.com:80\r\n\r\n",
+        "connect": "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n",
+        "connection-list": "GET http://a.example/ HTTP/1.1\r\nConnection: keep-alive, X-Foo ,,"
+                           "\tx-bar\r\nX-Foo: 1\r\nx-bar: 2\r\nX-Keep: 3\r\nKeep-Alive: 5\r\n"
+                           "TE: trailers\r\nTrailer: X\r\nUpgrade: h2c\r\n\r\n",
+        "connection-names-framing": "POST http://a.example/ HTTP/1.1\r\nConnection: Content-Length,"
+                                    " Host\r\nContent-Length: 3\r\nHost: a.example\r\n\r\n",
+        "websocket": "GET /chat HTTP/1.1\r\nHost: ws.example\r\nUpgrade: websocket\r\n"
+                     "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                     "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n",
+        "websocket-post": "POST /chat HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+        "cl-and-te": "POST http://a.example/ HTTP/1.1\r\nContent-Length: 5\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n",
+        "two-cl": "POST http://a.example/ HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+        "te-gzip": "POST http://a.example/ HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        "te-chunked-case": "POST http://a.example/ HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n",
+        "two-hosts": "GET / HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n",
+        "basic": "GET https://api.github.com/repos HTTP/1.1\r\nHost: api.github.com\r\n"
+                 "Authorization: Basic " + basic + "\r\n\r\n",
+        "basic-tab": "GET / HTTP/1.1\r\nAuthorization: basic\t" + basic + "  \r\n\r\n",
+        "basic-not-base64": "GET / HTTP/1.1\r\nAuthorization: Basic " + PLACEHOLDER + "\r\n\r\n",
+        "bearer": "GET / HTTP/1.1\r\nAuthorization: Bearer " + PLACEHOLDER + "\r\n"
+                  "X-Api-Key: k=" + PLACEHOLDER + PLACEHOLDER + "\r\n\r\n",
+        "query": "GET /v1?key=" + PLACEHOLDER + "&token=" + PLACEHOLDER + "&other=" + PLACEHOLDER +
+                 "&token=x HTTP/1.1\r\n\r\n",
+        "query-empty-params": "GET /v1?&&token=" + PLACEHOLDER + "& HTTP/1.1\r\n\r\n",
+        "obs-fold": "GET / HTTP/1.1\r\nX-A: one\r\n two\r\n\r\n",
+        "http10": "GET http://a.example/ HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+        "no-colon-space": "GET / HTTP/1.1\r\nHost:a.example\r\nX:\r\n\r\n",
+        "bad-version": "GET / HTTP/2.0\r\n\r\n",
+        "long-field": "GET / HTTP/1.1\r\nX-Long: " + "a" * 3000 + "\r\n\r\n",
+    }
+    for name, data in heads.items():
+        write("http_request", name, data.encode())
+
+
+# ---- QMP (src/runtime/qemu/qmp.cc) ----
+
+def qmp():
+    greeting = {"QMP": {"version": {"qemu": {"micro": 0, "minor": 2, "major": 7},
+                                    "package": "Debian 1:7.2+dfsg-7"}, "capabilities": ["oob"]}}
+    ok = {"return": {}}
+    status = {"return": {"status": "running", "singlestep": False, "running": True}}
+    event = {"timestamp": {"seconds": 1700000000, "microseconds": 1}, "event": "STOP"}
+    err = {"error": {"class": "GenericError", "desc": "No file descriptor supplied via SCM_RIGHTS"}}
+
+    def lines(*msgs):
+        return b"".join((m if isinstance(m, bytes) else json.dumps(m).encode()) + b"\n"
+                        for m in msgs)
+
+    seeds = {
+        "greeting-only": b"\x00" + lines(greeting, ok),
+        "status": b"\x01" + lines(greeting, ok, status),
+        "events": b"\x03" + lines(greeting, event, ok, event, event, status, ok, event, status),
+        "error": b"\x02" + lines(greeting, ok, err, err),
+        "error-bare": b"\x01" + lines(greeting, ok, {"error": {}}),
+        "error-not-object": b"\x01" + lines(greeting, ok, {"error": "no"}),
+        "neither": b"\x01" + lines(greeting, ok, {"id": 1}),
+        "return-types": b"\x03" + lines(greeting, ok, {"return": [1, "x"]}, {"return": None},
+                                        {"return": 1.5e300}),
+        "no-greeting": b"\x01" + lines(ok, status),
+        "greeting-refused": b"\x00" + lines(greeting, err),
+        "not-json": b"\x01" + lines(greeting, ok, b"{\"return\": ", status),
+        "array-line": b"\x01" + lines(greeting, ok, b"[1,2]", status),
+        "blank-crlf": b"\x01" + b"\r\n \t\n" + lines(greeting).replace(b"\n", b"\r\n") +
+                      b"\n\n" + lines(ok, status),
+        "no-newline": b"\x01" + lines(greeting, ok) + json.dumps(status).encode(),
+        "migration": b"\x01" + lines(greeting, ok, {"return": {
+            "status": "completed", "total-time": 1234, "ram": {"transferred": 1 << 30,
+                                                               "remaining": 0}}}),
+        "utf8": b"\x01" + lines(greeting, ok, b'{"return": "\\u00e9\xc3\xa9\\ud800"}'),
+    }
+    for name, data in seeds.items():
+        write("qmp", name, data)
+
+
+# ---- Firecracker API answers (src/runtime/firecracker/api.cc) ----
+
+def http_response(status, body=b"", reason="", headers=None, close=False):
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body).encode()
+    h = "HTTP/1.1 %d %s\r\nServer: Firecracker API\r\nConnection: %s\r\n" % (
+        status, reason, "close" if close else "keep-alive")
+    if headers is None:
+        headers = {}
+        if body:
+            headers["Content-Type"] = "application/json"
+            headers["Content-Length"] = str(len(body))
+    for k, v in headers.items():
+        h += "%s: %s\r\n" % (k, v)
+    return h.encode() + b"\r\n" + body
+
+
+def firecracker_api():
+    # First byte: the three calls (api.cc): 0 describe, 1 version, 2 balloon statistics,
+    # 3 machine-config, 4 GET /vm/config, 5 pause, 6 drive, 7 snapshot/create.
+    def calls(a, b, c):
+        return bytes([a | b << 3 | ((c - a) & 3) << 6])
+
+    info = {"id": "sb_0123", "state": "Running", "vmm_version": "1.16.0", "app_name": "Firecracker"}
+    stats = {"target_pages": 0, "actual_pages": 0, "target_mib": 0, "actual_mib": 0,
+             "swap_in": 0, "free_memory": 123456789, "total_memory": 268435456}
+    no_content = http_response(204)
+    fault = {"fault_message": "The requested operation is not supported after starting the "
+                              "microVM."}
+    seeds = {
+        "describe-version": calls(0, 1, 0) + http_response(200, info) +
+                            http_response(200, {"firecracker_version": "1.16.0"}) +
+                            http_response(200, info),
+        "puts": calls(3, 5, 3) + no_content + no_content + no_content,
+        "balloon": calls(2, 4, 2) + http_response(200, stats) + http_response(200, {
+            "machine-config": {"vcpu_count": 2, "mem_size_mib": 256, "smt": False}}) +
+                   http_response(200, [1]),
+        "refused-400": calls(6, 6, 6) + http_response(400, fault, "Bad Request") +
+                       http_response(400, {"fault_message": "line\r\nInjected: \x1b[31mred\t"
+                                                            "\u00e9" + "x" * 400}) +
+                       http_response(500, b"not json \x00\xff"),
+        "refused-close": calls(5, 5, 5) + http_response(400, fault, close=True) + no_content,
+        "describe-missing": calls(0, 0, 0) + http_response(200, {"id": 1, "state": "Running"}) +
+                            http_response(200, []) + http_response(200, info),
+        "not-json": calls(4, 4, 4) + http_response(200, b"{\"a\":") + no_content,
+        "chunked": calls(1, 1, 1) + b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   b"5\r\n{\"fir\r\n1c\r\necracker_version\":\"1.16.0\"}\r\n0\r\n\r\n" +
+                   no_content,
+        "body-too-large": calls(4, 4, 4) + b"HTTP/1.1 200 OK\r\nContent-Length: 1048577\r\n\r\n{}",
+        "truncated-body": calls(4, 3, 4) + b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{}",
+        "bad-status-line": calls(3, 3, 3) + b"HTTP/1.1 2000 OK\r\n\r\n" + no_content,
+        "interim-100": calls(3, 3, 3) + b"HTTP/1.1 100 Continue\r\n\r\n" + no_content + no_content,
+        "http10-close": calls(1, 1, 1) + b"HTTP/1.0 200 OK\r\n\r\n{\"firecracker_version\":\"x\"}",
+        "empty": calls(7, 0, 7),
+        "long-header": calls(0, 0, 0) + b"HTTP/1.1 200 OK\r\nX: " + b"a" * 17000 + b"\r\n\r\n",
+    }
+    for name, data in seeds.items():
+        write("firecracker_api", name, data)
+
+
+# ---- snapshot manifests (src/snapshot/manifest.cc) ----
+
+def snapshot_manifest():
+    import hashlib
+    import hmac
+    chunk = "ab" * 32
+    root = {"path": "", "type": "dir", "mode": 0o755, "uid": 0, "gid": 0, "mtime_ns": 1}
+
+    def entry(path, etype, **kw):
+        e = {"path": path, "type": etype, "mode": kw.pop("mode", 0o644), "uid": 1000,
+             "gid": 1000, "mtime_ns": 1700000000000000000}
+        if etype == "file":
+            e.update({"size": 5, "chunks": [chunk], "ctime_ns": 5, "ino": 12, "dev": 2049})
+        e.update(kw)
+        return e
+
+    def manifest(entries, **kw):
+        m = {"format": 1, "id": "snap_fuzz", "parent": "", "labels": {"sandbox": "sb_1"},
+             "created_at": 1700000000.25, "logical_bytes": 5, "new_bytes": 3,
+             "reused_files": 0, "skipped": [], "entries": entries}
+        m.update(kw)
+        return json.dumps(m, sort_keys=True, separators=(",", ":")).encode()
+
+    full = manifest([root, entry("etc", "dir", mode=0o755), entry("etc/a", "file"),
+                     entry("etc/b", "file", size=5, chunks=[], link="etc/a"),
+                     entry("etc/fifo", "other", mode=0o10600),
+                     entry("etc/l", "symlink", target="../x"),
+                     entry("etc/w", "whiteout", mode=0),
+                     entry("etc/x", "dir", mode=0o755,
+                           xattrs=[["trusted.overlay.opaque", "79"], ["user.k", ""]]),
+                     entry({"hex": "ff61"}, "file", size=0, chunks=[])],
+                    parent="snap_parent", skipped=["dev/sda: device node", {"hex": "c328"}])
+    bodies = {
+        "full": full,
+        "minimal": manifest([root]),
+        "no-root": manifest([entry("a", "file")]),
+        "out-of-order": manifest([root, entry("b", "file"), entry("a", "file")]),
+        "orphan": manifest([root, entry("a/b", "file")]),
+        "dotdot": manifest([root, entry("..", "dir"), entry("../x", "file")]),
+        "hardlink-forward": manifest([root, entry("a", "file", chunks=[], link="b"),
+                                      entry("b", "file")]),
+        "file-bits": manifest([root, entry("a", "file", mode=0o100644)]),
+        "size-overflow": manifest([root, entry("a", "file", size=(1 << 64) - 1)]),
+        "bad-chunk": manifest([root, entry("a", "file", chunks=["AB" * 32])]),
+        "xattr-namespace": manifest([root, entry("a", "dir", xattrs=[["security.selinux", "00"]])]),
+        "types": manifest([root, entry("a", "file", mode=-1, uid="0", mtime_ns=1.5)]),
+        "wrong-id": manifest([root], id="snap_other"),
+        "format-2": manifest([root], format=2),
+        "labels": manifest([root], labels={"a": 1}),
+        "created-odd": manifest([root], created_at=-0.0),
+        "deep": b'{"entries":[' + b"[" * 40 + b"]" * 40 + b"]}",
+    }
+    key = b"k" * 32
+    for name, body in bodies.items():
+        write("snapshot_manifest", "unsealed-" + name, b"\x00" + body)
+        write("snapshot_manifest", "json-" + name, b"\x02" + body)
+    mac = hmac.new(key, full, hashlib.sha256).hexdigest().encode()
+    sealed = b'{"mac":"' + mac + b'","manifest":' + full + b"}"
+    write("snapshot_manifest", "sealed", b"\x01" + sealed)
+    write("snapshot_manifest", "sealed-bad-mac", b"\x01" + sealed.replace(mac[:4], b"0000", 1))
+    write("snapshot_manifest", "sealed-truncated", b"\x01" + sealed[:-1])
+
+
 if __name__ == "__main__":
     frame_decoder()
     api_request()
@@ -208,3 +567,10 @@ if __name__ == "__main__":
     agent_conn()
     upper_listing()
     exec_report()
+    tls_hello()
+    dns()
+    host()
+    http_request()
+    qmp()
+    firecracker_api()
+    snapshot_manifest()

@@ -223,8 +223,10 @@ Result<json> ApiClient::request(std::string_view method, std::string_view path,
   if (status < 200 || status > 299) return fail(refusal(what, status, res.body()));
   if (res.body().empty()) return json(nullptr);
   json j = json::parse(res.body(), nullptr, false);
-  if (j.is_discarded())
+  if (j.is_discarded()) {
+    broken_ = true;  // as documented: after a protocol error the connection is not used again
     return fail(Code::kProtocol, "Firecracker's answer to " + what + " is not JSON");
+  }
   return j;
 }
 

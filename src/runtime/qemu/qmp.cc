@@ -112,8 +112,13 @@ Result<json> Qmp::await_answer(Clock::time_point deadline, const std::string& wh
     if (m.contains("event")) continue;  // asynchronous: STOP, RESUME, MIGRATION, ...
     if (auto it = m.find("return"); it != m.end()) return *it;
     if (auto it = m.find("error"); it != m.end() && it->is_object()) {
-      std::string cls = it->value("class", std::string("GenericError"));
-      std::string desc = it->value("desc", std::string("(no description)"));
+      // Typed reads: json::value() throws type_error on a non-string, out of a Result API.
+      auto text = [&](const char* key, const char* absent) {
+        auto f = it->find(key);
+        return f != it->end() && f->is_string() ? f->get<std::string>() : std::string(absent);
+      };
+      std::string cls = text("class", "GenericError");
+      std::string desc = text("desc", "(no description)");
       return fail(Code::kInternal, "QEMU refused " + what + ": " + desc + " (" + cls + ")");
     }
     return fail(Code::kProtocol, "QMP: an answer without \"return\" or \"error\"");
