@@ -7,10 +7,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "audit/sqlite_stmt.h"
 #include "daemon/daemon.h"  // rfc3339
-#include "daemon/sqlite_stmt.h"
 
 namespace space::daemon {
+using audit::set_busy_wait;
+using audit::Stmt;
+
 namespace {
 
 constexpr char kHex[] = "0123456789abcdef";
