@@ -5,7 +5,7 @@ nor a sibling on its own level. Each offending include is listed as file:line; e
 
   scripts/check-layers.py [SRC_DIR]     (default: src/ next to this script's parent)
 
-The levels (docs/architecture.md, "Layers"); a directory under src/ that is not listed here is
+The levels (docs/ci.md, "Layers"); a directory under src/ that is not listed here is
 an error too, so that a new one gets its place in the table first.
 """
 import pathlib
@@ -69,7 +69,7 @@ def main() -> int:
         print(p)
     if problems:
         print(f"check-layers: {len(problems)} include(s) against the layer order "
-              "(docs/architecture.md, Layers)")
+              "(docs/ci.md, Layers)")
         return 1
     print(f"check-layers: {src}: every include points at its own or a lower level")
     return 0

@@ -1,7 +1,7 @@
 // A prepared SQLite statement, finalized on scope exit: the one wrapper the daemon's tables
 // (store.cc, tokens.cc) use, so binding and reading columns is written once. It lives in audit/,
 // the lowest layer that opens space.db (the audit log shares set_busy_wait), so that both may
-// include it (docs/architecture.md, Layers).
+// include it (docs/ci.md, Layers).
 #pragma once
 
 #include <sqlite3.h>
