@@ -82,16 +82,6 @@ std::optional<Error> refusal(const TokenRecord& rec, double now) {
   return std::nullopt;
 }
 
-Result<void> run_sql(sqlite3* db, const char* sql, std::string_view what) {
-  char* err = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string m = err ? err : sqlite3_errmsg(db);
-    sqlite3_free(err);
-    return fail(Code::kInternal, std::string(what) + ": " + m);
-  }
-  return {};
-}
-
 Error invalid_token() {
   return Error(Code::kUnauthenticated,
                "invalid API token (expected \"Authorization: Bearer spt_<id>_<secret>\" with a "
