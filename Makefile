@@ -38,8 +38,9 @@ CTEST_JOBS  ?= 2
 NINJA_FLAGS := $(if $(JOBS),-j$(JOBS),)
 # Pinned: the format check (ctest lint.format) uses clang-format 14 too, Debian 12's.
 CLANG_FORMAT ?= clang-format-14
-# The sanitizer build's flags: -O1 for tests that run ~2x faster than at -O0 and line tables
-# only (-g1) for ASan's stack traces, which build faster than full debug info.
+# The sanitizer build's flags: -O1, as AddressSanitizer's documentation advises (reasonable
+# speed, exact reports), and line tables only (-g1), enough for its stack traces and quicker to
+# build than full debug info.
 ASAN_FLAGS  ?= -O1 -g1
 # Warnings as errors (SPACE_WERROR): `make test` turns it on; empty leaves a build directory's
 # setting as it is (off in a fresh one, as `make run` configures it: a user's newer compiler
