@@ -7,7 +7,7 @@
 #                    + the unit tests under ASan/UBSan (check-asan) + every test suite through
 #                    ctest: the lint gates (format, layers), unit, integration, security, hosts
 #                    smoke. Any warning, sanitizer finding, format or layering slip fails it
-#                    (docs/ci.md); ~37-40 minutes on 2 cores from a fresh clone (estimated)
+#                    (docs/ci.md); ~25 minutes on 2 cores + the sanitizer run (docs/ci.md)
 #   make test-kvm    build + the firecracker runtime end to end and the escape suite against
 #                    it (a KVM host with firecracker and jailer; elsewhere skipped, saying why)
 #   make guest       only the microVM guest kernel + initramfs ($(BUILD_DIR)/guest; `build` makes it too)
