@@ -3,17 +3,21 @@
 #
 #   make run         the run group of deps + space, spaced and space-agent only + a demo task in
 #                    a fresh sandbox, timing each phase (scripts/run.sh)
-#   make test        all deps + the whole build (tests, microVM guest) + every test suite
-#                    (unit, integration, security, hosts smoke) through ctest
+#   make test        all deps + the whole build with warnings as errors (tests, microVM guest)
+#                    + the unit tests under ASan/UBSan (check-asan) + every test suite through
+#                    ctest: the lint gates (format, layers), unit, integration, security, hosts
+#                    smoke. Any warning, sanitizer finding, format or layering slip fails it
+#                    (docs/ci.md); ~25 minutes on 2 cores + the sanitizer run (docs/ci.md)
 #   make test-kvm    build + the firecracker runtime end to end and the escape suite against
 #                    it (a KVM host with firecracker and jailer; elsewhere skipped, saying why)
 #   make guest       only the microVM guest kernel + initramfs ($(BUILD_DIR)/guest; `build` makes it too)
 #   make bench       bench deps (install-deps.sh --bench: mitmproxy, bwrap, crun, runsc) +
 #                    release build + bench/run.sh (writes bench/results/<date>.md,
 #                    egress-<date>.md, snapshot-<date>.md)
-#   make check-asan  ASan/UBSan build in build-asan + the unit tests
+#   make check-asan  ASan/UBSan build in build-asan (-O1, unity batches) + the unit tests and
+#                    the fuzz corpus replays (ctest -L unit); part of `make test`
 #   make fuzz        libFuzzer builds of tests/fuzz in build-fuzz, each run FUZZ_SECONDS (60)
-#   make format      clang-format every C++ file in place
+#   make format      clang-format 14 every C/C++ file in place (scripts/check-format.sh checks)
 #   make clean       remove the build directories
 
 BUILD_DIR   ?= build
@@ -33,7 +37,16 @@ JOBS        ?=
 CTEST_JOBS  ?= 2
 
 NINJA_FLAGS := $(if $(JOBS),-j$(JOBS),)
-CLANG_FORMAT ?= clang-format
+# Pinned: the format check (ctest lint.format) uses clang-format 14 too, Debian 12's.
+CLANG_FORMAT ?= clang-format-14
+# The sanitizer build's flags: -O1, as AddressSanitizer's documentation advises (reasonable
+# speed, exact reports), and line tables only (-g1), enough for its stack traces and quicker to
+# build than full debug info.
+ASAN_FLAGS  ?= -O1 -g1
+# Warnings as errors (SPACE_WERROR): `make test` turns it on; empty leaves a build directory's
+# setting as it is (off in a fresh one, as `make run` configures it: a user's newer compiler
+# may warn where GCC 12 does not).
+WERROR      ?=
 
 .PHONY: all deps deps-bench configure build guest run test test-kvm bench clean check-asan format fuzz
 
@@ -49,8 +62,11 @@ deps-bench:
 # Tests on: a build directory that `make run` configured without them is switched over (the
 # libraries' objects stay; only the test targets are added).
 configure: deps
-	@if ! grep -qs '^SPACE_TESTS:BOOL=ON' $(BUILD_DIR)/CMakeCache.txt; then \
-	  cmake -G Ninja -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DSPACE_TESTS=ON; fi
+	@if ! grep -qs '^SPACE_TESTS:BOOL=ON' $(BUILD_DIR)/CMakeCache.txt || \
+	    { [ -n "$(WERROR)" ] && \
+	      ! grep -qs '^SPACE_WERROR:BOOL=$(WERROR)$$' $(BUILD_DIR)/CMakeCache.txt; }; then \
+	  cmake -G Ninja -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DSPACE_TESTS=ON \
+	    $(if $(WERROR),-DSPACE_WERROR=$(WERROR)); fi
 
 build: configure
 	ninja -C $(BUILD_DIR) $(NINJA_FLAGS)
@@ -65,7 +81,10 @@ guest: configure
 run:
 	@BUILD_DIR=$(BUILD_DIR) BUILD_TYPE=$(BUILD_TYPE) JOBS=$(JOBS) scripts/run.sh
 
-test: build
+# The gates first (docs/ci.md): the build with -Werror, then the unit tests under ASan/UBSan,
+# then every suite; ctest's summary line, which CI reads, is the last one printed.
+test: WERROR = ON
+test: build check-asan
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(CTEST_JOBS)
 
 test-kvm: build
@@ -77,7 +96,8 @@ bench: deps-bench
 	BUILD_DIR=$(RELEASE_DIR) bench/run.sh
 
 check-asan: deps
-	cmake -G Ninja -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DSPACE_SANITIZE=ON
+	cmake -G Ninja -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DSPACE_SANITIZE=ON \
+	  -DSPACE_TESTS=ON "-DCMAKE_CXX_FLAGS_DEBUG=$(ASAN_FLAGS)" "-DCMAKE_C_FLAGS_DEBUG=$(ASAN_FLAGS)"
 	ninja -C $(ASAN_DIR) $(NINJA_FLAGS) space_unit_tests
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_DIR) --output-on-failure -L unit -j$(CTEST_JOBS)

@@ -52,7 +52,7 @@ RUN_PACKAGES=(
 # `make test`: the test suites and the microVM runtimes they exercise.
 TEST_PACKAGES=(
   clang                   # fuzz targets (libFuzzer) and clang-tidy runs
-  clang-format            # make format
+  clang-format-14         # make format, the format check (lint.format): pinned to 14
   libgtest-dev libgmock-dev
   libbenchmark-dev        # bench/ microbenchmarks
   # clients the egress tests run inside sandboxes, and the test CA

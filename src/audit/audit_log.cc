@@ -13,9 +13,9 @@
 #include <chrono>
 #include <cstring>
 
+#include "audit/sqlite_stmt.h"
 #include "common/base64.h"
 #include "common/clock.h"
-#include "daemon/sqlite_stmt.h"
 
 namespace space::audit {
 namespace fs = std::filesystem;
@@ -30,12 +30,12 @@ Error sql_error(sqlite3* db, std::string_view what) {
 }
 
 // One prepared statement, finalized on scope exit.
-struct Stmt {
+struct RawStmt {
   sqlite3_stmt* s = nullptr;
-  Stmt(sqlite3* db, const char* sql) { sqlite3_prepare_v2(db, sql, -1, &s, nullptr); }
-  ~Stmt() { sqlite3_finalize(s); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
+  RawStmt(sqlite3* db, const char* sql) { sqlite3_prepare_v2(db, sql, -1, &s, nullptr); }
+  ~RawStmt() { sqlite3_finalize(s); }
+  RawStmt(const RawStmt&) = delete;
+  RawStmt& operator=(const RawStmt&) = delete;
   std::string text(int c) const {
     auto* p = sqlite3_column_text(s, c);
     return p ? std::string(reinterpret_cast<const char*>(p),
@@ -63,7 +63,7 @@ Result<sqlite3*> open_db(const fs::path& file) {
     sqlite3_close(db);
     return fail(Code::kUnavailable, "opening audit database " + file.string() + ": " + msg);
   }
-  daemon::set_busy_wait(db, 10000);
+  set_busy_wait(db, 10000);
   // Checkpoints are the daemon's (Store::checkpoint), never a commit's.
   if (auto r = exec_sql(db, "PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0"); !r) {
     sqlite3_close(db);
@@ -109,7 +109,7 @@ Result<std::unique_ptr<AuditLog>> AuditLog::open(const fs::path& db_file, const 
     return fail(std::move(r.error()));
   }
   {
-    Stmt probe(w, "SELECT 1 FROM audit_events LIMIT 1");
+    RawStmt probe(w, "SELECT 1 FROM audit_events LIMIT 1");
     if (!probe.s) {
       auto e = sql_error(w, "the database has no audit_events table");
       sqlite3_close(w);
@@ -172,9 +172,9 @@ uint64_t AuditLog::blocked_appends() const {
 }
 
 Result<AuditLog::ChainHead> AuditLog::load_head(const std::string& sandbox_id) {
-  Stmt s(wdb_,
-         "SELECT seq, hash FROM audit_events WHERE sandbox_id = ? ORDER BY seq DESC "
-         "LIMIT 1");
+  RawStmt s(wdb_,
+            "SELECT seq, hash FROM audit_events WHERE sandbox_id = ? ORDER BY seq DESC "
+            "LIMIT 1");
   if (!s.s) return fail(sql_error(wdb_, "reading the audit chain head"));
   sqlite3_bind_text(s.s, 1, sandbox_id.data(), static_cast<int>(sandbox_id.size()),
                     SQLITE_TRANSIENT);
@@ -188,9 +188,9 @@ Result<void> AuditLog::write_batch(std::vector<Pending>& batch) {
   std::map<std::string, ChainHead> heads;  // applied to heads_ only after COMMIT
   TRY_VOID(exec_sql(wdb_, "BEGIN IMMEDIATE"));
   auto body = [&]() -> Result<void> {
-    Stmt ins(wdb_,
-             "INSERT INTO audit_events (sandbox_id, seq, ts, kind, data, hash) "
-             "VALUES (?,?,?,?,?,?)");
+    RawStmt ins(wdb_,
+                "INSERT INTO audit_events (sandbox_id, seq, ts, kind, data, hash) "
+                "VALUES (?,?,?,?,?,?)");
     if (!ins.s) return fail(sql_error(wdb_, "preparing the audit insert"));
     for (auto& p : batch) {
       auto it = heads.find(p.sandbox_id);
@@ -257,9 +257,9 @@ void AuditLog::writer_loop() {
 Result<std::vector<Event>> AuditLog::read(const std::string& sandbox_id, int64_t after,
                                           size_t limit) {
   std::lock_guard lock(rmu_);
-  Stmt s(rdb_,
-         "SELECT seq, ts, kind, data, hash FROM audit_events WHERE sandbox_id = ? AND "
-         "seq > ? ORDER BY seq LIMIT ?");
+  RawStmt s(rdb_,
+            "SELECT seq, ts, kind, data, hash FROM audit_events WHERE sandbox_id = ? AND "
+            "seq > ? ORDER BY seq LIMIT ?");
   if (!s.s) return fail(sql_error(rdb_, "reading the audit log"));
   sqlite3_bind_text(s.s, 1, sandbox_id.data(), static_cast<int>(sandbox_id.size()),
                     SQLITE_TRANSIENT);
@@ -283,7 +283,7 @@ Result<std::vector<Event>> AuditLog::read(const std::string& sandbox_id, int64_t
 
 Result<bool> AuditLog::has_events(const std::string& sandbox_id) {
   std::lock_guard lock(rmu_);
-  Stmt s(rdb_, "SELECT 1 FROM audit_events WHERE sandbox_id = ? LIMIT 1");
+  RawStmt s(rdb_, "SELECT 1 FROM audit_events WHERE sandbox_id = ? LIMIT 1");
   if (!s.s) return fail(sql_error(rdb_, "reading the audit log"));
   sqlite3_bind_text(s.s, 1, sandbox_id.data(), static_cast<int>(sandbox_id.size()),
                     SQLITE_TRANSIENT);
@@ -296,9 +296,9 @@ Result<bool> AuditLog::has_events(const std::string& sandbox_id) {
 Result<VerifyReport> AuditLog::verify(const std::string& sandbox_id) {
   std::lock_guard lock(rmu_);
   // Ordered by rowid, not seq: a reordered or re-numbered row shows up as a gap.
-  Stmt s(rdb_,
-         "SELECT seq, ts, kind, data, hash FROM audit_events WHERE sandbox_id = ? "
-         "ORDER BY id");
+  RawStmt s(rdb_,
+            "SELECT seq, ts, kind, data, hash FROM audit_events WHERE sandbox_id = ? "
+            "ORDER BY id");
   if (!s.s) return fail(sql_error(rdb_, "verifying the audit log"));
   sqlite3_bind_text(s.s, 1, sandbox_id.data(), static_cast<int>(sandbox_id.size()),
                     SQLITE_TRANSIENT);
@@ -340,9 +340,9 @@ Result<VerifyReport> AuditLog::verify(const std::string& sandbox_id) {
 
 Result<int> AuditLog::prune_destroyed(double before) {
   std::lock_guard lock(rmu_);
-  Stmt s(rdb_,
-         "DELETE FROM audit_events WHERE sandbox_id IN (SELECT sandbox_id FROM "
-         "audit_events WHERE kind = 'sandbox.destroy' AND ts < ?)");
+  RawStmt s(rdb_,
+            "DELETE FROM audit_events WHERE sandbox_id IN (SELECT sandbox_id FROM "
+            "audit_events WHERE kind = 'sandbox.destroy' AND ts < ?)");
   if (!s.s) return fail(sql_error(rdb_, "pruning the audit log"));
   sqlite3_bind_double(s.s, 1, before);
   if (sqlite3_step(s.s) != SQLITE_DONE) return fail(sql_error(rdb_, "pruning the audit log"));

@@ -4,9 +4,12 @@
 
 #include <string>
 
-#include "daemon/sqlite_stmt.h"
+#include "audit/sqlite_stmt.h"
 
 namespace space::daemon {
+using audit::set_busy_wait;
+using audit::Stmt;
+
 namespace {
 
 nlohmann::json parse_or_null(const std::string& s) {
@@ -340,9 +343,15 @@ Result<void> Store::put_snapshot(const SnapshotRecord& r) {
   Stmt s(db_, sql.c_str());
   if (!s.ok()) return fail(s.error("saving snapshot"));
   s.bind(1, r.id).bind(2, r.sandbox_id).bind(3, r.profile);
-  if (r.name.empty()) s.bind_null(4); else s.bind(4, r.name);
+  if (r.name.empty())
+    s.bind_null(4);
+  else
+    s.bind(4, r.name);
   s.bind(5, r.kind);
-  if (r.parent.empty()) s.bind_null(6); else s.bind(6, r.parent);
+  if (r.parent.empty())
+    s.bind_null(6);
+  else
+    s.bind(6, r.parent);
   s.bind(7, r.runtime).bind(8, r.image).bind(9, r.spec.dump());
   s.bind(10, static_cast<int64_t>(r.uid_base)).bind(11, r.created_at);
   s.bind(12, static_cast<int64_t>(r.files)).bind(13, static_cast<int64_t>(r.logical_bytes));

@@ -6,11 +6,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "audit/sqlite_stmt.h"
 #include "common/hex.h"
 #include "daemon/daemon.h"  // rfc3339
-#include "daemon/sqlite_stmt.h"
 
 namespace space::daemon {
+using audit::set_busy_wait;
+using audit::Stmt;
+
 namespace {
 
 Result<std::string> random_hex(size_t bytes) {
@@ -59,16 +62,6 @@ std::optional<Error> refusal(const TokenRecord& rec, double now) {
     return Error(Code::kUnauthenticated, who + " expired at " + rfc3339(rec.expires_at) +
                                              "; create a new one with `space token create`");
   return std::nullopt;
-}
-
-Result<void> run_sql(sqlite3* db, const char* sql, std::string_view what) {
-  char* err = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string m = err ? err : sqlite3_errmsg(db);
-    sqlite3_free(err);
-    return fail(Code::kInternal, std::string(what) + ": " + m);
-  }
-  return {};
 }
 
 Error invalid_token() {

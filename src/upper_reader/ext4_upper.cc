@@ -147,7 +147,8 @@ class Walker {
     int64_t nsec = 0;
     constexpr size_t kEnd = offsetof(ext2_inode_large, i_mtime_extra) + sizeof(uint32_t);
     size_t inode_size = EXT2_INODE_SIZE(fs_->super);
-    if (inode_size >= kEnd && EXT2_GOOD_OLD_INODE_SIZE + inode.i_extra_isize >= kEnd) {
+    if (inode_size >= kEnd &&
+        static_cast<size_t>(EXT2_GOOD_OLD_INODE_SIZE + inode.i_extra_isize) >= kEnd) {
       uint32_t extra = inode.i_mtime_extra;
       sec += static_cast<int64_t>(extra & 3) << 32;
       nsec = extra >> 2;

@@ -1,5 +1,7 @@
 // A prepared SQLite statement, finalized on scope exit: the one wrapper the daemon's tables
-// (store.cc, tokens.cc) use, so binding and reading columns is written once.
+// (store.cc, tokens.cc) use, so binding and reading columns is written once. It lives in audit/,
+// the lowest layer that opens space.db (the audit log shares set_busy_wait), so that both may
+// include it (docs/ci.md, Layers).
 #pragma once
 
 #include <sqlite3.h>
@@ -12,7 +14,7 @@
 
 #include "common/error.h"
 
-namespace space::daemon {
+namespace space::audit {
 
 // Waits for a lock another connection to the same file holds (the store's and the audit log's
 // share space.db) for up to `timeout_ms`. SQLite's own busy timeout sleeps 1, 2, 5, 10 ms...
@@ -91,4 +93,4 @@ class Stmt {
   int rc_;
 };
 
-}  // namespace space::daemon
+}  // namespace space::audit
