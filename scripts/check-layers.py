@@ -16,7 +16,7 @@ LAYERS = [
     ["common"],  # std + nlohmann-json only: the static agent links it; no OpenSSL
     ["proto", "tls"],
     ["runtime", "egress", "snapshot", "audit", "agent", "vminit"],
-    ["cluster", "upper_reader"],
+    ["cluster", "upper_reader", "egressd"],
     ["daemon"],
     ["api"],
     ["spaced", "gateway", "cli"],

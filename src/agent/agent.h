@@ -122,8 +122,8 @@ class Agent {
     uint64_t serial = 0;
     uint32_t stream = 0;
     UniqueFd fd;
-    bool connected = false;  // the daemon answered the connect with ok
-    bool guest_eof = false;  // the guest shut down its side; an empty data frame went out
+    bool connected = false;   // the daemon answered the connect with ok
+    bool guest_eof = false;   // the guest shut down its side; an empty data frame went out
     bool daemon_eof = false;  // the daemon sent an empty data frame
     bool shut_wr = false;     // ...and everything before it reached the guest: SHUT_WR done
     std::string to_guest;     // bytes from the daemon not yet written to the guest socket
@@ -240,8 +240,8 @@ class Agent {
   std::vector<UniqueFd> egress_listeners_;  // one per opts_.egress_listen
   uint32_t next_egress_stream_ = 0;
   std::map<uint64_t, std::unique_ptr<EgressConn>> egress_;  // by serial
-  std::unordered_map<uint32_t, uint64_t> egress_streams_;    // stream -> serial
-  std::vector<uint64_t> egress_closing_;                     // finished; erased in the loop
+  std::unordered_map<uint32_t, uint64_t> egress_streams_;   // stream -> serial
+  std::vector<uint64_t> egress_closing_;                    // finished; erased in the loop
 
   // A guest DNS query sent to the daemon and not answered yet, by its stream.
   struct DnsQuery {

@@ -5,11 +5,11 @@
 // gateway (src/daemon/egress_relay.h).
 //
 // Per connection: `connect` {"port"} (the listener's port it came to) goes out; the daemon
-// answers `response` ok (the guest's bytes then flow) or an error (the guest connection is reset). Bytes travel as `data` frames
-// both ways, an empty one is EOF in that direction (SHUT_WR on the guest socket), `reset`
-// aborts. Flow control both ways: the agent sends at most kStreamWindow bytes the daemon has
-// not credited, and credits the daemon for bytes it wrote into the guest socket, so a slow
-// reader on either side blocks the writer instead of growing memory. See
+// answers `response` ok (the guest's bytes then flow) or an error (the guest connection is reset).
+// Bytes travel as `data` frames both ways, an empty one is EOF in that direction (SHUT_WR on the
+// guest socket), `reset` aborts. Flow control both ways: the agent sends at most kStreamWindow
+// bytes the daemon has not credited, and credits the daemon for bytes it wrote into the guest
+// socket, so a slow reader on either side blocks the writer instead of growing memory. See
 // docs/agent-protocol.md, "Egress".
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -83,8 +83,8 @@ void Agent::on_egress_accept(uint64_t index) {
   if (index >= egress_listeners_.size()) return;
   const uint16_t port = opts_.egress_listen[index].port;
   for (;;) {
-    int fd = ::accept4(egress_listeners_[index].get(), nullptr, nullptr,
-                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd =
+        ::accept4(egress_listeners_[index].get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK)

@@ -126,8 +126,8 @@ Result<Options> parse_options(int argc, const char* const* argv) {
         if (l.ip == addr.ip && l.port == addr.port)
           return fail(Code::kInvalidArgument, "--egress-listen " + addr.text + " given twice");
       if (o.egress_listen.size() >= kMaxEgressListen)
-        return fail(Code::kInvalidArgument, "--egress-listen: at most " +
-                                                std::to_string(kMaxEgressListen) + " addresses");
+        return fail(Code::kInvalidArgument,
+                    "--egress-listen: at most " + std::to_string(kMaxEgressListen) + " addresses");
       o.egress_listen.push_back(std::move(addr));
     } else if (arg == "--dns-listen") {
       if (o.dns_listen) return fail(Code::kInvalidArgument, "--dns-listen given twice");

@@ -74,8 +74,7 @@ std::string error_payload(const Error& e) {
 
 Result<json> parse_object(std::string_view text) {
   // nlohmann's DOM is built recursively; refuse absurd nesting before handing it untrusted text.
-  if (!json_nesting_within(text, 32))
-    return fail(Code::kInvalidArgument, "JSON nested too deeply");
+  if (!json_nesting_within(text, 32)) return fail(Code::kInvalidArgument, "JSON nested too deeply");
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return fail(Code::kInvalidArgument, "malformed JSON");
   if (!j.is_object()) return fail(Code::kInvalidArgument, "expected a JSON object");

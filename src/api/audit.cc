@@ -17,16 +17,15 @@ namespace {
 
 constexpr size_t kMaxPage = 100000;
 
-Result<int64_t> int_param(const Target& t, const std::string& key, int64_t fallback,
-                          int64_t max) {
+Result<int64_t> int_param(const Target& t, const std::string& key, int64_t fallback, int64_t max) {
   auto it = t.query.find(key);
   if (it == t.query.end()) return fallback;
   const std::string& v = it->second;
   int64_t n = 0;
   auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
   if (v.empty() || ec != std::errc() || ptr != v.data() + v.size() || n < 0 || n > max)
-    return fail(Code::kInvalidArgument, "query parameter " + key + " must be an integer 0.." +
-                                            std::to_string(max));
+    return fail(Code::kInvalidArgument,
+                "query parameter " + key + " must be an integer 0.." + std::to_string(max));
   return n;
 }
 
@@ -58,10 +57,8 @@ Result<void> get_audit(Exchange& ex, ApiContext& ctx) {
     return ex.respond_json(http::status::ok, rep);
   }
   if (!follow) {
-    nlohmann::json events =
-        TRY(ctx.service.audit_events(id, after, static_cast<size_t>(limit)));
-    if (format == "jsonl")
-      return ex.respond(http::status::ok, "application/jsonl", jsonl(events));
+    nlohmann::json events = TRY(ctx.service.audit_events(id, after, static_cast<size_t>(limit)));
+    if (format == "jsonl") return ex.respond(http::status::ok, "application/jsonl", jsonl(events));
     return ex.respond_json(http::status::ok, {{"events", std::move(events)}});
   }
   // follow: JSON Lines, polled from the log, until sandbox.destroy, the client leaves, or the

@@ -19,8 +19,8 @@
 #include <functional>
 #include <thread>
 
-#include "common/base64.h"
 #include "api/handlers.h"
+#include "common/base64.h"
 
 namespace space::api::handlers {
 namespace {

@@ -7,8 +7,8 @@
 #include <csignal>
 #include <thread>
 
-#include "common/base64.h"
 #include "api/handlers.h"
+#include "common/base64.h"
 
 namespace space::api::handlers {
 namespace {

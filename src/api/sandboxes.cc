@@ -1,10 +1,9 @@
 // Handlers for the sandbox resource: create, list, inspect, destroy, pause, resume, diff
 // (since creation, or since a snapshot).
-#include "api/handlers.h"
-
 #include <charconv>
 
 #include "api/auth.h"
+#include "api/handlers.h"
 
 namespace space::api::handlers {
 

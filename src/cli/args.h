@@ -21,8 +21,8 @@ struct SandboxFlags {
 };
 
 struct Args {
-  // "run", "create", "exec", "ps", "kill", "logs", "wait", "cp", "ls", "inspect", "rm", "pause", "resume",
-  // "diff", "doctor", "image import", "image ls", "image rm", "snapshot", "snapshot rm",
+  // "run", "create", "exec", "ps", "kill", "logs", "wait", "cp", "ls", "inspect", "rm", "pause",
+  // "resume", "diff", "doctor", "image import", "image ls", "image rm", "snapshot", "snapshot rm",
   // "snapshots", "rollback", "restore", "audit", "token create", "token ls", "token rm", "mcp".
   std::string command;
   SandboxFlags sandbox;            // run, create; restore --profile is sandbox.profile
@@ -38,9 +38,9 @@ struct Args {
   std::vector<std::string> env;    // exec --env
   std::vector<std::string> cmd;    // run/exec: the command after `--`
   bool json = false, force = false, detach = false, snapshot = false, verify = false;
-  bool follow = false;  // audit --follow, logs --follow
+  bool follow = false;                    // audit --follow, logs --follow
   bool tty = false, interactive = false;  // exec -t, -i
-  bool keep = false;    // mcp --keep
+  bool keep = false;                      // mcp --keep
   // token create: --profile and --op (repeatable), --ttl; --name is `name`, token rm's ID `id`
   std::vector<std::string> profiles, ops;
   std::string ttl;

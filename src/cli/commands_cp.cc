@@ -111,10 +111,13 @@ Result<int> download(const Client& c, const Endpoint& src, const std::string& lo
     if (!m.empty()) mode = static_cast<unsigned>(std::strtoul(m.c_str(), nullptr, 8)) & 0777;
     // O_NOFOLLOW: a symlink at the target (say, one an earlier copy brought out of a sandbox)
     // must not redirect the write to somewhere else on the host.
-    UniqueFd fd(::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode));
+    UniqueFd fd(
+        ::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode));
     if (!fd && errno == ELOOP)
-      return fail(Code::kInvalidArgument, "\"" + target + "\" is a symlink; refusing to write "
-                                          "through it (remove it or choose another destination)");
+      return fail(Code::kInvalidArgument,
+                  "\"" + target +
+                      "\" is a symlink; refusing to write "
+                      "through it (remove it or choose another destination)");
     if (!fd) return fail_sys("open", "\"" + target + "\"");
     char buf[64 * 1024];
     for (;;) {

@@ -16,11 +16,11 @@
 #include <csignal>
 #include <thread>
 
-#include "common/base64.h"
 #include "cli/commands.h"
 #include "cli/daemon_start.h"
 #include "cli/output.h"
 #include "cli/signals.h"
+#include "common/base64.h"
 #include "common/units.h"
 
 namespace space::cli {

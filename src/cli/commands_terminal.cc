@@ -13,10 +13,10 @@
 
 #include <thread>
 
-#include "common/base64.h"
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "cli/signals.h"
+#include "common/base64.h"
 
 namespace space::cli {
 namespace {

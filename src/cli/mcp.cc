@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "common/base64.h"  // read_file and write_file: binary content
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "cli/signals.h"
+#include "common/base64.h"  // read_file and write_file: binary content
 #include "common/utf8.h"
 
 namespace space::cli {

@@ -168,8 +168,10 @@ Result<uint64_t> extract_tar(const fs::path& dest, const TarSource& source) {
   // would redirect the whole extraction).
   UniqueFd dest_fd(::open(dest.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
   if (!dest_fd && (errno == ELOOP || fs::is_symlink(dest)))
-    return fail(Code::kInvalidArgument, "\"" + dest.native() + "\" is a symlink; refusing to "
-                                        "extract through it (remove it or choose another destination)");
+    return fail(Code::kInvalidArgument,
+                "\"" + dest.native() +
+                    "\" is a symlink; refusing to "
+                    "extract through it (remove it or choose another destination)");
   if (!dest_fd) return fail_sys("open", "\"" + dest.native() + "\"");
   if (::fchdir(dest_fd.get()) != 0) return fail_sys("fchdir", "\"" + dest.native() + "\"");
   struct RestoreCwd {

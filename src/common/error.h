@@ -13,19 +13,19 @@
 namespace space {
 
 enum class Code {
-  kInvalidArgument,     // bad input from a client: 400
-  kNotFound,            // unknown id or path: 404
-  kAlreadyExists,       // 409
-  kConflict,            // wrong state for the operation (e.g. exec on a destroyed sandbox): 409
-  kPermissionDenied,    // 403
-  kUnauthenticated,     // 401
-  kPayloadTooLarge,     // 413
-  kResourceExhausted,   // quota or limit reached: 429
-  kTimeout,             // 504
-  kUnavailable,         // the host cannot do this right now / missing facility: 503
-  kUnimplemented,       // 501
-  kProtocol,            // an untrusted peer (agent, snapshot file) sent something invalid: 502
-  kInternal,            // a bug or an unexpected host failure: 500
+  kInvalidArgument,    // bad input from a client: 400
+  kNotFound,           // unknown id or path: 404
+  kAlreadyExists,      // 409
+  kConflict,           // wrong state for the operation (e.g. exec on a destroyed sandbox): 409
+  kPermissionDenied,   // 403
+  kUnauthenticated,    // 401
+  kPayloadTooLarge,    // 413
+  kResourceExhausted,  // quota or limit reached: 429
+  kTimeout,            // 504
+  kUnavailable,        // the host cannot do this right now / missing facility: 503
+  kUnimplemented,      // 501
+  kProtocol,           // an untrusted peer (agent, snapshot file) sent something invalid: 502
+  kInternal,           // a bug or an unexpected host failure: 500
 };
 
 std::string_view code_name(Code c);  // "invalid_argument", ...
@@ -72,7 +72,7 @@ inline std::unexpected<Error> fail(Code code, std::string message, int err = 0) 
 }
 inline std::unexpected<Error> fail(Error e) { return std::unexpected(std::move(e)); }
 inline std::unexpected<Error> fail_sys(std::string_view call, std::string_view args = {},
-                                      int err = errno) {
+                                       int err = errno) {
   return std::unexpected(Error::sys(call, args, err));
 }
 
@@ -85,29 +85,29 @@ std::string_view errno_name(int err);
 // yields the value. TRY_CTX adds context. TRY_VOID/TRY_VOID_CTX for Result<void>.
 #define SPACE_CONCAT_INNER(a, b) a##b
 #define SPACE_CONCAT(a, b) SPACE_CONCAT_INNER(a, b)
-#define TRY(expr)                                                             \
-  ({                                                                          \
-    auto SPACE_CONCAT(_r, __LINE__) = (expr);                                 \
-    if (!SPACE_CONCAT(_r, __LINE__))                                          \
-      return std::unexpected(std::move(SPACE_CONCAT(_r, __LINE__).error()));  \
-    std::move(*SPACE_CONCAT(_r, __LINE__));                                   \
+#define TRY(expr)                                                            \
+  ({                                                                         \
+    auto SPACE_CONCAT(_r, __LINE__) = (expr);                                \
+    if (!SPACE_CONCAT(_r, __LINE__))                                         \
+      return std::unexpected(std::move(SPACE_CONCAT(_r, __LINE__).error())); \
+    std::move(*SPACE_CONCAT(_r, __LINE__));                                  \
   })
-#define TRY_CTX(expr, ctx)                                                                 \
-  ({                                                                                       \
-    auto SPACE_CONCAT(_r, __LINE__) = (expr);                                              \
-    if (!SPACE_CONCAT(_r, __LINE__))                                                       \
-      return std::unexpected(std::move(SPACE_CONCAT(_r, __LINE__).error()).wrap(ctx));     \
-    std::move(*SPACE_CONCAT(_r, __LINE__));                                                \
+#define TRY_CTX(expr, ctx)                                                             \
+  ({                                                                                   \
+    auto SPACE_CONCAT(_r, __LINE__) = (expr);                                          \
+    if (!SPACE_CONCAT(_r, __LINE__))                                                   \
+      return std::unexpected(std::move(SPACE_CONCAT(_r, __LINE__).error()).wrap(ctx)); \
+    std::move(*SPACE_CONCAT(_r, __LINE__));                                            \
   })
-#define TRY_VOID(expr)                                                        \
-  do {                                                                        \
-    auto SPACE_CONCAT(_r, __LINE__) = (expr);                                 \
-    if (!SPACE_CONCAT(_r, __LINE__))                                          \
-      return std::unexpected(std::move(SPACE_CONCAT(_r, __LINE__).error()));  \
+#define TRY_VOID(expr)                                                       \
+  do {                                                                       \
+    auto SPACE_CONCAT(_r, __LINE__) = (expr);                                \
+    if (!SPACE_CONCAT(_r, __LINE__))                                         \
+      return std::unexpected(std::move(SPACE_CONCAT(_r, __LINE__).error())); \
   } while (0)
-#define TRY_VOID_CTX(expr, ctx)                                                            \
-  do {                                                                                     \
-    auto SPACE_CONCAT(_r, __LINE__) = (expr);                                              \
-    if (!SPACE_CONCAT(_r, __LINE__))                                                       \
-      return std::unexpected(std::move(SPACE_CONCAT(_r, __LINE__).error()).wrap(ctx));     \
+#define TRY_VOID_CTX(expr, ctx)                                                        \
+  do {                                                                                 \
+    auto SPACE_CONCAT(_r, __LINE__) = (expr);                                          \
+    if (!SPACE_CONCAT(_r, __LINE__))                                                   \
+      return std::unexpected(std::move(SPACE_CONCAT(_r, __LINE__).error()).wrap(ctx)); \
   } while (0)

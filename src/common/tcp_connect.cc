@@ -40,8 +40,8 @@ int wait_connected(int fd, ConnectClock::time_point deadline, int stop_fd) {
 Result<UniqueFd> tcp_connect(const std::string& host, uint16_t port,
                              std::chrono::milliseconds timeout, int stop_fd) {
   const auto deadline = ConnectClock::now() + timeout;
-  const std::string where = (host.find(':') != std::string::npos ? "[" + host + "]" : host) +
-                            ":" + std::to_string(port);
+  const std::string where =
+      (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -75,11 +75,12 @@ Result<UniqueFd> tcp_connect(const std::string& host, uint16_t port,
   ::freeaddrinfo(res);
   if (tcp) return tcp;
   if (err == ETIMEDOUT)
-    return fail(Code::kTimeout,
-                "connecting to " + where + ": no answer within " +
-                    std::to_string(timeout.count()) + " ms",
-                err);
-  if (err == ECANCELED) return fail(Code::kUnavailable, "connecting to " + where + ": stopped", err);
+    return fail(
+        Code::kTimeout,
+        "connecting to " + where + ": no answer within " + std::to_string(timeout.count()) + " ms",
+        err);
+  if (err == ECANCELED)
+    return fail(Code::kUnavailable, "connecting to " + where + ": stopped", err);
   return fail(Code::kUnavailable, Error::sys("connect", where, err).message(), err);
 }
 

@@ -14,8 +14,8 @@ struct TokenBucket {
   bool take(double rate, double burst) {
     auto now = std::chrono::steady_clock::now();
     double refill = std::chrono::duration<double>(now - last).count() * rate;
-    tokens = last == std::chrono::steady_clock::time_point{} ? burst
-                                                             : std::min(burst, tokens + refill);
+    tokens =
+        last == std::chrono::steady_clock::time_point{} ? burst : std::min(burst, tokens + refill);
     last = now;
     if (tokens < 1) return false;
     tokens -= 1;

@@ -7,12 +7,11 @@
 #include "daemon/agent_conn.h"
 
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <spdlog/spdlog.h>
 
 namespace space::daemon {
 
@@ -124,8 +123,10 @@ void AgentConn::close() {
   uint64_t one = 1;
   if (wake_) (void)!::write(wake_.get(), &one, sizeof one);
   if (reader_.joinable()) {
-    if (reader_.get_id() == std::this_thread::get_id()) reader_.detach();
-    else reader_.join();
+    if (reader_.get_id() == std::this_thread::get_id())
+      reader_.detach();
+    else
+      reader_.join();
   }
   lose(Error(Code::kUnavailable, "the sandbox's agent channel is closed"));
 }
@@ -134,8 +135,10 @@ void AgentConn::set_on_lost(std::function<void(const Error&)> cb) {
   std::optional<Error> already;
   {
     std::lock_guard lock(mu_);
-    if (lost_error_) already = lost_error_;
-    else on_lost_ = std::move(cb);
+    if (lost_error_)
+      already = lost_error_;
+    else
+      on_lost_ = std::move(cb);
   }
   if (already && cb) cb(*already);
 }
@@ -166,8 +169,10 @@ std::shared_ptr<Stream> AgentConn::open_stream() {
   } while (id == 0);
   auto s = std::make_shared<Stream>(id);
   std::lock_guard lock(mu_);
-  if (lost_error_) s->fail(*lost_error_);
-  else streams_[s->id()] = s;
+  if (lost_error_)
+    s->fail(*lost_error_);
+  else
+    streams_[s->id()] = s;
   return s;
 }
 
@@ -197,8 +202,8 @@ void AgentConn::set_on_agent_stream(AgentStreamHandler h) {
 
 void AgentConn::on_connect(Frame f) {
   auto bad = [&](const std::string& why) {
-    lose(Error(Code::kProtocol, "the agent sent a bad connect on stream " +
-                                    std::to_string(f.stream) + ": " + why));
+    lose(Error(Code::kProtocol,
+               "the agent sent a bad connect on stream " + std::to_string(f.stream) + ": " + why));
   };
   if (!proto::is_agent_stream(f.stream)) return bad("the id is not in the agent's range");
   auto j = nlohmann::json::parse(f.payload, nullptr, false);
@@ -341,18 +346,26 @@ void AgentConn::credit(Stream& s, size_t bytes) {
 
 Error AgentConn::agent_error(const nlohmann::json& err, std::string_view what) {
   std::string code = err.is_object() && err.contains("code") && err["code"].is_string()
-                         ? err["code"].get<std::string>() : "internal";
+                         ? err["code"].get<std::string>()
+                         : "internal";
   std::string msg = err.is_object() && err.contains("message") && err["message"].is_string()
-                        ? err["message"].get<std::string>() : "the agent reported an error";
+                        ? err["message"].get<std::string>()
+                        : "the agent reported an error";
   int en = err.is_object() && err.contains("errno") && err["errno"].is_number_integer()
-               ? err["errno"].get<int>() : 0;
+               ? err["errno"].get<int>()
+               : 0;
   if (msg.size() > 4096) msg.resize(4096);
   Code c = Code::kInternal;
-  if (code == "not_found") c = Code::kNotFound;
-  else if (code == "permission_denied") c = Code::kPermissionDenied;
-  else if (code == "invalid_argument" || code == "not_dir" || code == "is_dir") c = Code::kInvalidArgument;
-  else if (code == "exists") c = Code::kAlreadyExists;
-  else if (code == "no_space") c = Code::kResourceExhausted;
+  if (code == "not_found")
+    c = Code::kNotFound;
+  else if (code == "permission_denied")
+    c = Code::kPermissionDenied;
+  else if (code == "invalid_argument" || code == "not_dir" || code == "is_dir")
+    c = Code::kInvalidArgument;
+  else if (code == "exists")
+    c = Code::kAlreadyExists;
+  else if (code == "no_space")
+    c = Code::kResourceExhausted;
   std::string m = std::string(what);
   if (!m.empty()) m += ": ";
   return Error(c, m + msg, en);
@@ -386,8 +399,8 @@ void AgentConn::route(Frame f) {
       auto j = nlohmann::json::parse(f.payload, nullptr, false);
       if (!j.is_object() || !j.contains("version") || !j["version"].is_number_integer() ||
           j["version"].get<int64_t>() != proto::kProtocolVersion) {
-        lose(Error(Code::kProtocol, "the agent sent an unsupported hello: " +
-                                        f.payload.substr(0, 200)));
+        lose(Error(Code::kProtocol,
+                   "the agent sent an unsupported hello: " + f.payload.substr(0, 200)));
         return;
       }
       std::lock_guard lock(mu_);
@@ -450,9 +463,8 @@ void AgentConn::route(Frame f) {
     }
     default:
       // Frames only the daemon may send (request, exec, stdin, signal, credit, ping).
-      lose(Error(Code::kProtocol,
-                 std::string("the agent sent a frame of daemon-only type ") +
-                     proto::frame_type_name(f.type)));
+      lose(Error(Code::kProtocol, std::string("the agent sent a frame of daemon-only type ") +
+                                      proto::frame_type_name(f.type)));
   }
 }
 

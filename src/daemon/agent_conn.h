@@ -14,13 +14,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "common/fd.h"
@@ -74,7 +73,7 @@ class Stream {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<proto::Frame> q_;
-  size_t unacked_ = 0;  // data bytes received and not yet credited back
+  size_t unacked_ = 0;        // data bytes received and not yet credited back
   size_t stdin_unacked_ = 0;  // stdin bytes sent and not yet credited by the agent
   bool ended_ = false;        // an exit frame arrived
   // Agent streams only: the daemon answered the connect with ok. Before that the agent may not
@@ -110,11 +109,10 @@ class AgentConn {
   // a handler is set wait (at most kMaxEgressConns of them) and are handed over by this call.
   // set_on_agent_stream(nullptr) returns only once no call of the previous handler is running.
   // The agent may send data on such a stream only after the daemon accepted it with
-  // accept_agent_stream() (which sends the ok `response`). At most kMaxEgressConns agent streams are
-  // open; a connect beyond that is answered with an
-  // error response here. Protocol violations close the channel (as for every other stream): a
-  // malformed connect, a connect on a daemon-range or already-open id, data before the ok, a
-  // reset on a daemon-range stream, or a window overrun.
+  // accept_agent_stream() (which sends the ok `response`). At most kMaxEgressConns agent streams
+  // are open; a connect beyond that is answered with an error response here. Protocol violations
+  // close the channel (as for every other stream): a malformed connect, a connect on a daemon-range
+  // or already-open id, data before the ok, a reset on a daemon-range stream, or a window overrun.
   using AgentStreamHandler = std::function<void(std::shared_ptr<Stream>, uint16_t port)>;
   void set_on_agent_stream(AgentStreamHandler h);
   size_t agent_streams() const;

@@ -26,8 +26,8 @@ namespace wire = egress::wire;
 namespace {
 
 // What the process may report into the audit log: the gateway's own kinds, nothing else.
-const std::set<std::string> kAuditKinds = {"egress.request",  "egress.denied",  "egress.error",
-                                           "egress.tunnel",   "credential.use", "credential.error"};
+const std::set<std::string> kAuditKinds = {"egress.request", "egress.denied",  "egress.error",
+                                           "egress.tunnel",  "credential.use", "credential.error"};
 
 // A compromised process could flood the audit log: at most this many events per second (with a
 // burst) are taken from it; the rest are counted and logged.
@@ -89,9 +89,9 @@ Result<void> EgressProcess::spawn() {
   int big = static_cast<int>(wire::kMaxMessage * 2);
   (void)::setsockopt(mine.get(), SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big);
 
-  std::vector<std::string> args = {o_.binary.string(), "--control-fd", "3",
-                                   "--uid",            std::to_string(o_.uid),
-                                   "--gid",            std::to_string(o_.gid)};
+  std::vector<std::string> args = {
+      o_.binary.string(),    "--control-fd", "3", "--uid", std::to_string(o_.uid), "--gid",
+      std::to_string(o_.gid)};
   for (auto& h : o_.hide) {
     args.push_back("--hide");
     args.push_back(h.string());
@@ -246,8 +246,7 @@ void EgressProcess::supervise() {
     }
     for (auto& [id, e] : entries_)
       if (auto r = send_attach_locked(e, 0); !r)
-        spdlog::error("egress: handing {} to the new gateway process: {}", id,
-                      r.error().message());
+        spdlog::error("egress: handing {} to the new gateway process: {}", id, r.error().message());
     ready_ = true;
   }
 }
@@ -261,7 +260,8 @@ void EgressProcess::on_message(json m) {
     std::lock_guard lock(mu_);
     auto it = waiters_.find(seq->get<uint64_t>());
     if (it == waiters_.end()) {
-      if (!r) spdlog::error("egress: the gateway process refused a sandbox: {}", r.error().message());
+      if (!r)
+        spdlog::error("egress: the gateway process refused a sandbox: {}", r.error().message());
       return;
     }
     it->second->result = std::move(r);
@@ -284,17 +284,18 @@ void EgressProcess::on_message(json m) {
     if (stopping_) return;
     if (secret_threads_ >= kMaxSecretThreads) {
       std::lock_guard send(send_mu_);
-      (void)wire::send(ctl_.get(), {{"op", "secret"},
-                                    {"seq", *seq},
-                                    {"error", wire::error_json(Error(
-                                                  Code::kResourceExhausted,
-                                                  "too many secret requests at once"))}});
+      (void)wire::send(ctl_.get(),
+                       {{"op", "secret"},
+                        {"seq", *seq},
+                        {"error", wire::error_json(Error(Code::kResourceExhausted,
+                                                         "too many secret requests at once"))}});
       return;
     }
     ++secret_threads_;
     std::thread([this, s = seq->get<uint64_t>(), id = m["id"].get<std::string>(),
-                 name = m["name"].get<std::string>()] { answer_secret(s, id, name); })
-        .detach();
+                 name = m["name"].get<std::string>()] {
+      answer_secret(s, id, name);
+    }).detach();
   }
 }
 
@@ -309,11 +310,12 @@ void EgressProcess::answer_secret(uint64_t seq, std::string id, std::string name
   }
   if (!granted) {
     // The gateway only asks for a sandbox's own secrets: this is a bug or a compromised process.
-    spdlog::error("egress: the gateway process asked for secret {} for {}, which holds no such "
-                  "grant; refused",
-                  name.substr(0, 64), id.substr(0, 64));
-    v = fail(Code::kPermissionDenied, "secret " + name.substr(0, 64) + " is not granted to " +
-                                          id.substr(0, 64));
+    spdlog::error(
+        "egress: the gateway process asked for secret {} for {}, which holds no such "
+        "grant; refused",
+        name.substr(0, 64), id.substr(0, 64));
+    v = fail(Code::kPermissionDenied,
+             "secret " + name.substr(0, 64) + " is not granted to " + id.substr(0, 64));
   } else {
     egress::SecretStore::MintPermit permit = [this, id] {
       std::lock_guard lock(mu_);
@@ -353,10 +355,14 @@ Result<void> EgressProcess::send_attach_locked(const Entry& e, uint64_t seq) {
     kinds.push_back(kind);
   }
   std::string key = e.eg.ca->key_pem();
-  json body = {{"op", "attach"},     {"seq", seq},
-               {"id", e.eg.id},      {"policy", e.eg.policy.to_json()},
-               {"grants", grants},   {"ca_key", key},
-               {"ca_cert", e.eg.ca->cert_pem()}, {"kinds", kinds},
+  json body = {{"op", "attach"},
+               {"seq", seq},
+               {"id", e.eg.id},
+               {"policy", e.eg.policy.to_json()},
+               {"grants", grants},
+               {"ca_key", key},
+               {"ca_cert", e.eg.ca->cert_pem()},
+               {"kinds", kinds},
                {"known", known}};
   OPENSSL_cleanse(key.data(), key.size());
   std::lock_guard send(send_mu_);
@@ -393,9 +399,8 @@ Result<json> EgressProcess::request(json body, std::chrono::milliseconds timeout
 
 Result<void> EgressProcess::attach(egress::SandboxEgress sandbox, int netns_fd) {
   std::string id = sandbox.id;
-  auto bound =
-      TRY_CTX(egress::Gateway::bind(netns_fd),
-              "binding the egress gateway's listeners in " + id + "'s network namespace");
+  auto bound = TRY_CTX(egress::Gateway::bind(netns_fd),
+                       "binding the egress gateway's listeners in " + id + "'s network namespace");
   return attach(std::move(sandbox), std::move(bound));
 }
 

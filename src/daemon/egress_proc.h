@@ -44,8 +44,8 @@ class EgressProcess {
     std::filesystem::path binary;  // space-egress
     uid_t uid = 0;                 // the process's own ids (never 0)
     gid_t gid = 0;
-    std::vector<std::filesystem::path> hide;  // directories it must not see (the state dir)
-    egress::Gateway::Options gateway;         // resolve, upstream CA files, timeouts, audit
+    std::vector<std::filesystem::path> hide;       // directories it must not see (the state dir)
+    egress::Gateway::Options gateway;              // resolve, upstream CA files, timeouts, audit
     std::shared_ptr<egress::SecretStore> secrets;  // spaced's: the only place values come from
   };
 
@@ -83,8 +83,8 @@ class EgressProcess {
     bool ended = false;  // the process ended before it answered
   };
 
-  Result<void> spawn();              // starts the process, sends init, waits for ready
-  void supervise();                  // the supervisor thread: reads, restarts
+  Result<void> spawn();  // starts the process, sends init, waits for ready
+  void supervise();      // the supervisor thread: reads, restarts
   void on_message(nlohmann::json m);
   void answer_secret(uint64_t seq, std::string id, std::string name);
   // Under mu_: sends the attach message of `e` with `seq` (0: nobody waits for the reply).
@@ -96,7 +96,7 @@ class EgressProcess {
   std::mutex mu_;  // guards everything below but the atomics
   std::condition_variable cv_;
   std::map<std::string, Entry> entries_;
-  UniqueFd ctl_;       // spaced's end of the control socket
+  UniqueFd ctl_;        // spaced's end of the control socket
   bool ready_ = false;  // the process is up and has every entry
   bool stopping_ = false;
   uint64_t next_seq_ = 0;

@@ -61,8 +61,8 @@ Result<NetnsConnect> start_connect_in_netns(int netns_fd, int type, const std::s
   if (::inet_pton(AF_INET, ip.c_str(), &sa.sin_addr) != 1)
     return fail(Code::kInvalidArgument, "\"" + ip + "\" is not an IPv4 address");
   NetnsConnect c;
-  c.where = ip + ":" + std::to_string(port) + (type == SOCK_DGRAM ? "/udp" : "") +
-            " in netns fd " + std::to_string(netns_fd);
+  c.where = ip + ":" + std::to_string(port) + (type == SOCK_DGRAM ? "/udp" : "") + " in netns fd " +
+            std::to_string(netns_fd);
   c.fd = TRY_CTX(socket_in_netns(netns_fd, type), "connecting to " + c.where);
   if (::connect(c.fd.get(), reinterpret_cast<const sockaddr*>(&sa), sizeof sa) < 0) {
     if (errno != EINPROGRESS) return fail_sys("connect", c.where);

@@ -42,7 +42,7 @@ struct NetnsConnect {
   bool in_progress = false;
 };
 [[nodiscard]] Result<NetnsConnect> start_connect_in_netns(int netns_fd, int type,
-                                                         const std::string& ip, uint16_t port);
+                                                          const std::string& ip, uint16_t port);
 
 // Makes a TCP socket inside the network namespace `netns_fd` (from a short-lived thread that
 // setns()es into it; the socket keeps that namespace) and connects it to ip:port there, waiting

@@ -96,9 +96,10 @@ void Daemon::pool_loop() {
         spdlog::debug("warm pool {}/{}: still failing (retrying in {:.0f} s)", t.profile, t.image,
                       wait);
       else
-        spdlog::warn("warm pool {}/{}: could not start a sandbox (retrying in {:.0f} s; `space "
-                     "doctor` shows the pool): {}",
-                     t.profile, t.image, wait, pool.last_error);
+        spdlog::warn(
+            "warm pool {}/{}: could not start a sandbox (retrying in {:.0f} s; `space "
+            "doctor` shows the pool): {}",
+            t.profile, t.image, wait, pool.last_error);
       continue;
     }
     pool.failing = 0;

@@ -8,11 +8,10 @@
 
 #include <filesystem>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 
@@ -23,20 +22,20 @@ struct SandboxRecord {
   std::string profile;
   std::string runtime;
   std::string image;
-  std::string state;            // creating | running | paused | destroyed
-  nlohmann::json spec;          // limits, env, workdir, allow, secrets
-  nlohmann::json runtime_state; // Instance::persist()
+  std::string state;             // creating | running | paused | destroyed
+  nlohmann::json spec;           // limits, env, workdir, allow, secrets
+  nlohmann::json runtime_state;  // Instance::persist()
   uint32_t uid_base = 0;
-  double created_at = 0;        // unix seconds
+  double created_at = 0;  // unix seconds
   std::optional<double> expires_at;
   std::optional<double> destroyed_at;
-  std::string reason;           // why it was destroyed
+  std::string reason;  // why it was destroyed
 };
 
 struct ImageRecord {
   std::string name;
-  std::string kind;             // host | imported
-  std::string path;             // rootfs directory
+  std::string kind;  // host | imported
+  std::string path;  // rootfs directory
   double created_at = 0;
   uint64_t size_bytes = 0;
   uint64_t files = 0;
@@ -45,16 +44,16 @@ struct ImageRecord {
 // A snapshot's metadata (its data is in the snapshot store, src/snapshot). Everything needed
 // to restore it into a new sandbox is here: the sandbox's settings when it was taken.
 struct SnapshotRecord {
-  std::string id;               // snap_<hex>, also the manifest's id
+  std::string id;  // snap_<hex>, also the manifest's id
   std::string sandbox_id;
   std::string profile;
-  std::string name;             // "" = unnamed
-  std::string kind;             // manual | scheduled | exec | rollback
-  std::string parent;           // the snapshot it was taken incrementally from, or ""
+  std::string name;    // "" = unnamed
+  std::string kind;    // manual | scheduled | exec | rollback
+  std::string parent;  // the snapshot it was taken incrementally from, or ""
   std::string runtime;
   std::string image;
-  nlohmann::json spec;          // limits, user env, workdir, allow, secrets, snapshot_every
-  uint32_t uid_base = 0;        // the sandbox's host uid range when taken
+  nlohmann::json spec;    // limits, user env, workdir, allow, secrets, snapshot_every
+  uint32_t uid_base = 0;  // the sandbox's host uid range when taken
   double created_at = 0;
   uint64_t files = 0, logical_bytes = 0, new_bytes = 0, reused_files = 0;
   nlohmann::json skipped = nlohmann::json::array();

@@ -38,7 +38,7 @@ class SandboxCa {
   // The same from PEM text: how spaced hands a sandbox's CA to the gateway process.
   static Result<std::unique_ptr<SandboxCa>> from_pem(std::string key_pem,
                                                      const std::string& cert_pem);
-  std::string key_pem() const;   // PKCS#8; the caller cleanses it after use
+  std::string key_pem() const;  // PKCS#8; the caller cleanses it after use
 
   std::string cert_pem() const;  // what goes into the sandbox's trust store
   const KeyCert& ca() const { return ca_; }

@@ -120,8 +120,8 @@ Result<std::chrono::seconds> parse_ttl(const json& j) {
 Result<SecretDef> parse_def(const std::string& name, const json& j) {
   if (!j.is_object()) return fail(Code::kInvalidArgument, "definition must be an object");
   static const std::vector<std::string_view> kKeys = {
-      "value",    "env",     "file",   "command", "ttl",           "hosts",   "methods",
-      "paths",    "profiles", "env_var", "header", "format", "placeholder_in"};
+      "value", "env",      "file",    "command", "ttl",    "hosts",         "methods",
+      "paths", "profiles", "env_var", "header",  "format", "placeholder_in"};
   for (const auto& [key, _] : j.items()) {
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) {
       return fail(Code::kInvalidArgument, "unknown key \"" + key + "\"");
@@ -239,18 +239,18 @@ Result<SecretDef> parse_def(const std::string& name, const json& j) {
           return is_tchar(c) && c != '&' && c != '%' && c != '+';
         });
         if (!ok) {
-          return fail(Code::kInvalidArgument,
-                      "placeholder_in \"" + place + "\": a query parameter name is letters, "
-                      "digits and -._~!$'*^`|");
+          return fail(Code::kInvalidArgument, "placeholder_in \"" + place +
+                                                  "\": a query parameter name is letters, "
+                                                  "digits and -._~!$'*^`|");
         }
         d.placeholder_query.emplace_back(param);
       } else if (!is_token(place)) {
         return fail(Code::kInvalidArgument,
                     "placeholder_in \"" + place + "\" is not a header name or \"query:NAME\"");
       } else if (is_reserved_header(place)) {
-        return fail(Code::kInvalidArgument,
-                    "placeholder_in: header " + place + " frames the message; it cannot carry "
-                    "a secret");
+        return fail(Code::kInvalidArgument, "placeholder_in: header " + place +
+                                                " frames the message; it cannot carry "
+                                                "a secret");
       } else {
         d.placeholder_headers.push_back(place);
       }
@@ -516,7 +516,8 @@ nlohmann::json SecretDef::to_wire() const {
   json places = json::array();
   for (const auto& h : placeholder_headers) places.push_back(h);
   for (const auto& q : placeholder_query) places.push_back("query:" + q);
-  json j = {{"hosts", hs}, {"profiles", profiles}, {"env_var", env_var}, {"placeholder_in", places}};
+  json j = {
+      {"hosts", hs}, {"profiles", profiles}, {"env_var", env_var}, {"placeholder_in", places}};
   if (!methods.empty()) j["methods"] = methods;
   if (!paths.empty()) j["paths"] = paths;
   if (!header.empty()) {
@@ -578,8 +579,7 @@ std::vector<std::string> SecretStore::remembered(const std::string& name) {
   return it == seen_.end() ? std::vector<std::string>{} : it->second;
 }
 
-void SecretStore::remember_values(const std::string& name,
-                                  const std::vector<std::string>& values) {
+void SecretStore::remember_values(const std::string& name, const std::vector<std::string>& values) {
   if (!find(name)) return;
   for (const auto& v : values)
     if (v.size() >= kMinValueBytes && !has_control(v)) remember(name, v);
@@ -636,33 +636,34 @@ Result<std::string> SecretStore::value(const std::string& name, const MintPermit
   if (fetch_) {
     v = fetch_(name, sandbox);
     if (!v) return fail(std::move(v.error()));  // spaced's message names the secret already
-  } else switch (def->source) {
-    case SecretDef::Source::kValue:
-      v = def->value;
-      break;
-    case SecretDef::Source::kEnv: {
-      // Read at each use, so rotating the variable (in a wrapper that re-execs) needs nothing
-      // else. getenv is only unsafe against concurrent setenv, which spaced does not do.
-      const char* e = std::getenv(def->value.c_str());
-      if (!e) {
-        v = fail(Code::kUnavailable, "environment variable " + def->value + " is not set");
-      } else if (*e == '\0') {
-        v = fail(Code::kUnavailable, "environment variable " + def->value + " is empty");
-      } else {
-        v = std::string(e);
+  } else
+    switch (def->source) {
+      case SecretDef::Source::kValue:
+        v = def->value;
+        break;
+      case SecretDef::Source::kEnv: {
+        // Read at each use, so rotating the variable (in a wrapper that re-execs) needs nothing
+        // else. getenv is only unsafe against concurrent setenv, which spaced does not do.
+        const char* e = std::getenv(def->value.c_str());
+        if (!e) {
+          v = fail(Code::kUnavailable, "environment variable " + def->value + " is not set");
+        } else if (*e == '\0') {
+          v = fail(Code::kUnavailable, "environment variable " + def->value + " is empty");
+        } else {
+          v = std::string(e);
+        }
+        break;
       }
-      break;
+      case SecretDef::Source::kFile:
+        v = read_secret_file(def->value);
+        break;
+      case SecretDef::Source::kCommand:
+        v = mint(*def, permit);
+        break;
+      case SecretDef::Source::kRemote:
+        v = fail(Code::kInternal, "a remote secret in a store that cannot fetch");
+        break;
     }
-    case SecretDef::Source::kFile:
-      v = read_secret_file(def->value);
-      break;
-    case SecretDef::Source::kCommand:
-      v = mint(*def, permit);
-      break;
-    case SecretDef::Source::kRemote:
-      v = fail(Code::kInternal, "a remote secret in a store that cannot fetch");
-      break;
-  }
   if (!v) return fail(std::move(v.error()).wrap("secret " + name));
   // A value is put into header values and request-targets: a line break would split them.
   if (has_control(*v)) {
@@ -689,8 +690,7 @@ Result<std::string> SecretStore::mint(const SecretDef& def, const MintPermit& pe
     if (auto f = failures_.find(def.name); f != failures_.end() && started < f->second.retry_at) {
       auto left = std::chrono::duration_cast<std::chrono::seconds>(f->second.retry_at - started);
       return fail(f->second.code, f->second.message + " (not retried for another " +
-                                      format_duration(static_cast<double>(left.count() + 1)) +
-                                      ")");
+                                      format_duration(static_cast<double>(left.count() + 1)) + ")");
     }
     timeout = command_timeout_;
   }

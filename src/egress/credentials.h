@@ -12,12 +12,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "egress/mask.h"
@@ -49,15 +48,15 @@ struct SecretDef {
   std::string name;
   // kRemote: in the gateway process, whose values come from spaced (SecretStore::Fetch).
   enum class Source { kValue, kEnv, kFile, kCommand, kRemote } source = Source::kValue;
-  std::string value;                    // kValue: the literal; kEnv: variable; kFile: path
-  std::vector<std::string> command;     // kCommand argv (absolute path first)
-  std::chrono::seconds ttl{300};        // kCommand: how long its output is reused
-  std::vector<HostPattern> hosts;       // non-empty
-  std::vector<std::string> methods;     // upper-case; empty = any
-  std::vector<std::string> paths;       // prefixes; empty = any
-  std::vector<std::string> profiles;    // non-empty
+  std::string value;                  // kValue: the literal; kEnv: variable; kFile: path
+  std::vector<std::string> command;   // kCommand argv (absolute path first)
+  std::chrono::seconds ttl{300};      // kCommand: how long its output is reused
+  std::vector<HostPattern> hosts;     // non-empty
+  std::vector<std::string> methods;   // upper-case; empty = any
+  std::vector<std::string> paths;     // prefixes; empty = any
+  std::vector<std::string> profiles;  // non-empty
   std::string env_var;
-  std::string header;                   // empty = replace the placeholder only
+  std::string header;  // empty = replace the placeholder only
   std::string format = "{}";
   std::vector<std::string> placeholder_headers;  // where the placeholder is replaced
   std::vector<std::string> placeholder_query;    // query parameters whose value it may be
@@ -125,9 +124,12 @@ class SecretStore {
   void remember(const std::string& name, const std::string& value);
 
   std::map<std::string, SecretDef> defs_;
-  Fetch fetch_;  // set: the gateway process's store
+  Fetch fetch_;    // set: the gateway process's store
   std::mutex mu_;  // guards everything below but minting_
-  struct Cached { std::string value; std::chrono::steady_clock::time_point expires; };
+  struct Cached {
+    std::string value;
+    std::chrono::steady_clock::time_point expires;
+  };
   std::map<std::string, Cached> cache_;
   struct Failure {
     Code code;

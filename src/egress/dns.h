@@ -16,18 +16,35 @@
 
 namespace space::egress::dns {
 
-enum class Type : uint16_t { kA = 1, kNs = 2, kCname = 5, kSoa = 6, kPtr = 12, kMx = 15,
-                             kTxt = 16, kAaaa = 28, kSrv = 33, kHttps = 65, kAny = 255 };
-enum class Rcode : uint8_t { kNoError = 0, kFormErr = 1, kServFail = 2, kNxDomain = 3,
-                             kNotImp = 4, kRefused = 5 };
+enum class Type : uint16_t {
+  kA = 1,
+  kNs = 2,
+  kCname = 5,
+  kSoa = 6,
+  kPtr = 12,
+  kMx = 15,
+  kTxt = 16,
+  kAaaa = 28,
+  kSrv = 33,
+  kHttps = 65,
+  kAny = 255
+};
+enum class Rcode : uint8_t {
+  kNoError = 0,
+  kFormErr = 1,
+  kServFail = 2,
+  kNxDomain = 3,
+  kNotImp = 4,
+  kRefused = 5
+};
 
 struct Query {
   uint16_t id = 0;
   bool recursion_desired = false;
-  std::string name;        // as sent, lower-cased, dot-separated, no trailing dot ("" = root)
+  std::string name;  // as sent, lower-cased, dot-separated, no trailing dot ("" = root)
   uint16_t qtype = 0;
-  uint16_t qclass = 0;     // 1 = IN
-  std::string question;    // the raw question section bytes, echoed in the answer
+  uint16_t qclass = 0;   // 1 = IN
+  std::string question;  // the raw question section bytes, echoed in the answer
 };
 
 // Parses a query: QR=0, OPCODE=0 (QUERY), exactly one question, no answer/authority records

@@ -66,7 +66,8 @@ Gateway::Gateway(Options options, std::shared_ptr<SecretStore> secrets)
 Result<std::unique_ptr<Gateway>> Gateway::start(Options options,
                                                 std::shared_ptr<SecretStore> secrets) {
   if (!secrets) secrets = std::make_shared<SecretStore>(std::map<std::string, SecretDef>{});
-  auto ctx = TRY_CTX(upstream_context(options.upstream_ca_files, options.upstream_ca_pems), "egress gateway");
+  auto ctx = TRY_CTX(upstream_context(options.upstream_ca_files, options.upstream_ca_pems),
+                     "egress gateway");
   std::unique_ptr<Gateway> g(new Gateway(std::move(options), std::move(secrets)));
   g->impl_->shared.upstream_ctx = std::move(ctx);
   g->impl_->epoll.reset(::epoll_create1(EPOLL_CLOEXEC));

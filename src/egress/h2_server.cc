@@ -501,7 +501,8 @@ void H2Conn::start(H2Stream& s) {
     const SecretDef* def = g_.secrets->find(gr.name);
     if (def && def->bound_to(host_)) bound = true;
     if (!def || !def->applies(host_, s.method, s.path)) continue;
-    auto value = g_.secrets->value(gr.name, [this] { return st_->mint_allowed(); }, st_->sb.id);
+    auto value = g_.secrets->value(
+        gr.name, [this] { return st_->mint_allowed(); }, st_->sb.id);
     if (!value) {
       g_.audit(*st_, "credential.error",
                {{"secret", gr.name}, {"host", host_.name}, {"error", value.error().message()}});

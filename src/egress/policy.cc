@@ -293,7 +293,8 @@ nlohmann::json Policy::to_json() const {
   nlohmann::json allow = nlohmann::json::array(), networks = nlohmann::json::array(),
                  narrow = nlohmann::json::array();
   for (const Rule& r : rules_) allow.push_back(rule_json(r));
-  for (const Cidr& c : networks_) networks.push_back(fmt::format("{}/{}", c.base.to_string(), c.prefix));
+  for (const Cidr& c : networks_)
+    networks.push_back(fmt::format("{}/{}", c.base.to_string(), c.prefix));
   for (const Rule& n : narrow_) {
     std::string host = n.host.text();
     bool v6 = host.find(':') != std::string::npos;

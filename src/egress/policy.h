@@ -7,14 +7,13 @@
 // them in `allow_networks`. Pure functions and values: no I/O, no threads.
 #pragma once
 
+#include <boost/asio/ip/address.hpp>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <boost/asio/ip/address.hpp>
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 
@@ -28,9 +27,9 @@ std::string printable(std::string_view text, size_t max = 120);
 
 // A destination host as the policy sees it: a normalized DNS name, or an IP address.
 struct Host {
-  std::string name;               // lower-case A-label name without trailing dot, or the
-                                  // address in canonical text form ("127.0.0.1", "::1")
-  std::optional<IpAddress> ip;    // set when the host is an IP literal
+  std::string name;             // lower-case A-label name without trailing dot, or the
+                                // address in canonical text form ("127.0.0.1", "::1")
+  std::optional<IpAddress> ip;  // set when the host is an IP literal
   bool is_ip() const { return ip.has_value(); }
   bool operator==(const Host&) const = default;
 };
@@ -56,14 +55,14 @@ Result<Authority> parse_authority(std::string_view authority, uint16_t default_p
 // classified as the IPv4 address they carry; NAT64 (64:ff9b::/96) likewise.
 enum class AddressClass {
   kPublic,
-  kUnspecified,   // 0.0.0.0/8, ::
-  kLoopback,      // 127.0.0.0/8, ::1
-  kPrivate,       // 10/8, 172.16/12, 192.168/16
-  kLinkLocal,     // 169.254/16 (cloud metadata lives here), fe80::/10
-  kCgnat,         // 100.64/10
-  kUniqueLocal,   // fc00::/7
-  kMulticast,     // 224/4, ff00::/8
-  kReserved,      // 240/4, 255.255.255.255, 192.0.0/24, 198.18/15, 2001:db8::/32 and the like
+  kUnspecified,  // 0.0.0.0/8, ::
+  kLoopback,     // 127.0.0.0/8, ::1
+  kPrivate,      // 10/8, 172.16/12, 192.168/16
+  kLinkLocal,    // 169.254/16 (cloud metadata lives here), fe80::/10
+  kCgnat,        // 100.64/10
+  kUniqueLocal,  // fc00::/7
+  kMulticast,    // 224/4, ff00::/8
+  kReserved,     // 240/4, 255.255.255.255, 192.0.0/24, 198.18/15, 2001:db8::/32 and the like
 };
 AddressClass classify(const IpAddress& addr);
 std::string_view address_class_name(AddressClass c);  // "public", "loopback", ...
@@ -80,12 +79,12 @@ Result<Cidr> parse_cidr(std::string_view text);
 // (a.example.com, a.b.example.com) but not example.com itself. IP-literal patterns ("10.1.2.3")
 // match exactly that address. Patterns are normalized like hosts.
 struct HostPattern {
-  std::string suffix;             // normalized name (or address text) without the "*."
+  std::string suffix;  // normalized name (or address text) without the "*."
   bool wildcard = false;
   bool matches(const Host& host) const;
   // Every host this pattern matches is matched by `outer` too.
   bool within(const HostPattern& outer) const;
-  std::string text() const;       // "*.example.com"
+  std::string text() const;  // "*.example.com"
 };
 Result<HostPattern> parse_host_pattern(std::string_view text);
 
@@ -100,9 +99,9 @@ Result<HostPortPattern> parse_host_port_pattern(std::string_view text);
 // One allow rule of a profile.
 struct Rule {
   HostPattern host;
-  std::vector<uint16_t> ports;            // empty = {80, 443}
-  std::vector<std::string> methods;       // upper-case; empty = any method
-  std::vector<std::string> path_prefixes; // each starts with '/'; empty = any path
+  std::vector<uint16_t> ports;             // empty = {80, 443}
+  std::vector<std::string> methods;        // upper-case; empty = any method
+  std::vector<std::string> path_prefixes;  // each starts with '/'; empty = any path
   bool allows_port(uint16_t port) const;
 };
 
@@ -117,8 +116,8 @@ struct Rule {
 struct EgressProfile {
   std::vector<Rule> allow;
   std::vector<Cidr> allow_networks;
-  size_t max_connections = 64;            // concurrent gateway connections per sandbox
-  uint64_t bandwidth_bytes_per_s = 0;     // 0 = unlimited
+  size_t max_connections = 64;         // concurrent gateway connections per sandbox
+  uint64_t bandwidth_bytes_per_s = 0;  // 0 = unlimited
   static Result<EgressProfile> from_json(const nlohmann::json& j);
 };
 
@@ -184,8 +183,8 @@ class Policy {
 
  private:
   std::string profile_;
-  std::vector<Rule> rules_;            // profile rules
-  std::vector<Rule> narrow_;           // --allow entries (host + optional single port)
+  std::vector<Rule> rules_;   // profile rules
+  std::vector<Rule> narrow_;  // --allow entries (host + optional single port)
   std::vector<Cidr> networks_;
   size_t max_connections_ = 0;
   uint64_t bandwidth_ = 0;

@@ -635,8 +635,8 @@ class Connection {
         for (auto& gr : st_->sb.grants) {
           const SecretDef* def = g_.secrets->find(gr.name);
           if (!def || !def->applies(host, method, path)) continue;
-          auto value =
-              g_.secrets->value(gr.name, [this] { return st_->mint_allowed(); }, st_->sb.id);
+          auto value = g_.secrets->value(
+              gr.name, [this] { return st_->mint_allowed(); }, st_->sb.id);
           if (!value) {
             // The reason may quote a mint command's stderr: it is for the operator only.
             g_.audit(

@@ -11,15 +11,15 @@ namespace space::egress {
 
 struct ClientHelloInfo {
   enum class Status {
-    kNeedMore,     // a valid prefix: read more bytes (up to kMaxClientHello) and call again
-    kOk,           // a complete ClientHello; `sni` is set if it carried server_name
-    kNotTls,       // not a TLS handshake record
-    kMalformed,    // a TLS record that is not a well-formed ClientHello
+    kNeedMore,   // a valid prefix: read more bytes (up to kMaxClientHello) and call again
+    kOk,         // a complete ClientHello; `sni` is set if it carried server_name
+    kNotTls,     // not a TLS handshake record
+    kMalformed,  // a TLS record that is not a well-formed ClientHello
   } status = Status::kNeedMore;
-  std::string sni;          // host_name entry of server_name, as sent (not normalized)
+  std::string sni;  // host_name entry of server_name, as sent (not normalized)
   bool has_sni = false;
-  bool ech = false;         // carries encrypted_client_hello (0xfe0d): the outer SNI is not
-                            // the real target, so the gateway refuses it
+  bool ech = false;  // carries encrypted_client_hello (0xfe0d): the outer SNI is not
+                     // the real target, so the gateway refuses it
 };
 
 // The ClientHello may span several TLS records (large post-quantum key shares do); the parser

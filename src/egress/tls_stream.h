@@ -107,8 +107,9 @@ class TlsStream {
 
 // A client context for upstream connections: TLS 1.2+, the system trust store plus
 // `extra_ca_files`, peer verification on, ALPN http/1.1.
-Result<std::shared_ptr<SSL_CTX>> upstream_context(const std::vector<std::string>& extra_ca_files,
-                                                  const std::vector<std::string>& extra_ca_pems = {});
+Result<std::shared_ptr<SSL_CTX>> upstream_context(
+    const std::vector<std::string>& extra_ca_files,
+    const std::vector<std::string>& extra_ca_pems = {});
 
 // The OpenSSL error queue as text (and cleared), for error messages.
 std::string tls_error_text();

@@ -182,8 +182,8 @@ TunnelBytes tunnel(Shared& g, Gateway::State& st, int a, int b) {
     RateLimiter* limit;
   };
   Dir up{a, b, std::string(st.up.chunk(64 * 1024), '\0'), 0, 0, false, false, &out.up, &st.up};
-  Dir down{b, a, std::string(st.down.chunk(64 * 1024), '\0'), 0, 0, false, false, &out.down,
-           &st.down};
+  Dir down{b,         a,       std::string(st.down.chunk(64 * 1024), '\0'), 0, 0, false, false,
+           &out.down, &st.down};
   auto idle = g.options.idle_timeout;
   for (;;) {
     if (up.done && down.done) break;

@@ -11,8 +11,8 @@ namespace space::egress::wire {
 Result<void> send(int sock, const nlohmann::json& body, std::span<const int> fds) {
   std::string text = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (text.size() > kMaxMessage)
-    return fail(Code::kInvalidArgument, "control message of " + std::to_string(text.size()) +
-                                            " bytes is over the limit");
+    return fail(Code::kInvalidArgument,
+                "control message of " + std::to_string(text.size()) + " bytes is over the limit");
   if (fds.size() > kMaxFds) return fail(Code::kInvalidArgument, "too many fds for one message");
   iovec iov{text.data(), text.size()};
   msghdr msg{};

@@ -37,7 +37,8 @@ struct Message {
 };
 
 // Sends one message (blocking). Invalid UTF-8 in strings is replaced, never thrown on.
-[[nodiscard]] Result<void> send(int sock, const nlohmann::json& body, std::span<const int> fds = {});
+[[nodiscard]] Result<void> send(int sock, const nlohmann::json& body,
+                                std::span<const int> fds = {});
 // Receives one message (blocking). kUnavailable when the peer has closed; kInvalidArgument for
 // a packet that is not a JSON object (its fds are closed).
 [[nodiscard]] Result<Message> recv(int sock);

@@ -13,9 +13,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <fstream>
 #include <sstream>
-#include <cstring>
 #include <string_view>
 
 #include "runtime/linux/seccomp.h"
@@ -128,7 +128,8 @@ Result<void> confine(const Args& a) {
   if (::setresuid(0, 0, 0) == 0) return fail(Code::kInternal, "could become root again");
 
   if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return fail_sys("prctl", "PR_SET_DUMPABLE");
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return fail_sys("prctl", "PR_SET_NO_NEW_PRIVS");
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+    return fail_sys("prctl", "PR_SET_NO_NEW_PRIVS");
   if (int err = runtime::linux::install_seccomp(program); err != 0)
     return fail_sys("seccomp", "egress role", err);
   if (::chdir("/") != 0) return fail_sys("chdir", "/");

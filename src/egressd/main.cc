@@ -83,11 +83,11 @@ class Service {
     };
     std::map<std::string, egress::SecretDef> defs;
     const json secrets = m.value("secrets", json::object());
-    for (auto& [name, j] : secrets.items())
-      defs[name] = TRY(egress::SecretDef::from_wire(name, j));
+    for (auto& [name, j] : secrets.items()) defs[name] = TRY(egress::SecretDef::from_wire(name, j));
     secrets_ = std::make_shared<egress::SecretStore>(
-        std::move(defs),
-        [this](const std::string& name, const std::string& sandbox) { return fetch(name, sandbox); });
+        std::move(defs), [this](const std::string& name, const std::string& sandbox) {
+          return fetch(name, sandbox);
+        });
     gateway_ = TRY(egress::Gateway::start(std::move(o), secrets_));
     return {};
   }
@@ -124,12 +124,12 @@ class Service {
     }
     std::unique_lock lock(mu_);
     // spaced runs a token command for at most 10 s.
-    bool done = cv_.wait_for(lock, std::chrono::seconds(20), [&] {
-      return closed_ || secret_replies_[seq].has_value();
-    });
+    bool done = cv_.wait_for(lock, std::chrono::seconds(20),
+                             [&] { return closed_ || secret_replies_[seq].has_value(); });
     auto got = std::move(secret_replies_[seq]);
     secret_replies_.erase(seq);
-    if (!done || !got) return fail(Code::kUnavailable, "secret " + name + ": spaced did not answer");
+    if (!done || !got)
+      return fail(Code::kUnavailable, "secret " + name + ": spaced did not answer");
     return std::move(*got);
   }
 

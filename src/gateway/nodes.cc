@@ -1,8 +1,6 @@
 // The gateway's view of the nodes (nodes.h): discovery's set, polls, placement, connections.
 #include "gateway/nodes.h"
 
-#include "common/tcp_connect.h"
-
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -15,6 +13,8 @@
 #include <cerrno>
 #include <cstring>
 #include <random>
+
+#include "common/tcp_connect.h"
 
 namespace space::gateway {
 namespace http = boost::beast::http;

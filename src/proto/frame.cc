@@ -21,24 +21,42 @@ uint32_t get_u32(const char* p) {
 
 const char* frame_type_name(FrameType t) {
   switch (t) {
-    case FrameType::kHello: return "hello";
-    case FrameType::kRequest: return "request";
-    case FrameType::kResponse: return "response";
-    case FrameType::kExec: return "exec";
-    case FrameType::kStarted: return "started";
-    case FrameType::kStdin: return "stdin";
-    case FrameType::kStdout: return "stdout";
-    case FrameType::kStderr: return "stderr";
-    case FrameType::kExit: return "exit";
-    case FrameType::kSignal: return "signal";
-    case FrameType::kCredit: return "credit";
-    case FrameType::kData: return "data";
-    case FrameType::kPing: return "ping";
-    case FrameType::kPong: return "pong";
-    case FrameType::kConnect: return "connect";
-    case FrameType::kReset: return "reset";
-    case FrameType::kDns: return "dns";
-    case FrameType::kProcExec: return "proc_exec";
+    case FrameType::kHello:
+      return "hello";
+    case FrameType::kRequest:
+      return "request";
+    case FrameType::kResponse:
+      return "response";
+    case FrameType::kExec:
+      return "exec";
+    case FrameType::kStarted:
+      return "started";
+    case FrameType::kStdin:
+      return "stdin";
+    case FrameType::kStdout:
+      return "stdout";
+    case FrameType::kStderr:
+      return "stderr";
+    case FrameType::kExit:
+      return "exit";
+    case FrameType::kSignal:
+      return "signal";
+    case FrameType::kCredit:
+      return "credit";
+    case FrameType::kData:
+      return "data";
+    case FrameType::kPing:
+      return "ping";
+    case FrameType::kPong:
+      return "pong";
+    case FrameType::kConnect:
+      return "connect";
+    case FrameType::kReset:
+      return "reset";
+    case FrameType::kDns:
+      return "dns";
+    case FrameType::kProcExec:
+      return "proc_exec";
   }
   return "unknown";
 }

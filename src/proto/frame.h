@@ -48,27 +48,27 @@ inline constexpr size_t kMaxDnsInFlight = 64;
 inline constexpr bool is_agent_stream(uint32_t stream) { return (stream & kAgentStreamBit) != 0; }
 
 enum class FrameType : uint8_t {
-  kHello = 1,        // a->d, stream 0, JSON {"version","pid"}: first frame after start/reattach
-  kRequest = 2,      // d->a, JSON {"op":...}: one-shot operation, answered by kResponse
-  kResponse = 3,     // a->d, JSON {"ok":true,...} or {"error":{"code","message","errno"}}
-  kExec = 4,         // d->a, JSON exec spec: starts a process on this stream
-  kStarted = 5,      // a->d, JSON {"pid"}: the process is running
-  kStdin = 6,        // d->a, raw bytes for the process's stdin; empty payload = EOF
-  kStdout = 7,       // a->d, raw bytes
-  kStderr = 8,       // a->d, raw bytes
-  kExit = 9,         // a->d, JSON {"exit_code"} | {"signal","core_dumped"}: stream ends
-  kSignal = 10,      // d->a, JSON {"signal"}: signal the exec's whole process tree
-  kCredit = 11,      // d->a, JSON {"bytes"}: the daemon consumed this many data bytes
-  kData = 12,        // both ways, raw bytes of a file transfer; empty payload = end
-  kPing = 13,        // d->a, answered by kPong with the same payload
-  kPong = 14,        // a->d
-  kConnect = 15,     // a->d, JSON {"port"}, agent stream: a guest connection to the egress
-                     // listener; the daemon answers kResponse ok or error on the same stream
-  kReset = 16,       // both ways, empty, egress stream: abort the connection
-  kDns = 17,         // both ways, raw bytes, agent stream: a guest's DNS query datagram (a->d),
-                     // the stub's answer or empty = no answer (d->a); one each per stream
-  kProcExec = 18,    // a->d, stream 0, JSON {"events":[...],"dropped":N}: execs a microVM's
-                     // agent saw in its guest (proto/exec_report.h)
+  kHello = 1,      // a->d, stream 0, JSON {"version","pid"}: first frame after start/reattach
+  kRequest = 2,    // d->a, JSON {"op":...}: one-shot operation, answered by kResponse
+  kResponse = 3,   // a->d, JSON {"ok":true,...} or {"error":{"code","message","errno"}}
+  kExec = 4,       // d->a, JSON exec spec: starts a process on this stream
+  kStarted = 5,    // a->d, JSON {"pid"}: the process is running
+  kStdin = 6,      // d->a, raw bytes for the process's stdin; empty payload = EOF
+  kStdout = 7,     // a->d, raw bytes
+  kStderr = 8,     // a->d, raw bytes
+  kExit = 9,       // a->d, JSON {"exit_code"} | {"signal","core_dumped"}: stream ends
+  kSignal = 10,    // d->a, JSON {"signal"}: signal the exec's whole process tree
+  kCredit = 11,    // d->a, JSON {"bytes"}: the daemon consumed this many data bytes
+  kData = 12,      // both ways, raw bytes of a file transfer; empty payload = end
+  kPing = 13,      // d->a, answered by kPong with the same payload
+  kPong = 14,      // a->d
+  kConnect = 15,   // a->d, JSON {"port"}, agent stream: a guest connection to the egress
+                   // listener; the daemon answers kResponse ok or error on the same stream
+  kReset = 16,     // both ways, empty, egress stream: abort the connection
+  kDns = 17,       // both ways, raw bytes, agent stream: a guest's DNS query datagram (a->d),
+                   // the stub's answer or empty = no answer (d->a); one each per stream
+  kProcExec = 18,  // a->d, stream 0, JSON {"events":[...],"dropped":N}: execs a microVM's
+                   // agent saw in its guest (proto/exec_report.h)
 };
 
 const char* frame_type_name(FrameType t);

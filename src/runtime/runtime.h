@@ -40,8 +40,8 @@ struct VmDevices {
 };
 
 struct Image {
-  std::string name;                    // "host" or an imported image's name
-  std::filesystem::path rootfs;        // directory used as the read-only lower layer
+  std::string name;              // "host" or an imported image's name
+  std::filesystem::path rootfs;  // directory used as the read-only lower layer
   // Host directories bind-mounted read-only (nosuid, nodev) at the same path inside, over the
   // lower layer. The "host" image uses {/usr, /etc/ssl, /etc/alternatives}; its rootfs is a
   // generated skeleton holding a minimal /etc and the host's top-level symlinks (/bin -> usr/bin).
@@ -52,12 +52,12 @@ struct Image {
 };
 
 struct SandboxSpec {
-  std::string id;                      // "sb_<hex>", also the hostname
+  std::string id;  // "sb_<hex>", also the hostname
   Image image;
   Limits limits;
   VmDevices vm;
-  std::filesystem::path dir;           // per-sandbox state directory, created by the daemon
-  uint32_t uid_base = 0;               // first host uid/gid of the sandbox's 65536-id range
+  std::filesystem::path dir;  // per-sandbox state directory, created by the daemon
+  uint32_t uid_base = 0;      // first host uid/gid of the sandbox's 65536-id range
   static constexpr uint32_t kIdRange = 65536;
   // Exec auditing: if set, every execve/execveat inside the sandbox is reported here (data of
   // a "proc.exec" audit event, docs/audit.md) before it runs; the call may block, and the exec
@@ -100,7 +100,7 @@ struct SandboxSpec {
 struct Usage {
   uint64_t memory_bytes = 0;
   uint64_t memory_limit = 0;
-  uint64_t oom_kills = 0;     // processes the kernel OOM-killed in this sandbox so far
+  uint64_t oom_kills = 0;  // processes the kernel OOM-killed in this sandbox so far
   uint64_t pids = 0;
   uint64_t cpu_usage_ns = 0;
 };

@@ -100,7 +100,9 @@ Result<uint64_t> copy_nonzero_pages(int src_fd, int dst_fd) {
       if (n <= 0) return n < 0 ? fail_sys("pread") : fail(Code::kInternal, "short read");
       // Runs of pages with data go out in one write each.
       for (ssize_t i = 0; i < n;) {
-        auto page_at = [&](ssize_t k) { return std::min<size_t>(kPage, static_cast<size_t>(n - k)); };
+        auto page_at = [&](ssize_t k) {
+          return std::min<size_t>(kPage, static_cast<size_t>(n - k));
+        };
         if (std::memcmp(buf.data() + i, zeros, page_at(i)) == 0) {
           i += static_cast<ssize_t>(page_at(i));
           continue;

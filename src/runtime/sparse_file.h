@@ -1,7 +1,7 @@
 // Sparse files of the microVM runtimes: guest memory files of Firecracker snapshots
 // (docs/firecracker-runtime.md) and the templates' disks and RAM (qemu and firecracker). A full
-// snapshot's memory file holds all of the guest's RAM; a diff snapshot's holds only the pages dirtied
-// since the previous snapshot, at their offsets, with holes in between. A diff is made
+// snapshot's memory file holds all of the guest's RAM; a diff snapshot's holds only the pages
+// dirtied since the previous snapshot, at their offsets, with holes in between. A diff is made
 // restorable by writing its data extents over the full file it follows (what Firecracker's
 // rebase-snap tool does). Holes cost nothing: SEEK_DATA / SEEK_HOLE find the extents.
 #pragma once

@@ -2,9 +2,9 @@
 #include "runtime/vm_host.h"
 
 #include <fcntl.h>
-#include <spawn.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -79,8 +79,10 @@ Result<void> run_tool(const std::vector<std::string>& argv, const fs::path& log,
   }
   if (timed_out)
     return fail(Code::kTimeout, argv[0] + " did not finish within " +
-                                    std::to_string(timeout.count()) + " ms (killed); its output "
-                                    "is in " + log.string());
+                                    std::to_string(timeout.count()) +
+                                    " ms (killed); its output "
+                                    "is in " +
+                                    log.string());
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return fail(Code::kInternal, argv[0] + " failed (status " + std::to_string(status) +
                                      "); its output is in " + log.string());

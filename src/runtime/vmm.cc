@@ -2,9 +2,9 @@
 #include "runtime/vmm.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <linux/sched.h>
 #include <net/if.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>

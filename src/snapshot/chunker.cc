@@ -6,7 +6,6 @@
 // at most 4 MiB. The gear table is generated from a fixed seed: changing it would move every cut
 // and lose dedup against chunks already stored (never correctness).
 #include <array>
-
 #include <vector>
 
 #include "snapshot/internal.h"

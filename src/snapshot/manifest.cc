@@ -463,10 +463,9 @@ Result<Manifest> unseal(const std::string& text, const std::string& id, const st
   if (j.is_discarded()) return fail(Code::kProtocol, what + " does not parse as JSON");
   if (bad) return fail(std::move(*bad).wrap(what));
   if (too_many)
-    return fail(Code::kProtocol, what + " has more than " + std::to_string(options.max_entries) +
-                                     " entries");
-  if (!j.is_object() || !j.contains("entries") || !j["entries"].is_array() ||
-      !j["entries"].empty())
+    return fail(Code::kProtocol,
+                what + " has more than " + std::to_string(options.max_entries) + " entries");
+  if (!j.is_object() || !j.contains("entries") || !j["entries"].is_array() || !j["entries"].empty())
     return fail(Code::kProtocol, what + " has a malformed \"entries\" field");
   Result<Manifest> m = Manifest{};
   if (auto h = header_from(j, &*m); !h) return fail(std::move(h.error()).wrap(what));

@@ -4,8 +4,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 
 #include "common/fd.h"
@@ -42,14 +42,14 @@ Result<BootParams> parse_cmdline(std::string_view cmdline) {
     while (i < cmdline.size() && (cmdline[i] == ' ' || cmdline[i] == '\n' || cmdline[i] == '\t'))
       ++i;
     size_t j = i;
-    while (j < cmdline.size() && cmdline[j] != ' ' && cmdline[j] != '\n' && cmdline[j] != '\t')
-      ++j;
+    while (j < cmdline.size() && cmdline[j] != ' ' && cmdline[j] != '\n' && cmdline[j] != '\t') ++j;
     std::string_view word = cmdline.substr(i, j - i);
     i = j;
     if (!word.starts_with("space.")) continue;
     size_t eq = word.find('=');
     std::string_view key = word.substr(0, eq);
-    std::string_view value = eq == std::string_view::npos ? std::string_view() : word.substr(eq + 1);
+    std::string_view value =
+        eq == std::string_view::npos ? std::string_view() : word.substr(eq + 1);
     if (eq == std::string_view::npos)
       return fail(Code::kInvalidArgument, std::string(key) + " needs a value (KEY=VALUE)");
     if (key == "space.hostname") {
@@ -66,9 +66,8 @@ Result<BootParams> parse_cmdline(std::string_view cmdline) {
       size_t start = 0;
       for (;;) {
         size_t comma = value.find(',', start);
-        std::string_view one = value.substr(start, comma == std::string_view::npos
-                                                       ? std::string_view::npos
-                                                       : comma - start);
+        std::string_view one = value.substr(
+            start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
         uint16_t port = TRY(parse_number<uint16_t>(key, one, 1, 65535));
         if (std::find(p.egress.begin(), p.egress.end(), port) != p.egress.end() ||
             p.egress.size() >= 8)

@@ -16,9 +16,9 @@ namespace space::vminit {
 // The space.* keys of the kernel command line (docs/vm-guest.md). Unknown space.* keys are
 // errors (a typo must not silently drop a limit); other kernel arguments are ignored.
 struct BootParams {
-  std::string hostname;               // space.hostname=ID (empty: keep the kernel's)
-  std::optional<uint32_t> pids;       // space.pids=N: pids.max of the sandbox cgroup
-  std::vector<uint16_t> egress;       // space.egress=PORT[,PORT...]: the agent's egress listeners
+  std::string hostname;          // space.hostname=ID (empty: keep the kernel's)
+  std::optional<uint32_t> pids;  // space.pids=N: pids.max of the sandbox cgroup
+  std::vector<uint16_t> egress;  // space.egress=PORT[,PORT...]: the agent's egress listeners
   // space.channel=vsock:PORT: the agent listens on this guest vsock port for the daemon (the
   // firecracker runtime) instead of using the virtio-serial port named space.agent.
   std::optional<uint16_t> channel_vsock_port;

@@ -59,7 +59,8 @@ bool g_have_acpi = true;
 
 [[noreturn]] void power_off(const std::string& why) {
   log("fatal: " + why);
-  log(g_have_acpi ? "powering off" : "powering off (no ACPI: by a reset; QEMU runs with -no-reboot)");
+  log(g_have_acpi ? "powering off"
+                  : "powering off (no ACPI: by a reset; QEMU runs with -no-reboot)");
   ::sync();
   ::reboot(g_have_acpi ? RB_POWER_OFF : RB_AUTOBOOT);
   // reboot() only returns on failure; PID 1 must not exit (the kernel would panic), so wait.
@@ -173,8 +174,8 @@ Result<Disks> find_disks() {
   for (const auto& dev : list_dir("/sys/class/block")) seen += " " + dev;
   return fail(Code::kNotFound,
               std::string("no ext4 disk labelled ") +
-                  (d.image.empty() ? "space-image" : "space-rw") + " after 5 s (block devices:" +
-                  (seen.empty() ? " none" : seen) +
+                  (d.image.empty() ? "space-image" : "space-rw") +
+                  " after 5 s (block devices:" + (seen.empty() ? " none" : seen) +
                   "); the VM needs the image disk and the writable disk as virtio-blk devices");
 }
 
@@ -227,7 +228,8 @@ Result<void> switch_root(const Disks& disks) {
     if (rootfd >= 0) free_initramfs(rootfd, root_st.st_dev);
   }
   if (::chdir("/newroot") != 0) return fail_sys("chdir", "/newroot");
-  if (::mount(".", "/", nullptr, MS_MOVE, nullptr) != 0) return fail_sys("mount", "--move /newroot /");
+  if (::mount(".", "/", nullptr, MS_MOVE, nullptr) != 0)
+    return fail_sys("mount", "--move /newroot /");
   if (::chroot(".") != 0) return fail_sys("chroot", "/newroot");
   if (::chdir("/") != 0) return fail_sys("chdir", "/");
   return {};

@@ -30,7 +30,8 @@ namespace {
 struct Scratch {
   fs::path dir;
   int root_fd = -1;
-  struct stat outside_dir {}, outside_file {};
+  struct stat outside_dir {
+  }, outside_file{};
 
   Scratch() {
     char tmpl[] = "/tmp/space-fuzz-root-XXXXXX";
@@ -66,9 +67,7 @@ struct Scratch {
     if (fd < 0) std::abort();
     ::close(fd);
   }
-  void link(const std::string& target, const char* at) {
-    fs::create_symlink(target, dir / at);
-  }
+  void link(const std::string& target, const char* at) { fs::create_symlink(target, dir / at); }
   bool outside(const struct stat& st) const {
     return (st.st_dev == outside_dir.st_dev && st.st_ino == outside_dir.st_ino) ||
            (st.st_dev == outside_file.st_dev && st.st_ino == outside_file.st_ino);
@@ -122,7 +121,8 @@ void fuzz_resolve(std::string_view path, uint8_t flags_byte) {
   agent::PathResolver kernel(s.root_fd, agent::ResolveMode::kOpenat2);
   auto a = user.open(path, flags);
   auto b = kernel.open(path, flags);
-  struct stat sa {}, sb {};
+  struct stat sa {
+  }, sb{};
   if (a && (::fstat(a->get(), &sa) != 0 || s.outside(sa))) std::abort();
   if (b && (::fstat(b->get(), &sb) != 0 || s.outside(sb))) std::abort();
   if (a && b && (sa.st_dev != sb.st_dev || sa.st_ino != sb.st_ino)) std::abort();
@@ -138,8 +138,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::string_view s(reinterpret_cast<const char*>(data + 1), size - 1);
   switch (data[0] % 3) {
-    case 0: fuzz_exec_spec(s); break;
-    case 1: fuzz_request(s); break;
+    case 0:
+      fuzz_exec_spec(s);
+      break;
+    case 1:
+      fuzz_request(s);
+      break;
     case 2:
       if (s.size() <= 8192) fuzz_resolve(s, data[0] >> 2);
       break;

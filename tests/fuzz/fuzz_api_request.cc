@@ -79,12 +79,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::string_view s(reinterpret_cast<const char*>(data + 1), size - 1);
   switch (data[0] % 6) {
-    case 0: fuzz_target(s); break;
-    case 1: fuzz_body(s, false); break;
-    case 2: fuzz_body(s, true); break;
-    case 3: fuzz_scanner(s, (data[0] >> 3) + 1); break;
-    case 4: (void)space::parse_size(s); break;
-    case 5: (void)space::parse_duration(s); break;
+    case 0:
+      fuzz_target(s);
+      break;
+    case 1:
+      fuzz_body(s, false);
+      break;
+    case 2:
+      fuzz_body(s, true);
+      break;
+    case 3:
+      fuzz_scanner(s, (data[0] >> 3) + 1);
+      break;
+    case 4:
+      (void)space::parse_size(s);
+      break;
+    case 5:
+      (void)space::parse_duration(s);
+      break;
   }
   return 0;
 }

@@ -5,18 +5,17 @@
 #include "runtime/linux/exec_supervisor.h"
 
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
-#include <spdlog/spdlog.h>
-
 namespace space::runtime::linux {
 
-Result<std::unique_ptr<ExecSupervisor>> ExecSupervisor::start(UniqueFd listener,
-                                                              uint32_t uid_base, Sink sink) {
+Result<std::unique_ptr<ExecSupervisor>> ExecSupervisor::start(UniqueFd listener, uint32_t uid_base,
+                                                              Sink sink) {
   UniqueFd stop(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!stop) return fail_sys("eventfd", "exec supervisor");
   std::unique_ptr<ExecSupervisor> s(

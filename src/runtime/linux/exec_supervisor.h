@@ -14,9 +14,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/error.h"
 #include "common/exec_notify.h"

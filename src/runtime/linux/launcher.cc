@@ -244,8 +244,8 @@ int send_byte_with_fd(int sock, char byte, int fd) {
   check(kEnterStage, ::chdir(p.stage_dir));
   const char* lower_path = p.lower_dir;
   if (idmapped >= 0) {
-    check(kAttachLower, ::syscall(SYS_move_mount, idmapped, "", AT_FDCWD, "lower",
-                                  MOVE_MOUNT_F_EMPTY_PATH));
+    check(kAttachLower,
+          ::syscall(SYS_move_mount, idmapped, "", AT_FDCWD, "lower", MOVE_MOUNT_F_EMPTY_PATH));
     ::close(idmapped);
     lower_path = "lower";
   }
@@ -440,13 +440,14 @@ UniqueFd make_idmapped_lower(pid_t child, const std::filesystem::path& lower_dir
   std::string ns = "/proc/" + std::to_string(child) + "/ns/user";
   UniqueFd userns(::open(ns.c_str(), O_RDONLY | O_CLOEXEC));
   if (!userns) return {};
-  UniqueFd tree(static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, lower_dir.c_str(),
-                                           OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
+  UniqueFd tree(static_cast<int>(
+      ::syscall(SYS_open_tree, AT_FDCWD, lower_dir.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
   if (!tree) return {};
   mount_attr attr{};
   attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
   attr.userns_fd = static_cast<uint64_t>(userns.get());
-  if (::syscall(SYS_mount_setattr, tree.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) return {};
+  if (::syscall(SYS_mount_setattr, tree.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) != 0)
+    return {};
   return tree;
 }
 
@@ -485,7 +486,8 @@ Result<UniqueFd> receive_listener(int sock, std::chrono::milliseconds timeout) {
 
 // Releases the child: one byte, plus `fd` (if valid) as SCM_RIGHTS.
 Result<void> send_release(int sock, int fd) {
-  if (int err = send_byte_with_fd(sock, '1', fd)) return fail_sys("sendmsg", "release channel", err);
+  if (int err = send_byte_with_fd(sock, '1', fd))
+    return fail_sys("sendmsg", "release channel", err);
   return {};
 }
 
@@ -678,7 +680,8 @@ Result<Launched> launch(const LaunchRequest& req) {
   // directory, where host-owned files show up as nobody.
   UniqueFd idmapped = make_idmapped_lower(out.pid, req.lower_dir);
   times.mark("idmapped lower");
-  if (auto r = send_release(release_daemon.get(), idmapped.get()); !r) return undo(std::move(r.error()));
+  if (auto r = send_release(release_daemon.get(), idmapped.get()); !r)
+    return undo(std::move(r.error()));
   idmapped.reset();
   if (req.seccomp->notify_execs) {
     // The child sends its exec listener just before it execs the agent, and that exec waits
@@ -686,7 +689,8 @@ Result<Launched> launch(const LaunchRequest& req) {
     // report pipe says how.
     auto listener = receive_listener(release_daemon.get(), req.timeout);
     if (listener && req.on_exec_listener) {
-      if (auto r = req.on_exec_listener(std::move(*listener)); !r) return undo(std::move(r.error()));
+      if (auto r = req.on_exec_listener(std::move(*listener)); !r)
+        return undo(std::move(r.error()));
     } else if (!listener && listener.error().code() != Code::kConflict) {
       return undo(std::move(listener.error()));
     }

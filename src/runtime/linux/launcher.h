@@ -32,7 +32,7 @@ inline constexpr int kLayerFd = 6;        // the writable layer's tmpfs root, O_
 // The seccomp exec listener (exec auditing only), held by the agent for a restarted daemon.
 inline constexpr int kExecListenerFd = 10;
 // Fds the child holds only until exec (all close-on-exec).
-inline constexpr int kLowerFdSlot = 11;  // the image rootfs, for the overlay's lowerdir
+inline constexpr int kLowerFdSlot = 11;     // the image rootfs, for the overlay's lowerdir
 inline constexpr int kLayerMountSlot = 12;  // the writable layer, a detached mount until attached
 
 struct LaunchRequest {
@@ -42,8 +42,8 @@ struct LaunchRequest {
   // default. Segments outlive their processes, so the OOM killer cannot free them: without a
   // bound below the memory limit, they can leave the agent the only thing left to kill.
   uint64_t shm_bytes = 0;
-  int netns_fd = -1;      // joined, not owned, by the sandbox
-  int agent_fd = -1;      // sealed memfd with the agent binary
+  int netns_fd = -1;  // joined, not owned, by the sandbox
+  int agent_fd = -1;  // sealed memfd with the agent binary
   const SeccompProgram* seccomp = nullptr;
   // With a notify_execs program: receives the exec listener before the agent's exec, which
   // waits for it to be answered (start the exec supervisor here).

@@ -289,9 +289,9 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::start(const SandboxSpec& spec) {
   std::unique_ptr<ExecSupervisor> supervisor;
   if (spec.exec_events) {
     req.on_exec_listener = [&](UniqueFd listener) -> Result<void> {
-      supervisor = TRY_CTX(ExecSupervisor::start(std::move(listener), spec.uid_base,
-                                                 spec.exec_events),
-                           "starting the exec supervisor");
+      supervisor =
+          TRY_CTX(ExecSupervisor::start(std::move(listener), spec.uid_base, spec.exec_events),
+                  "starting the exec supervisor");
       return {};
     };
   }
@@ -425,8 +425,8 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::reattach(const SandboxSpec& spec
     // created without it has none, and its execs stay unaudited.
     UniqueFd listener(sys_pidfd_getfd(parts->pidfd.get(), kExecListenerFd));
     if (listener && ExecSupervisor::is_listener(listener.get())) {
-      parts->exec_supervisor = TRY_CTX(
-          ExecSupervisor::start(std::move(listener), p.uid_base, spec.exec_events), ctx);
+      parts->exec_supervisor =
+          TRY_CTX(ExecSupervisor::start(std::move(listener), p.uid_base, spec.exec_events), ctx);
     }
   }
   return std::unique_ptr<Instance>(std::make_unique<LinuxInstance>(std::move(parts)));

@@ -121,8 +121,7 @@ Result<void> add_rule(void* ctx, const PolicyRule& r, int nr) {
 
 }  // namespace
 
-Result<SeccompProgram> compile_policy(const std::vector<PolicyRule>& policy,
-                                      bool notify_execs) {
+Result<SeccompProgram> compile_policy(const std::vector<PolicyRule>& policy, bool notify_execs) {
   Ctx ctx(seccomp_init(SCMP_ACT_ALLOW));
   if (!ctx) return fail(Code::kInternal, "seccomp_init failed");
   // Only the native architecture is in the filter; libseccomp makes everything else (i386,

@@ -15,7 +15,7 @@ namespace space::runtime::linux {
 struct SeccompProgram {
   std::vector<sock_filter> instructions;
   std::vector<std::string> unresolved;  // rows whose syscall does not exist on this arch
-  bool notify_execs = false;  // execve/execveat return SCMP_ACT_NOTIFY (exec auditing)
+  bool notify_execs = false;            // execve/execveat return SCMP_ACT_NOTIFY (exec auditing)
 };
 
 // With `notify_execs`, execve and execveat also become user notifications for the exec

@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -24,8 +25,6 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
-
-#include <spdlog/spdlog.h>
 
 #include "common/guard.h"
 #include "runtime/kvm.h"
@@ -88,8 +87,8 @@ Result<void> await_migration(Qmp& qmp, Clock::time_point deadline, bool outgoing
     }
     if (Clock::now() >= deadline) {
       if (outgoing) (void)qmp.execute("migrate_cancel");
-      return fail(Code::kTimeout, "QEMU's migration did not end in time (status \"" +
-                                      status.substr(0, 40) + "\")");
+      return fail(Code::kTimeout,
+                  "QEMU's migration did not end in time (status \"" + status.substr(0, 40) + "\")");
     }
     // A clone's device state loads in a few ms: look often at first.
     std::this_thread::sleep_for(std::chrono::milliseconds(++polls < 50 ? 1 : 10));
@@ -99,9 +98,9 @@ Result<void> await_migration(Qmp& qmp, Clock::time_point deadline, bool outgoing
 // QEMU's `x-ignore-shared` migration capability: with it on, RAM mapped from a shared file
 // (a template's memfd) is neither written nor read by a migration; only the device state is.
 Result<void> set_ignore_shared(Qmp& qmp, bool on) {
-  TRY(qmp.execute("migrate-set-capabilities",
-                  {{"capabilities",
-                    json::array({{{"capability", "x-ignore-shared"}, {"state", on}}})}}));
+  TRY(qmp.execute(
+      "migrate-set-capabilities",
+      {{"capabilities", json::array({{{"capability", "x-ignore-shared"}, {"state", on}}})}}));
   return {};
 }
 
@@ -112,8 +111,8 @@ struct Bind {
   std::string src, dst;  // dst inside the new root (already prefixed with the jail dir)
   bool dir = true;       // a directory (else a file)
   bool rw = false;
-  bool dev = false;      // a device node: keep dev, drop exec
-  std::string symlink;   // if non-empty: create dst as a symlink to this instead of binding
+  bool dev = false;     // a device node: keep dev, drop exec
+  std::string symlink;  // if non-empty: create dst as a symlink to this instead of binding
 };
 
 struct ChildPlan {
@@ -132,11 +131,24 @@ struct ChildPlan {
 };
 
 constexpr const char* kStepNames[] = {
-    "wait for the cgroup",   "make mounts private", "mount the tmpfs root", "create a mount point",
-    "bind mount",            "remount read-only",   "mount /proc",          "mount a tmpfs",
-    "pivot_root",            "detach the old root", "remount / read-only",  "bring up lo",
-    "set groups",            "set gid",             "set uid",              "no_new_privs",
-    "set up fds",            "exec QEMU",
+    "wait for the cgroup",
+    "make mounts private",
+    "mount the tmpfs root",
+    "create a mount point",
+    "bind mount",
+    "remount read-only",
+    "mount /proc",
+    "mount a tmpfs",
+    "pivot_root",
+    "detach the old root",
+    "remount / read-only",
+    "bring up lo",
+    "set groups",
+    "set gid",
+    "set uid",
+    "no_new_privs",
+    "set up fds",
+    "exec QEMU",
 };
 
 [[noreturn]] void child_fail(const ChildPlan& p, int step) { vm::child_failed(p.err_fd, step); }
@@ -241,8 +253,8 @@ struct Parts : vm::VmmParts {
   fs::path vm_dir;
   fs::path disk;  // the writable disk (QEMU has it as an fd)
   std::chrono::milliseconds save_timeout{120000};
-  std::string accel;       // "kvm" or "tcg"
-  std::string accel_note;  // with tcg: why KVM is not used
+  std::string accel;          // "kvm" or "tcg"
+  std::string accel_note;     // with tcg: why KVM is not used
   std::string template_name;  // a clone's template; "" for a booted or restored machine
 };
 
@@ -464,10 +476,10 @@ Result<std::string> QemuRuntime::accelerator() const {
   if (config_.accel == "tcg") return std::string("tcg");
   const AccelVerdict& v = kvm_verdict();
   if (config_.accel == "kvm" && !v.usable)
-    return fail(Code::kUnavailable, "vm.accel is \"kvm\" but KVM cannot run the guest here: " +
-                                        v.reason +
-                                        "; set vm.accel to \"auto\" to fall back to TCG "
-                                        "emulation (see `space doctor`)");
+    return fail(Code::kUnavailable,
+                "vm.accel is \"kvm\" but KVM cannot run the guest here: " + v.reason +
+                    "; set vm.accel to \"auto\" to fall back to TCG "
+                    "emulation (see `space doctor`)");
   return std::string(v.usable ? "kvm" : "tcg");
 }
 
@@ -488,18 +500,21 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
   TRY_VOID_CTX(usable(), ctx);
   if (spec.populate_upper)
     return fail(Code::kUnimplemented,
-                ctx + ": a VM's files are on its own disk: it restores whole machines "
-                      "(restore_machine), not writable layers");
+                ctx +
+                    ": a VM's files are on its own disk: it restores whole machines "
+                    "(restore_machine), not writable layers");
   if (spec.image.vm_disk.empty() && !spec.image.ro_binds.empty())  // the host image
     return fail(Code::kConflict,
-                ctx + ": image \"" + spec.image.name + "\" binds the host's /usr and cannot "
-                "boot in a VM; give --image an image of its own: `space image import NAME DIR` "
-                "(a root filesystem, e.g. from debootstrap) and `space image build-vm NAME` "
-                "(docs/vm-guest.md)");
+                ctx + ": image \"" + spec.image.name +
+                    "\" binds the host's /usr and cannot "
+                    "boot in a VM; give --image an image of its own: `space image import NAME DIR` "
+                    "(a root filesystem, e.g. from debootstrap) and `space image build-vm NAME` "
+                    "(docs/vm-guest.md)");
   if (spec.image.vm_disk.empty())
-    return fail(Code::kConflict,
-                ctx + ": image \"" + spec.image.name + "\" has no VM disk yet: run `space image "
-                "build-vm " + spec.image.name + "` first (docs/vm-guest.md)");
+    return fail(Code::kConflict, ctx + ": image \"" + spec.image.name +
+                                     "\" has no VM disk yet: run `space image "
+                                     "build-vm " +
+                                     spec.image.name + "` first (docs/vm-guest.md)");
   if (spec.limits.memory_bytes < kMinMemory)
     return fail(Code::kInvalidArgument, ctx + ": --memory must be at least 128M for a VM");
   if (spec.limits.disk_bytes < kMinDisk)
@@ -557,8 +572,8 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
                     ctx + ": the saved machine has no " + f + ": it is not a qemu snapshot");
     auto m = vm::read_machine_file(dir.get(), kMachineFile);
     if (!m)
-      return fail(Code::kProtocol, ctx + ": the saved machine has no readable " +
-                                       kMachineFile + ": it is not a qemu snapshot");
+      return fail(Code::kProtocol, ctx + ": the saved machine has no readable " + kMachineFile +
+                                       ": it is not a qemu snapshot");
     saved_machine = std::move(*m);
     memory_fd.reset(::openat(dir.get(), kMemoryFile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!memory_fd) return fail(Error::sys("openat", kMemoryFile).wrap(ctx));
@@ -611,7 +626,8 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
     plan.binds.push_back(b);
   }
   if (::access("/etc/ld.so.cache", R_OK) == 0)
-    plan.binds.push_back({.src = "/etc/ld.so.cache", .dst = in_jail("/etc/ld.so.cache"), .dir = false});
+    plan.binds.push_back(
+        {.src = "/etc/ld.so.cache", .dst = in_jail("/etc/ld.so.cache"), .dir = false});
   for (const char* d : {"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"})
     plan.binds.push_back({.src = d, .dst = in_jail(d), .dir = false, .rw = true, .dev = true});
   if (accel == "kvm") {
@@ -619,9 +635,9 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
     // made in the sandbox's root-only directory and bound to the jail's /dev/kvm, so the host's
     // node keeps its owner, group and mode. It goes with the sandbox's directory.
     fs::path node = spec.dir / "kvm";
-    TRY_VOID_CTX(vm::make_private_device_node(node, makedev(vm::kKvmMajor, vm::kKvmMinor),
-                                              spec.uid_base),
-                 ctx + ": making QEMU's /dev/kvm");
+    TRY_VOID_CTX(
+        vm::make_private_device_node(node, makedev(vm::kKvmMajor, vm::kKvmMinor), spec.uid_base),
+        ctx + ": making QEMU's /dev/kvm");
     plan.binds.push_back(
         {.src = node.string(), .dst = in_jail("/dev/kvm"), .dir = false, .rw = true, .dev = true});
   }
@@ -657,33 +673,62 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
   std::string vmd = kJailVm;
   plan.argv = {
       plan.exe,
-      "-name", "space-" + spec.id,
-      "-M", std::string(kMachine) + (ram_backend ? ",memory-backend=ram" : ""),
-      "-accel", accel == "kvm" ? std::string("kvm") : "tcg,tb-size=" + std::to_string(kTcgCacheMiB),
-      "-cpu", accel == "kvm" ? "host" : "max",
-      "-m", std::to_string(mem_mib) + "M",
-      "-smp", std::to_string(smp),
-      "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-nic", "none",
-      "-kernel", kJailKernel,
-      "-initrd", kJailInitrd,
-      "-append", cmdline,
-      "-chardev", "file,id=con,path=" + vmd + "/console.log",
-      "-serial", "chardev:con",
-      "-add-fd", "fd=" + std::to_string(kImageFd) + ",set=1,opaque=image",
-      "-add-fd", "fd=" + std::to_string(kDiskFd) + ",set=2,opaque=disk",
-      "-add-fd", "fd=" + std::to_string(kDiskRoFd) + ",set=2,opaque=disk-ro",
+      "-name",
+      "space-" + spec.id,
+      "-M",
+      std::string(kMachine) + (ram_backend ? ",memory-backend=ram" : ""),
+      "-accel",
+      accel == "kvm" ? std::string("kvm") : "tcg,tb-size=" + std::to_string(kTcgCacheMiB),
+      "-cpu",
+      accel == "kvm" ? "host" : "max",
+      "-m",
+      std::to_string(mem_mib) + "M",
+      "-smp",
+      std::to_string(smp),
+      "-nodefaults",
+      "-no-user-config",
+      "-nographic",
+      "-no-reboot",
+      "-nic",
+      "none",
+      "-kernel",
+      kJailKernel,
+      "-initrd",
+      kJailInitrd,
+      "-append",
+      cmdline,
+      "-chardev",
+      "file,id=con,path=" + vmd + "/console.log",
+      "-serial",
+      "chardev:con",
+      "-add-fd",
+      "fd=" + std::to_string(kImageFd) + ",set=1,opaque=image",
+      "-add-fd",
+      "fd=" + std::to_string(kDiskFd) + ",set=2,opaque=disk",
+      "-add-fd",
+      "fd=" + std::to_string(kDiskRoFd) + ",set=2,opaque=disk-ro",
       // No image locking: each disk is this VM's alone (an fd), and a save's migration gives
       // up the lock that `cont` would then fail to take back.
-      "-drive", "id=image,file=/dev/fdset/1,format=raw,if=none,readonly=on,file.locking=off",
-      "-device", "virtio-blk-device,drive=image",
-      "-drive", "id=disk,file=/dev/fdset/2,format=raw,if=none,discard=unmap,file.locking=off",
-      "-device", "virtio-blk-device,drive=disk",
-      "-device", "virtio-serial-device,max_ports=2",
-      "-chardev", "socket,id=agent,path=" + vmd + "/agent.sock,server=on,wait=off",
-      "-device", "virtserialport,chardev=agent,name=space.agent",
-      "-qmp", "unix:" + vmd + "/qmp.sock,server=on,wait=off",
-      "-sandbox", kQemuSandbox,
-      "-msg", "timestamp=on",
+      "-drive",
+      "id=image,file=/dev/fdset/1,format=raw,if=none,readonly=on,file.locking=off",
+      "-device",
+      "virtio-blk-device,drive=image",
+      "-drive",
+      "id=disk,file=/dev/fdset/2,format=raw,if=none,discard=unmap,file.locking=off",
+      "-device",
+      "virtio-blk-device,drive=disk",
+      "-device",
+      "virtio-serial-device,max_ports=2",
+      "-chardev",
+      "socket,id=agent,path=" + vmd + "/agent.sock,server=on,wait=off",
+      "-device",
+      "virtserialport,chardev=agent,name=space.agent",
+      "-qmp",
+      "unix:" + vmd + "/qmp.sock,server=on,wait=off",
+      "-sandbox",
+      kQemuSandbox,
+      "-msg",
+      "timestamp=on",
   };
   if (ram_backend)
     for (const std::string& a : {std::string("-object"), ram_object}) plan.argv.push_back(a);
@@ -708,8 +753,8 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
   UniqueFd disk_ro_fd(::open(disk.c_str(), O_RDONLY | O_CLOEXEC));
   if (!disk_ro_fd) return fail(Error::sys("open", disk.string()).wrap(ctx));
   UniqueFd null_fd(::open("/dev/null", O_RDWR | O_CLOEXEC));
-  UniqueFd log_fd(::open((spec.dir / "qemu.log").c_str(),
-                         O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  UniqueFd log_fd(
+      ::open((spec.dir / "qemu.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
   if (!null_fd || !log_fd) return fail(Error::sys("open", "qemu.log").wrap(ctx));
   plan.log_fd = log_fd.get();
   plan.null_fd = null_fd.get();
@@ -720,9 +765,9 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
 
   // 4. clone3 into the namespaces (and the v2 cgroup), attach the v1 controllers, let it go.
   vm::LaunchedVmm launched = TRY_CTX(
-      vm::launch_vmm(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
-                         CLONE_NEWCGROUP,
-                     *cgroup, child_entry, &plan, kStepNames, std::size(kStepNames), "QEMU", stop),
+      vm::launch_vmm(
+          CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP,
+          *cgroup, child_entry, &plan, kStepNames, std::size(kStepNames), "QEMU", stop),
       ctx);
   UniqueFd pidfd = std::move(launched.pidfd);
   const pid_t pid = launched.pid;
@@ -736,9 +781,9 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
   auto deadline = Clock::now() + config_.boot_timeout;
   auto boot_failed = [&](Error e) {
     std::string msg = e.message();
-    return Error(e.code(), ctx + ": " + msg + "; QEMU said:" + tail_of(spec.dir / "qemu.log", 5) +
-                               "\nthe guest console's last lines:" +
-                               tail_of(vm / "console.log", 12));
+    return Error(e.code(),
+                 ctx + ": " + msg + "; QEMU said:" + tail_of(spec.dir / "qemu.log", 5) +
+                     "\nthe guest console's last lines:" + tail_of(vm / "console.log", 12));
   };
   auto channel = connect_port(vm / "agent.sock", pidfd.get(), deadline);
   if (!channel) return fail(boot_failed(std::move(channel.error())));
@@ -765,8 +810,9 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
       return {};
     };
     if (auto r = incoming(); !r)
-      return fail(boot_failed(std::move(r.error()).wrap(
-          clone ? "cloning template " + how.from->name : std::string("loading the saved machine"))));
+      return fail(
+          boot_failed(std::move(r.error()).wrap(clone ? "cloning template " + how.from->name
+                                                      : std::string("loading the saved machine"))));
     times.mark(clone ? "machine cloned" : "machine loaded");
   }
   while (!restoring && !clone) {
@@ -777,9 +823,9 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return fail(Error::sys("poll").wrap(ctx));
     if (r == 0)
-      return fail(boot_failed(Error(Code::kTimeout,
-                                    "the guest did not start its agent within " +
-                                        std::to_string(config_.boot_timeout.count() / 1000) + " s")));
+      return fail(boot_failed(
+          Error(Code::kTimeout, "the guest did not start its agent within " +
+                                    std::to_string(config_.boot_timeout.count() / 1000) + " s")));
     if (pfds[1].revents) return fail(boot_failed(Error(Code::kUnavailable, "QEMU exited")));
     if (pfds[0].revents & POLLIN) break;
     return fail(boot_failed(Error(Code::kUnavailable, "QEMU closed the agent's port")));
@@ -844,9 +890,8 @@ Result<std::shared_ptr<const QemuRuntime::Template>> QemuRuntime::ensure_templat
   for (auto it = templates_.begin(); it != templates_.end();)
     it = fs::exists(it->second.t->dir, ec) ? std::next(it) : templates_.erase(it);
   while (templates_.size() >= kTemplatesInMemory) {
-    auto lru = std::min_element(templates_.begin(), templates_.end(), [](auto& a, auto& b) {
-      return a.second.used < b.second.used;
-    });
+    auto lru = std::min_element(templates_.begin(), templates_.end(),
+                                [](auto& a, auto& b) { return a.second.used < b.second.used; });
     templates_.erase(lru);
   }
   templates_[name] = Loaded{t, Clock::now()};
@@ -881,8 +926,8 @@ Result<std::shared_ptr<const QemuRuntime::Template>> QemuRuntime::build_template
   if (::mkdir(tmp.c_str(), 0700) != 0) return fail(Error::sys("mkdir", tmp.string()).wrap(ctx));
   UniqueFd tmp_fd(::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!tmp_fd) return fail(Error::sys("open", tmp.string()).wrap(ctx));
-  UniqueFd state(::openat(tmp_fd.get(), kTemplateState, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-                          0400));
+  UniqueFd state(
+      ::openat(tmp_fd.get(), kTemplateState, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400));
   if (!state) return fail(Error::sys("openat", kTemplateState).wrap(ctx));
   TRY_VOID_CTX(vmi->save_template(state.get()), ctx);
   state.reset();
@@ -897,16 +942,16 @@ Result<std::shared_ptr<const QemuRuntime::Template>> QemuRuntime::build_template
     return fail(Error::sys("rename", (build / kDiskFile).string()).wrap(ctx));
   uint64_t ram_bytes = 0;
   {
-    UniqueFd out(::openat(tmp_fd.get(), kTemplateRam, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-                          0400));
+    UniqueFd out(
+        ::openat(tmp_fd.get(), kTemplateRam, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400));
     if (!out) return fail(Error::sys("openat", kTemplateRam).wrap(ctx));
     ram_bytes = TRY_CTX(vm::copy_nonzero_pages(ram.get(), out.get()), ctx + ": storing its RAM");
   }
   // The command line it booted with, as start() made it: every clone must give QEMU the same.
   std::string cmdline = guest_cmdline(config_, ts.id, ts.limits.pids);
-  TRY_VOID_CTX(vm::write_machine_file(tmp_fd.get(), kTemplateMachine,
-                                      {{"key", key}, {"cmdline", cmdline}}),
-               ctx);
+  TRY_VOID_CTX(
+      vm::write_machine_file(tmp_fd.get(), kTemplateMachine, {{"key", key}, {"cmdline", cmdline}}),
+      ctx);
   if (::fchmodat(tmp_fd.get(), kTemplateMachine, 0400, 0) != 0)
     return fail(Error::sys("chmod", kTemplateMachine).wrap(ctx));
   fs::path dir = config_.template_dir / name;
@@ -918,10 +963,11 @@ Result<std::shared_ptr<const QemuRuntime::Template>> QemuRuntime::build_template
   t->ram = std::move(ram);
   t->cmdline = std::move(cmdline);
   t->ram_bytes = ram_bytes;
-  spdlog::info("qemu runtime: built template {} for image {} in {} ms ({} MiB of its RAM not zeros)", name,
-               spec.image.name,
-               std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count(),
-               t->ram_bytes >> 20);
+  spdlog::info(
+      "qemu runtime: built template {} for image {} in {} ms ({} MiB of its RAM not zeros)", name,
+      spec.image.name,
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count(),
+      t->ram_bytes >> 20);
   return std::shared_ptr<const Template>(std::move(t));
 }
 
@@ -957,8 +1003,8 @@ Result<void> QemuRuntime::cleanup(const SandboxSpec& spec, const json& persisted
   auto p = vm::parse_vmm_persisted(persisted);
   if (!p) return {};  // never started far enough to persist anything of QEMU's
   const CgroupLayout* layout = TRY_CTX(cgroup_layout(), "cleaning up VM " + spec.id);
-  TRY_VOID_CTX(vm::cleanup_vmm(*p, vmm_needle(spec.id), "QEMU", *layout,
-                             config_.cgroup_name, config_.stop_timeout),
+  TRY_VOID_CTX(vm::cleanup_vmm(*p, vmm_needle(spec.id), "QEMU", *layout, config_.cgroup_name,
+                               config_.stop_timeout),
                "cleaning up VM " + spec.id);
   return {};
 }

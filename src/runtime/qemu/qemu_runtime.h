@@ -38,9 +38,9 @@ namespace space::runtime::qemu {
 
 struct Config {
   std::filesystem::path qemu = "qemu-system-x86_64";  // looked up in PATH if not absolute
-  std::filesystem::path kernel;  // uncompressed vmlinux (PVH entry point)
-  std::filesystem::path initrd;  // initramfs with space-vminit as /init
-  std::string accel = "auto";    // auto (kvm if a guest boots under it, else tcg), kvm, tcg
+  std::filesystem::path kernel;                       // uncompressed vmlinux (PVH entry point)
+  std::filesystem::path initrd;                       // initramfs with space-vminit as /init
+  std::string accel = "auto";  // auto (kvm if a guest boots under it, else tcg), kvm, tcg
   // Where the KVM boot probe's verdict is cached (accel_probe.h); empty: probe per process.
   std::filesystem::path probe_cache;
   std::filesystem::path kvm_device = "/dev/kvm";
@@ -98,8 +98,8 @@ class QemuRuntime final : public Runtime {
   // template, or load a saved machine (SandboxSpec::restore_machine).
   struct Launch {
     enum Mode { kBoot, kTemplate, kClone, kRestore } mode = kBoot;
-    int template_ram = -1;                      // kTemplate: the memfd QEMU maps shared
-    std::shared_ptr<const Template> from;       // kClone
+    int template_ram = -1;                 // kTemplate: the memfd QEMU maps shared
+    std::shared_ptr<const Template> from;  // kClone
   };
   explicit QemuRuntime(Config config);
   Result<std::unique_ptr<Instance>> start(const SandboxSpec& spec, const Launch& how,

@@ -3,6 +3,7 @@
 #include "runtime/qemu/qemu_template.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,8 +14,6 @@
 #include <functional>
 #include <utility>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "runtime/sparse_file.h"
 #include "runtime/vm_host.h"

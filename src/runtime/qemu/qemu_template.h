@@ -7,10 +7,10 @@
 //   ram           the guest's RAM as the template left it (sparse)
 //   disk.img      the writable disk as it was when the machine stopped
 //   machine.json  {"key": what it was made from, "cmdline": the guest kernel's command line}
-// In memory, the RAM is a memfd (all of it allocated) sealed against writes, growth and shrinking (F_SEAL_WRITE,
-// F_SEAL_GROW, F_SEAL_SHRINK, F_SEAL_SEAL): each clone's QEMU maps it privately, so its writes
-// land in its own copied pages, and no QEMU can change what the other clones see — not by
-// write(), a shared mapping, fallocate or ftruncate.
+// In memory, the RAM is a memfd (all of it allocated) sealed against writes, growth and shrinking
+// (F_SEAL_WRITE, F_SEAL_GROW, F_SEAL_SHRINK, F_SEAL_SEAL): each clone's QEMU maps it privately, so
+// its writes land in its own copied pages, and no QEMU can change what the other clones see — not
+// by write(), a shared mapping, fallocate or ftruncate.
 #pragma once
 
 #include <filesystem>
@@ -25,11 +25,11 @@
 namespace space::runtime::qemu {
 
 struct QemuRuntime::Template {
-  std::string name;            // the key's hash: the directory's name
-  std::filesystem::path dir;   // <template_dir>/<name>
-  UniqueFd ram;                // the sealed memfd
-  std::string cmdline;         // the guest kernel's command line the template booted with
-  uint64_t ram_bytes = 0;      // bytes of its RAM that are not zeros
+  std::string name;           // the key's hash: the directory's name
+  std::filesystem::path dir;  // <template_dir>/<name>
+  UniqueFd ram;               // the sealed memfd
+  std::string cmdline;        // the guest kernel's command line the template booted with
+  uint64_t ram_bytes = 0;     // bytes of its RAM that are not zeros
 };
 
 // The files of a template directory.
@@ -61,7 +61,6 @@ Result<std::shared_ptr<QemuRuntime::Template>> load_template(const std::filesyst
 // disk of `current`'s image; then the least recently used (machine.json's mtime, which a
 // load or build sets) beyond `keep`, the one for `current` never. Half-built ones (.build-*)
 // are their builders' to remove.
-void prune_templates(const std::filesystem::path& root, const nlohmann::json& current,
-                     size_t keep);
+void prune_templates(const std::filesystem::path& root, const nlohmann::json& current, size_t keep);
 
 }  // namespace space::runtime::qemu

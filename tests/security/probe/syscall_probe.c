@@ -64,11 +64,16 @@ static int host_control;
 static int checks, failures;
 
 static int parse_kind(const char* s, enum kind* k) {
-  if (strcmp(s, "all") == 0) *k = K_ALL;
-  else if (strcmp(s, "eq") == 0) *k = K_EQ;
-  else if (strcmp(s, "anybit") == 0) *k = K_ANYBIT;
-  else if (strcmp(s, "notin") == 0) *k = K_NOTIN;
-  else return -1;
+  if (strcmp(s, "all") == 0)
+    *k = K_ALL;
+  else if (strcmp(s, "eq") == 0)
+    *k = K_EQ;
+  else if (strcmp(s, "anybit") == 0)
+    *k = K_ANYBIT;
+  else if (strcmp(s, "notin") == 0)
+    *k = K_NOTIN;
+  else
+    return -1;
   return 0;
 }
 
@@ -186,7 +191,7 @@ static int real_call_outcome(const char* name, int* out) {
   if (strcmp(name, "clone3") == 0) {
     errno = 0;
     long rc = syscall(SYS_clone3, NULL, 0);  // size < CLONE_ARGS_SIZE_VER0: EINVAL if allowed
-    if (rc == 0) _exit(0);  // cannot happen; never let a child run on
+    if (rc == 0) _exit(0);                   // cannot happen; never let a child run on
     *out = (rc == -1 && errno == ENOSYS) ? ENOSYS : ALLOWED;
     return 0;
   }
@@ -211,8 +216,8 @@ static void check_args(const char* label, long nr, const char* name, const uint6
     if (real_call_outcome(name, &real) != 0) {
       ++checks;
       ++failures;
-      printf("FAIL %-24s %-34s expects ENOSYS but the probe knows no harmless real call\n",
-             name, label);
+      printf("FAIL %-24s %-34s expects ENOSYS but the probe knows no harmless real call\n", name,
+             label);
       return;
     }
     got = real;
@@ -286,8 +291,8 @@ static void check_rule(const struct rule* r) {
         check_args(label, r->nr, r->name, a);
       }
       // Values outside the list: single bits, all-ones minus a bit, a high 64-bit bit.
-      const uint64_t outside[] = {0x0040000, 0x0400000, 0x0100000, 0x1, 0x4000000,
-                                  0xfffffffe, 0x100000000ULL, 0xffffffff00000008ULL};
+      const uint64_t outside[] = {0x0040000, 0x0400000,  0x0100000,      0x1,
+                                  0x4000000, 0xfffffffe, 0x100000000ULL, 0xffffffff00000008ULL};
       for (size_t i = 0; i < sizeof outside / sizeof outside[0]; ++i) {
         uint64_t a[5];
         base_args(a, 0);
@@ -361,8 +366,8 @@ static void check_badarch(void) {
   ++checks;
   int ok = host_control ? sig != SIGSYS : sig == SIGSYS;
   if (!ok) ++failures;
-  printf("%s %-24s %-34s want %-14s got %s\n", ok ? "ok  " : "FAIL", "x32 getpid",
-         "nr|0x40000000", host_control ? "not SIGSYS" : "SIGSYS", how);
+  printf("%s %-24s %-34s want %-14s got %s\n", ok ? "ok  " : "FAIL", "x32 getpid", "nr|0x40000000",
+         host_control ? "not SIGSYS" : "SIGSYS", how);
   // i386 (int 0x80): killed by the filter, or refused by a kernel without IA-32 entry
   // (SIGSEGV); either way the call must not run.
   sig = child_outcome(i386_getpid, how, sizeof how);

@@ -55,8 +55,8 @@ int main() {
                     static_cast<unsigned long long>(v));
       values += buf;
     }
-    std::printf("rule %d %s %s %u %d %s\n", nr, name.c_str(), kind_name(r.match.kind),
-                r.match.arg, r.errno_value, values.empty() ? "-" : values.c_str());
+    std::printf("rule %d %s %s %u %d %s\n", nr, name.c_str(), kind_name(r.match.kind), r.match.arg,
+                r.errno_value, values.empty() ? "-" : values.c_str());
   }
   std::printf("badarch kill\n");
   return 0;

@@ -40,8 +40,8 @@ TEST(Options, EgressListen) {
   EXPECT_EQ(o->egress_listen[0].port, 3128);
   EXPECT_EQ(o->egress_listen[0].ip, htonl(INADDR_LOOPBACK));
   EXPECT_TRUE(parse({"--channel-fd", "3"})->egress_listen.empty());
-  auto several = parse({"--channel-fd", "3", "--egress-listen", "127.0.0.1:3128",
-                        "--egress-listen", "127.0.0.1:443"});
+  auto several = parse({"--channel-fd", "3", "--egress-listen", "127.0.0.1:3128", "--egress-listen",
+                        "127.0.0.1:443"});
   ASSERT_TRUE(several);
   ASSERT_EQ(several->egress_listen.size(), 2u);
   EXPECT_EQ(several->egress_listen[1].port, 443);
@@ -51,13 +51,13 @@ TEST(Options, EgressListen) {
     ASSERT_FALSE(r) << bad;
     EXPECT_NE(r.error().message().find("IPV4:PORT"), std::string::npos) << r.error().message();
   }
-  EXPECT_FALSE(parse({"--channel-fd", "3", "--egress-listen=127.0.0.1:1",
-                      "--egress-listen=127.0.0.1:1"}));
+  EXPECT_FALSE(
+      parse({"--channel-fd", "3", "--egress-listen=127.0.0.1:1", "--egress-listen=127.0.0.1:1"}));
 }
 
 TEST(Options, DnsListen) {
-  auto o = parse({"--channel", "/dev/vport0p1", "--egress-listen", "127.0.0.1:3128",
-                  "--dns-listen", "127.0.0.53:53"});
+  auto o = parse({"--channel", "/dev/vport0p1", "--egress-listen", "127.0.0.1:3128", "--dns-listen",
+                  "127.0.0.53:53"});
   ASSERT_TRUE(o) << o.error().message();
   ASSERT_TRUE(o->dns_listen);
   EXPECT_EQ(o->dns_listen->port, 53);
@@ -66,8 +66,8 @@ TEST(Options, DnsListen) {
   EXPECT_FALSE(parse({"--channel-fd", "3"})->dns_listen);
   EXPECT_TRUE(parse({"--channel-fd", "3", "--dns-listen=127.0.0.53:53"}));
   // One address at most, and the same syntax as --egress-listen.
-  EXPECT_FALSE(parse({"--channel-fd", "3", "--dns-listen", "127.0.0.53:53", "--dns-listen",
-                      "127.0.0.54:53"}));
+  EXPECT_FALSE(parse(
+      {"--channel-fd", "3", "--dns-listen", "127.0.0.53:53", "--dns-listen", "127.0.0.54:53"}));
   for (const char* bad : {"127.0.0.53", "127.0.0.53:0", "localhost:53", "::1:53"}) {
     auto r = parse({"--channel-fd", "3", "--dns-listen", bad});
     ASSERT_FALSE(r) << bad;

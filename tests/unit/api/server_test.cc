@@ -598,7 +598,8 @@ TEST_F(ServerTest, ConnectionThreadsAreReused) {
   start();
   auto tasks = [] {
     std::set<std::string> tids;
-    for (const auto& e : fs::directory_iterator("/proc/self/task")) tids.insert(e.path().filename());
+    for (const auto& e : fs::directory_iterator("/proc/self/task"))
+      tids.insert(e.path().filename());
     return tids;
   };
   { EXPECT_EQ(Conn(socket_).request("GET", "/v1/health").status, 200); }

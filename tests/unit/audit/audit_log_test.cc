@@ -52,8 +52,7 @@ class AuditLogTest : public ::testing::Test {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open((dir_ / "space.db").c_str(), &db), SQLITE_OK);
     char* err = nullptr;
-    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK)
-        << (err ? err : "");
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
     sqlite3_free(err);
     sqlite3_close(db);
   }
@@ -94,8 +93,9 @@ TEST_F(AuditLogTest, AppendsReadAndVerify) {
 
 TEST_F(AuditLogTest, DetectsAnEditedRow) {
   fill("sb_a", 5);
-  tamper("UPDATE audit_events SET data = '{\"argv\":[\"/bin/false\"]}' "
-         "WHERE sandbox_id = 'sb_a' AND seq = 3");
+  tamper(
+      "UPDATE audit_events SET data = '{\"argv\":[\"/bin/false\"]}' "
+      "WHERE sandbox_id = 'sb_a' AND seq = 3");
   auto rep = verify("sb_a");
   EXPECT_FALSE(rep.ok);
   EXPECT_EQ(rep.first_bad_seq, 3);
@@ -117,8 +117,9 @@ TEST_F(AuditLogTest, DetectsADeletedRow) {
 
 TEST_F(AuditLogTest, DetectsADeletedRowRenumbered) {
   fill("sb_a", 5);
-  tamper("DELETE FROM audit_events WHERE sandbox_id = 'sb_a' AND seq = 2;"
-         "UPDATE audit_events SET seq = seq - 1 WHERE sandbox_id = 'sb_a' AND seq > 2");
+  tamper(
+      "DELETE FROM audit_events WHERE sandbox_id = 'sb_a' AND seq = 2;"
+      "UPDATE audit_events SET seq = seq - 1 WHERE sandbox_id = 'sb_a' AND seq > 2");
   auto rep = verify("sb_a");
   EXPECT_FALSE(rep.ok);
   EXPECT_EQ(rep.first_bad_seq, 2);
@@ -127,17 +128,19 @@ TEST_F(AuditLogTest, DetectsADeletedRowRenumbered) {
 TEST_F(AuditLogTest, DetectsAnInsertedRow) {
   fill("sb_a", 3);
   // A copy of event 3 appended as event 4 (a replay), then a forged event 5.
-  tamper("INSERT INTO audit_events (sandbox_id, seq, ts, kind, data, hash) "
-         "SELECT sandbox_id, 4, ts, kind, data, hash FROM audit_events "
-         "WHERE sandbox_id = 'sb_a' AND seq = 3");
+  tamper(
+      "INSERT INTO audit_events (sandbox_id, seq, ts, kind, data, hash) "
+      "SELECT sandbox_id, 4, ts, kind, data, hash FROM audit_events "
+      "WHERE sandbox_id = 'sb_a' AND seq = 3");
   EXPECT_EQ(verify("sb_a").first_bad_seq, 4);
 }
 
 TEST_F(AuditLogTest, DetectsReorderedRows) {
   fill("sb_a", 4);
   // Swap the contents of events 2 and 3, keeping every row's own seq and hash intact.
-  tamper("UPDATE audit_events SET seq = -seq WHERE sandbox_id = 'sb_a' AND seq IN (2, 3);"
-         "UPDATE audit_events SET seq = 5 + seq WHERE sandbox_id = 'sb_a' AND seq IN (-2, -3)");
+  tamper(
+      "UPDATE audit_events SET seq = -seq WHERE sandbox_id = 'sb_a' AND seq IN (2, 3);"
+      "UPDATE audit_events SET seq = 5 + seq WHERE sandbox_id = 'sb_a' AND seq IN (-2, -3)");
   auto rep = verify("sb_a");
   EXPECT_FALSE(rep.ok);
   EXPECT_EQ(rep.first_bad_seq, 2);
@@ -145,8 +148,10 @@ TEST_F(AuditLogTest, DetectsReorderedRows) {
 
 TEST_F(AuditLogTest, DetectsAForgedEventWithoutTheKey) {
   fill("sb_a", 2);
-  tamper("INSERT INTO audit_events (sandbox_id, seq, ts, kind, data, hash) VALUES "
-         "('sb_a', 3, 1.0, 'exec.start', '{}', '" + std::string(64, 'a') + "')");
+  tamper(
+      "INSERT INTO audit_events (sandbox_id, seq, ts, kind, data, hash) VALUES "
+      "('sb_a', 3, 1.0, 'exec.start', '{}', '" +
+      std::string(64, 'a') + "')");
   EXPECT_EQ(verify("sb_a").first_bad_seq, 3);
 }
 

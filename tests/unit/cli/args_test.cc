@@ -191,10 +191,10 @@ TEST(Args, TokenCommands) {
   EXPECT_EQ(c.ops, (std::vector<std::string>{"read", "exec", "files"}));
   EXPECT_EQ(c.ttl, "24h");
   EXPECT_TRUE(c.json);
-  EXPECT_EQ(ok({"token", "create", "--name", "all", "--profile", "*", "--op", "admin", "--ttl",
-                "1h"})
-                .profiles,
-            std::vector<std::string>{"*"});
+  EXPECT_EQ(
+      ok({"token", "create", "--name", "all", "--profile", "*", "--op", "admin", "--ttl", "1h"})
+          .profiles,
+      std::vector<std::string>{"*"});
   EXPECT_EQ(ok({"token", "ls", "--json"}).command, "token ls");
   Args rm = ok({"token", "rm", "0123456789ab"});
   EXPECT_EQ(rm.command, "token rm");
@@ -211,9 +211,9 @@ TEST(Args, HelpListsEveryCommandAndExitsZero) {
   EXPECT_FALSE(p.args);
   EXPECT_EQ(p.exit_code, 0);
   for (const char* cmd :
-       {"run", "create", "exec", "ps", "kill", "cp", "ls", "inspect", "rm", "pause", "resume",
-        "diff", "doctor", "image", "snapshot", "snapshots", "rollback", "restore", "audit",
-        "token"}) {
+       {"run",      "create",    "exec",     "ps",      "kill",  "cp",     "ls",
+        "inspect",  "rm",        "pause",    "resume",  "diff",  "doctor", "image",
+        "snapshot", "snapshots", "rollback", "restore", "audit", "token"}) {
     EXPECT_NE(p.out.find(std::string("  ") + cmd + " "), std::string::npos) << cmd;
   }
   ParseOutcome sub = parse({"run", "--help"});

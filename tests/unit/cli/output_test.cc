@@ -26,9 +26,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 // `cp` as UTF-8.
-std::string utf8(char32_t cp) {
-  return encode_utf8(cp);
-}
+std::string utf8(char32_t cp) { return encode_utf8(cp); }
 
 // The inverse of escape_text(), for the tests: nullopt if `s` is not something escape_text()
 // can have produced.
@@ -306,11 +304,11 @@ TEST(FormatAuditEvent, GuestReportedExecsAndTheirDrops) {
   EXPECT_EQ(format_audit_event(exec),
             "1970-01-01T00:00:00.000Z  3  proc.exec  pid=87 ppid=85 uid=0 exe=/bin/ls cwd=/root "
             "argv: /bin/ls / (guest-reported)\n");
-  json dropped = {{"seq", 4},
-                  {"ts", 0.0},
-                  {"kind", "proc.exec_dropped"},
-                  {"data",
-                   {{"count", 12}, {"rate_limited", 10}, {"dropped_by_guest", 2}, {"malformed", 0}}}};
+  json dropped = {
+      {"seq", 4},
+      {"ts", 0.0},
+      {"kind", "proc.exec_dropped"},
+      {"data", {{"count", 12}, {"rate_limited", 10}, {"dropped_by_guest", 2}, {"malformed", 0}}}};
   EXPECT_EQ(format_audit_event(dropped),
             "1970-01-01T00:00:00.000Z  4  proc.exec_dropped  count=12 rate_limited=10 "
             "dropped_by_guest=2 malformed=0\n");

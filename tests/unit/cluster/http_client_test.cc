@@ -4,8 +4,8 @@
 #include "cluster/http_client.h"
 
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <openssl/x509v3.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 
@@ -18,7 +18,6 @@
 #include "unit/cluster/fake_http_server.h"
 #include "unit/cluster/test_pki.h"
 #include "unit/temp_dir.h"
-
 
 // A peer that closes while the client (or a test server) still writes must be an error value,
 // not a signal that kills the test binary: spaced and space-gateway ignore SIGPIPE in main(),

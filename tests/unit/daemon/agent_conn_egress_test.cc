@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/agent_conn.h"
 #include "agent_peer.h"
+#include "daemon/agent_conn.h"
 
 namespace space::daemon {
 namespace {

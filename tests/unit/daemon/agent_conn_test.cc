@@ -2,13 +2,13 @@
 // whatever an (untrusted) agent sends.
 #include "daemon/agent_conn.h"
 
-#include "agent_peer.h"
-
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <thread>
+
+#include "agent_peer.h"
 
 namespace space::daemon {
 namespace {

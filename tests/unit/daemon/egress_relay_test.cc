@@ -18,8 +18,8 @@
 
 #include <atomic>
 #include <fstream>
-#include <iostream>
 #include <functional>
+#include <iostream>
 #include <mutex>
 #include <thread>
 #include <vector>

@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "agent_peer.h"
 #include "daemon/agent_conn.h"
 #include "proto/exec_report.h"
-#include "agent_peer.h"
 
 namespace space::daemon {
 namespace {

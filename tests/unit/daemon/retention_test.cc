@@ -11,9 +11,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 
@@ -35,8 +35,7 @@ std::set<std::string> drops(const std::vector<SnapshotAge>& s, const SnapshotCon
 TEST(Retention, KeepsEverythingInTheFirstHour) {
   double now = 1'000'000 * kHour;
   std::vector<SnapshotAge> s;
-  for (int i = 0; i < 60; ++i)
-    s.push_back({"s" + std::to_string(i), "sb", false, now - i * 60.0});
+  for (int i = 0; i < 60; ++i) s.push_back({"s" + std::to_string(i), "sb", false, now - i * 60.0});
   EXPECT_TRUE(drops(s, default_policy(), now).empty());
 }
 
@@ -54,9 +53,12 @@ TEST(Retention, ThinsOlderSnapshotsToOnePerWindow) {
   size_t first_hour = 0, first_day = 0, older = 0;
   for (auto* k : kept) {
     double age = now - k->created_at;
-    if (age <= kHour) ++first_hour;
-    else if (age <= kDay) ++first_day;
-    else ++older;
+    if (age <= kHour)
+      ++first_hour;
+    else if (age <= kDay)
+      ++first_day;
+    else
+      ++older;
   }
   EXPECT_EQ(first_hour, 6u);
   EXPECT_GE(first_day, 23u);

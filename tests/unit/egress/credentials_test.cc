@@ -633,11 +633,11 @@ TEST_F(SecretStoreTest, BackoffDoublesAndResets) {
     std::string r = slurp("runs");
     return std::count(r.begin(), r.end(), 'x');
   };
-  EXPECT_FALSE(s.value("B"));                 // run 1 fails: next try after 2 s
+  EXPECT_FALSE(s.value("B"));  // run 1 fails: next try after 2 s
   now = t0 + std::chrono::milliseconds(2100);
-  EXPECT_FALSE(s.value("B"));                 // run 2 fails: next after 4 s more
+  EXPECT_FALSE(s.value("B"));  // run 2 fails: next after 4 s more
   now += std::chrono::seconds(3);
-  EXPECT_FALSE(s.value("B"));                 // inside the 4 s: no run
+  EXPECT_FALSE(s.value("B"));  // inside the 4 s: no run
   EXPECT_EQ(runs(), 2);
   now += std::chrono::seconds(2);
   write("ok", "");
@@ -651,12 +651,27 @@ TEST_F(SecretStoreTest, PermitGatesRunsOnly) {
   std::string mint = script("mint", R"(echo x >> "$DIR/runs"; echo permit-token)");
   SecretStore s = store(def("P", {{"command", {mint}}, {"ttl", "1h"}}));
   int asked = 0;
-  auto v = s.value("P", [&] { ++asked; return false; });
+  auto v = s.value("P", [&] {
+    ++asked;
+    return false;
+  });
   ASSERT_FALSE(v);
   EXPECT_EQ(v.error().code(), Code::kResourceExhausted);
   EXPECT_FALSE(std::filesystem::exists(dir_ / "runs"));
-  EXPECT_EQ(s.value("P", [&] { ++asked; return true; }).value_or(""), "permit-token");
-  EXPECT_EQ(s.value("P", [&] { ++asked; return false; }).value_or(""), "permit-token");  // cached
+  EXPECT_EQ(s.value("P",
+                    [&] {
+                      ++asked;
+                      return true;
+                    })
+                .value_or(""),
+            "permit-token");
+  EXPECT_EQ(s.value("P",
+                    [&] {
+                      ++asked;
+                      return false;
+                    })
+                .value_or(""),
+            "permit-token");  // cached
   EXPECT_EQ(asked, 2);
   EXPECT_EQ(slurp("runs"), "x\n");
 }
@@ -672,9 +687,9 @@ echo $n > "$DIR/n"; echo "minted-token-$n")");
   SecretStore s(std::move(m));
   auto masked = [&](const std::string& text) { return Redactor(s.mask_patterns()).mask(text); };
   EXPECT_EQ(masked("a literal/value+1 b"), "a " + std::string(15, '*') + " b");
-  EXPECT_EQ(masked("literal\\/value+1"), std::string(16, '*'));      // JSON "\/"
-  EXPECT_EQ(masked("literal%2Fvalue%2B1"), std::string(19, '*'));     // percent-encoded
-  EXPECT_EQ(masked("minted-token-1"), "minted-token-1");              // never minted yet
+  EXPECT_EQ(masked("literal\\/value+1"), std::string(16, '*'));    // JSON "\/"
+  EXPECT_EQ(masked("literal%2Fvalue%2B1"), std::string(19, '*'));  // percent-encoded
+  EXPECT_EQ(masked("minted-token-1"), "minted-token-1");           // never minted yet
   auto first = s.mask_patterns();
   EXPECT_EQ(s.mask_patterns(), first);  // nothing new: not rebuilt
   for (int i = 1; i <= 5; ++i) {
@@ -683,8 +698,8 @@ echo $n > "$DIR/n"; echo "minted-token-$n")");
   }
   EXPECT_NE(s.mask_patterns(), first);
   EXPECT_EQ(masked("minted-token-1"), "minted-token-1");  // the oldest fell out
-  for (int i = 2; i <= 5; ++i) EXPECT_EQ(masked("minted-token-" + std::to_string(i)),
-                                         std::string(14, '*')) << i;
+  for (int i = 2; i <= 5; ++i)
+    EXPECT_EQ(masked("minted-token-" + std::to_string(i)), std::string(14, '*')) << i;
 }
 
 TEST_F(SecretStoreTest, ConcurrentCallersShareOneRun) {
@@ -951,12 +966,13 @@ TEST(SecretWire, FetchingStore) {
   auto d = SecretDef::from_wire("GH", SecretDef::from_json("GH", base_def())->to_wire());
   ASSERT_TRUE(d);
   std::vector<std::pair<std::string, std::string>> asked;
-  SecretStore store({{"GH", *d}}, [&](const std::string& name, const std::string& sandbox)
-                                      -> Result<std::string> {
-    asked.emplace_back(name, sandbox);
-    if (sandbox == "sb_b") return fail(Code::kPermissionDenied, "not granted");
-    return std::string("fetched-value-0123456789");
-  });
+  SecretStore store(
+      {{"GH", *d}},
+      [&](const std::string& name, const std::string& sandbox) -> Result<std::string> {
+        asked.emplace_back(name, sandbox);
+        if (sandbox == "sb_b") return fail(Code::kPermissionDenied, "not granted");
+        return std::string("fetched-value-0123456789");
+      });
   EXPECT_TRUE(store.remembered("GH").empty());
   auto v = store.value("GH", {}, "sb_a");
   ASSERT_TRUE(v) << v.error().message();

@@ -14,9 +14,9 @@ const std::string kSecret = "ghp_S3cr3t/Value+with=\"odd\"&<chars>'~";
 
 std::string b64(std::string_view s, bool url = false) {
   std::string out(4 * ((s.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(s.data()),
-                          static_cast<int>(s.size()));
+  int n =
+      EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                      reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
   out.resize(static_cast<size_t>(n));
   if (url) {
     for (char& c : out) c = c == '+' ? '-' : c == '/' ? '_' : c;

@@ -141,8 +141,8 @@ TEST(ParseMethodAndPath, Direct) {
   EXPECT_FALSE(parse_method(std::string(33, 'A')));
   EXPECT_EQ(*parse_path_prefix("/"), "/");
   EXPECT_EQ(*parse_path_prefix("/a%20b/"), "/a%20b/");
-  for (const char* bad : {"", "*", "/a\\b", "/a#b", "/a/./b", "/a/..", "/a/..;x/", "/%2e",
-                          "/%5c", "/%25", "/%0a", "/%zz", "/%2", "/\xc3\xa9"}) {
+  for (const char* bad : {"", "*", "/a\\b", "/a#b", "/a/./b", "/a/..", "/a/..;x/", "/%2e", "/%5c",
+                          "/%25", "/%0a", "/%zz", "/%2", "/\xc3\xa9"}) {
     EXPECT_FALSE(parse_path_prefix(bad)) << "accepted " << bad;
   }
 }
@@ -173,10 +173,12 @@ TEST(Policy, MakeCopiesLimits) {
 }
 
 TEST(Policy, NarrowingMustStayWithinTheProfile) {
-  const char* ok[] = {"pypi.org",          "pypi.org:443",     "PyPI.org.",
-                      "files.pythonhosted.org", "*.pythonhosted.org", "*.a.pythonhosted.org:443",
-                      "a.example.com:8443", "*.example.com",    "10.1.2.3:8080",
-                      "0x0a010203",        "[fd00::5]:443",    "fd00::5",
+  const char* ok[] = {"pypi.org",           "pypi.org:443",
+                      "PyPI.org.",          "files.pythonhosted.org",
+                      "*.pythonhosted.org", "*.a.pythonhosted.org:443",
+                      "a.example.com:8443", "*.example.com",
+                      "10.1.2.3:8080",      "0x0a010203",
+                      "[fd00::5]:443",      "fd00::5",
                       "api.github.com:443"};
   for (const char* e : ok) {
     auto p = Policy::make("test", profile(), {e});
@@ -227,26 +229,27 @@ void expect_hosts(const Policy& p, const std::vector<HostCheck>& cases) {
 }
 
 TEST(Policy, CheckHost) {
-  expect_hosts(policy(), {
-      {"pypi.org", 443, true, ""},
-      {"PYPI.ORG.", 80, true, ""},
-      {"pypi.org", 22, false, "port 22 not allowed for pypi.org"},
-      {"evil.com", 443, false, "host evil.com not in profile test"},
-      {"pypi.org.evil.com", 443, false, "not in profile test"},
-      {"files.pythonhosted.org", 443, true, ""},
-      {"files.pythonhosted.org", 80, false, "port 80 not allowed"},
-      {"pythonhosted.org", 443, false, "not in profile"},
-      {"a.example.com", 8443, true, ""},
-      {"example.com", 443, false, "not in profile"},
-      {"upload.example.com", 80, true, ""},    // its own rule (default ports)
-      {"10.1.2.3", 8080, true, ""},
-      {"0x0a010203", 8080, true, ""},
-      {"[::ffff:10.1.2.3]", 8080, true, ""},
-      {"10.1.2.3", 443, false, "port 443 not allowed for 10.1.2.3"},
-      {"10.1.2.4", 8080, false, "not in profile"},
-      {"[fd00::5]", 443, true, ""},
-      {"169.254.169.254", 80, false, "host 169.254.169.254 not in profile test"},
-  });
+  expect_hosts(policy(),
+               {
+                   {"pypi.org", 443, true, ""},
+                   {"PYPI.ORG.", 80, true, ""},
+                   {"pypi.org", 22, false, "port 22 not allowed for pypi.org"},
+                   {"evil.com", 443, false, "host evil.com not in profile test"},
+                   {"pypi.org.evil.com", 443, false, "not in profile test"},
+                   {"files.pythonhosted.org", 443, true, ""},
+                   {"files.pythonhosted.org", 80, false, "port 80 not allowed"},
+                   {"pythonhosted.org", 443, false, "not in profile"},
+                   {"a.example.com", 8443, true, ""},
+                   {"example.com", 443, false, "not in profile"},
+                   {"upload.example.com", 80, true, ""},  // its own rule (default ports)
+                   {"10.1.2.3", 8080, true, ""},
+                   {"0x0a010203", 8080, true, ""},
+                   {"[::ffff:10.1.2.3]", 8080, true, ""},
+                   {"10.1.2.3", 443, false, "port 443 not allowed for 10.1.2.3"},
+                   {"10.1.2.4", 8080, false, "not in profile"},
+                   {"[fd00::5]", 443, true, ""},
+                   {"169.254.169.254", 80, false, "host 169.254.169.254 not in profile test"},
+               });
   // Hosts built by hand must be normalized.
   Policy p = policy();
   Decision d = p.check_host(Host{"PYPI.org", std::nullopt}, 443);
@@ -259,19 +262,20 @@ TEST(Policy, CheckHost) {
 TEST(Policy, CheckHostNarrowed) {
   Policy p = policy({"pypi.org:443", "a.example.com", "*.b.example.com:8443"});
   EXPECT_EQ(p.ports(), (std::vector<uint16_t>{443, 8443}));
-  expect_hosts(p, {
-      {"pypi.org", 443, true, ""},
-      {"pypi.org", 80, false, "port 80 not allowed for pypi.org by this sandbox's --allow"},
-      {"a.example.com", 443, true, ""},
-      {"a.example.com", 8443, true, ""},
-      {"a.example.com", 80, false, "port 80 not allowed for a.example.com"},  // profile says
-      {"x.b.example.com", 8443, true, ""},
-      {"x.b.example.com", 443, false, "--allow"},
-      {"b.example.com", 8443, false, "not in this sandbox's --allow list"},
-      {"c.example.com", 443, false, "host c.example.com not in this sandbox's --allow list"},
-      {"files.pythonhosted.org", 443, false, "--allow list"},
-      {"evil.com", 443, false, "not in profile test"},
-  });
+  expect_hosts(
+      p, {
+             {"pypi.org", 443, true, ""},
+             {"pypi.org", 80, false, "port 80 not allowed for pypi.org by this sandbox's --allow"},
+             {"a.example.com", 443, true, ""},
+             {"a.example.com", 8443, true, ""},
+             {"a.example.com", 80, false, "port 80 not allowed for a.example.com"},  // profile says
+             {"x.b.example.com", 8443, true, ""},
+             {"x.b.example.com", 443, false, "--allow"},
+             {"b.example.com", 8443, false, "not in this sandbox's --allow list"},
+             {"c.example.com", 443, false, "host c.example.com not in this sandbox's --allow list"},
+             {"files.pythonhosted.org", 443, false, "--allow list"},
+             {"evil.com", 443, false, "not in profile test"},
+         });
 }
 
 struct RequestCheck {
@@ -384,10 +388,10 @@ TEST(Policy, ReasonsEscapeUntrustedText) {
 
 TEST(Policy, NeedsInspection) {
   Policy p = policy();
-  EXPECT_TRUE(p.needs_inspection(host("api.github.com"), 443));   // methods and paths
-  EXPECT_TRUE(p.needs_inspection(host("upload.example.com"), 80));  // methods only
+  EXPECT_TRUE(p.needs_inspection(host("api.github.com"), 443));       // methods and paths
+  EXPECT_TRUE(p.needs_inspection(host("upload.example.com"), 80));    // methods only
   EXPECT_FALSE(p.needs_inspection(host("upload.example.com"), 443));  // *.example.com: any
-  EXPECT_TRUE(p.needs_inspection(host("mixed.test"), 443));   // neither rule allows all
+  EXPECT_TRUE(p.needs_inspection(host("mixed.test"), 443));           // neither rule allows all
   EXPECT_FALSE(p.needs_inspection(host("pypi.org"), 443));
   EXPECT_FALSE(p.needs_inspection(host("a.example.com"), 8443));
   EXPECT_TRUE(p.needs_inspection(host("evil.com"), 443));  // fail safe: refused anyway
@@ -410,10 +414,10 @@ TEST(Policy, CheckAddress) {
       {"127.0.0.1", false, "address 127.0.0.1 is loopback"},
       {"::1", false, "is loopback"},
       {"10.2.0.1", false, "is private"},
-      {"10.1.2.3", true, ""},                // allow_networks 10.1.0.0/16
-      {"::ffff:10.1.2.3", true, ""},         // mapped matches it too
+      {"10.1.2.3", true, ""},                  // allow_networks 10.1.0.0/16
+      {"::ffff:10.1.2.3", true, ""},           // mapped matches it too
       {"64:ff9b::a01:203", false, "private"},  // NAT64 does not
-      {"fd00::5", true, ""},                 // allow_networks fd00::/8
+      {"fd00::5", true, ""},                   // allow_networks fd00::/8
       {"fc00::1", false, "is unique-local"},
       {"100.64.0.1", false, "carrier-grade NAT"},
       {"224.0.0.1", false, "multicast"},
@@ -429,8 +433,8 @@ TEST(Policy, CheckAddress) {
     }
   }
   // "0.0.0.0/0" cannot open the unspecified address (which dials this host).
-  auto wide = EgressProfile::from_json(json::parse(
-      R"({"allow": ["x.com"], "allow_networks": ["0.0.0.0/0", "::/0"]})"));
+  auto wide = EgressProfile::from_json(
+      json::parse(R"({"allow": ["x.com"], "allow_networks": ["0.0.0.0/0", "::/0"]})"));
   ASSERT_TRUE(wide);
   Policy w = *Policy::make("wide", *wide, {});
   EXPECT_TRUE(w.check_address(ip("127.0.0.1")).allowed);
@@ -447,9 +451,15 @@ std::string mutate(std::mt19937& rng, std::string s, const std::vector<std::stri
   for (int i = 0; i < edits; ++i) {
     size_t pos = s.empty() ? 0 : rng() % (s.size() + 1);
     switch (rng() % 3) {
-      case 0: s.insert(pos, pieces[rng() % pieces.size()]); break;
-      case 1: if (pos < s.size()) s.erase(pos, 1 + rng() % 3); break;
-      default: if (pos < s.size()) s[pos] = pieces[rng() % pieces.size()][0]; break;
+      case 0:
+        s.insert(pos, pieces[rng() % pieces.size()]);
+        break;
+      case 1:
+        if (pos < s.size()) s.erase(pos, 1 + rng() % 3);
+        break;
+      default:
+        if (pos < s.size()) s[pos] = pieces[rng() % pieces.size()][0];
+        break;
     }
   }
   return s;
@@ -491,8 +501,8 @@ std::string lenient_resolve(std::string path) {
 
 TEST(Invariants, AcceptedTargetsStayUnderTheirPrefix) {
   const std::vector<std::string> prefixes = {"/repos/"};
-  const std::vector<std::string> pieces = {"/", ".", "..", "%2e", "%2E", "%2f", "%5c", "%25",
-                                           "\\", ";", "a", "%", "2", "e", "?", "%41", "x/"};
+  const std::vector<std::string> pieces = {"/", ".", "..", "%2e", "%2E", "%2f", "%5c", "%25", "\\",
+                                           ";", "a", "%",  "2",   "e",   "?",   "%41", "x/"};
   std::mt19937 rng(777);
   int accepted = 0;
   for (int i = 0; i < 20000; ++i) {

@@ -195,8 +195,8 @@ TEST_F(StoreTest, SparseFilesKeepTheirHolesAndAreNotReadWhole) {
   EXPECT_EQ(static_cast<uint64_t>(st.st_size), size);
   EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, uint64_t{64} << 20) << "holes were filled";
   UniqueFd a(::open(f.c_str(), O_RDONLY | O_CLOEXEC)), b(::open(out.c_str(), O_RDONLY | O_CLOEXEC));
-  for (off_t at : {off_t{0}, (off_t{7} << 30) - 100, static_cast<off_t>(size - 5000),
-                   off_t{12} << 30}) {
+  for (off_t at :
+       {off_t{0}, (off_t{7} << 30) - 100, static_cast<off_t>(size - 5000), off_t{12} << 30}) {
     std::string x(6000, '\1'), y(6000, '\1');
     ASSERT_EQ(::pread(a.get(), x.data(), x.size(), at), ::pread(b.get(), y.data(), y.size(), at));
     EXPECT_EQ(x, y) << "at " << at;

@@ -15,7 +15,8 @@ int main(void) {
   size_t len = strlen(name);
   memcpy(a.sun_path + 1, name, len);
   refused("connect(@victim)",
-          connect(s, (struct sockaddr*)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len)),
+          connect(s, (struct sockaddr*)&a,
+                  (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len)),
           ECONNREFUSED, 0);
   close(s);
   int port = atoi(env_or("SPACE_VICTIM_TCP_PORT", "0"));

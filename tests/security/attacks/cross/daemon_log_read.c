@@ -37,8 +37,8 @@ int main(void) {
   char p[512];
   snprintf(p, sizeof p, "%s/spaced.log", env_or("SPACE_STATE_DIR", "/var/lib/space"));
   refused("open(daemon log in the state dir)", open(p, O_RDONLY | O_CLOEXEC), ENOENT, 0);
-  refused("open(/var/lib/space/spaced.log)", open("/var/lib/space/spaced.log", O_RDONLY),
-          ENOENT, 0);
+  refused("open(/var/lib/space/spaced.log)", open("/var/lib/space/spaced.log", O_RDONLY), ENOENT,
+          0);
   const char* dirs[] = {"/var/log", "/run", "/tmp", "/root", "/var/lib", "/dev/shm"};
   for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; ++i) scan(dirs[i], 0);
   note("%d files searched, none mentions %s", files, victim);

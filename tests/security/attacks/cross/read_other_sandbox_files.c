@@ -36,8 +36,8 @@ static void scan(const char* dir, int depth) {
 
 int main(void) {
   prefix = env_or("SPACE_VICTIM_MARKER_PREFIX", "VICTIMSECRET-");
-  const char* dirs[] = {"/tmp", "/root", "/dev/shm", "/var", "/run", "/home", "/mnt", "/opt",
-                        "/srv", "/workspace"};
+  const char* dirs[] = {"/tmp",  "/root", "/dev/shm", "/var", "/run",
+                        "/home", "/mnt",  "/opt",     "/srv", "/workspace"};
   for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; ++i) scan(dirs[i], 0);
   const char* direct[] = {"/tmp/victim-secret", "/root/victim-secret", "/dev/shm/victim-secret"};
   for (size_t i = 0; i < 3; ++i) {

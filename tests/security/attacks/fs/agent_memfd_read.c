@@ -12,8 +12,8 @@ int main(void) {
   refused("open(/proc/1/mem, O_RDWR)", open("/proc/1/mem", O_RDWR | O_CLOEXEC), EACCES, EPERM, 0);
   refused("open(/proc/1/mem, O_RDONLY)", open("/proc/1/mem", O_RDONLY | O_CLOEXEC), EACCES, EPERM,
           0);
-  refused("opendir(/proc/1/map_files)", open("/proc/1/map_files", O_RDONLY | O_DIRECTORY),
-          EACCES, EPERM, 0);
+  refused("opendir(/proc/1/map_files)", open("/proc/1/map_files", O_RDONLY | O_DIRECTORY), EACCES,
+          EPERM, 0);
   char buf[256];
   ssize_t n = readlink("/proc/1/exe", buf, sizeof buf - 1);
   refused("readlink(/proc/1/exe)", n, EACCES, EPERM, 0);

@@ -12,9 +12,9 @@ int main(void) {
     const char* name;
     mode_t type;
     int major, minor;
-  } nodes[] = {{"/tmp/sda", S_IFBLK, 8, 0},    {"/tmp/vda", S_IFBLK, 254, 0},
-               {"/tmp/dm0", S_IFBLK, 253, 0},  {"/tmp/mem", S_IFCHR, 1, 1},
-               {"/tmp/kmsg", S_IFCHR, 1, 11},  {"/dev/shm/mem", S_IFCHR, 1, 1},
+  } nodes[] = {{"/tmp/sda", S_IFBLK, 8, 0},   {"/tmp/vda", S_IFBLK, 254, 0},
+               {"/tmp/dm0", S_IFBLK, 253, 0}, {"/tmp/mem", S_IFCHR, 1, 1},
+               {"/tmp/kmsg", S_IFCHR, 1, 11}, {"/dev/shm/mem", S_IFCHR, 1, 1},
                {"/dev/sda", S_IFBLK, 8, 0}};
   for (size_t i = 0; i < sizeof nodes / sizeof nodes[0]; ++i) {
     char what[96];

@@ -9,10 +9,11 @@
 #include "../attack.h"
 
 int main(void) {
-  const char* devs[] = {"/dev/sda", "/dev/vda", "/dev/nvme0n1", "/dev/mem",  "/dev/kmem",
-                        "/dev/port", "/dev/kmsg", "/dev/fuse",  "/dev/net/tun", "/dev/kvm",
-                        "/dev/userfaultfd", "/dev/console", "/dev/tty0", "/dev/vhost-vsock",
-                        "/dev/loop-control", "/dev/mapper/control"};
+  const char* devs[] = {
+      "/dev/sda",     "/dev/vda",         "/dev/nvme0n1",      "/dev/mem",
+      "/dev/kmem",    "/dev/port",        "/dev/kmsg",         "/dev/fuse",
+      "/dev/net/tun", "/dev/kvm",         "/dev/userfaultfd",  "/dev/console",
+      "/dev/tty0",    "/dev/vhost-vsock", "/dev/loop-control", "/dev/mapper/control"};
   for (size_t i = 0; i < sizeof devs / sizeof devs[0]; ++i) {
     char what[96];
     snprintf(what, sizeof what, "open(%s)", devs[i]);
@@ -24,15 +25,16 @@ int main(void) {
       refused(what, fd, ENOENT, 0);
     }
   }
-  const char* allowed[] = {"null", "zero", "full",   "random", "urandom", "tty",  "pts",
-                           "shm",  "ptmx", "fd",     "stdin",  "stdout",  "stderr"};
+  const char* allowed[] = {"null", "zero", "full", "random", "urandom", "tty",   "pts",
+                           "shm",  "ptmx", "fd",   "stdin",  "stdout",  "stderr"};
   DIR* d = opendir("/dev");
   if (!d) broken("opendir /dev: %s", strerror(errno));
   struct dirent* e;
   while ((e = readdir(d))) {
     if (e->d_name[0] == '.') continue;
     int ok = 0;
-    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; ++i) ok |= !strcmp(e->d_name, allowed[i]);
+    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; ++i)
+      ok |= !strcmp(e->d_name, allowed[i]);
     if (!ok) escaped("/dev/%s is present", e->d_name);
   }
   closedir(d);

@@ -11,8 +11,8 @@ int main(void) {
   mkdir("/tmp/m", 0755);
   refused("mount(tmpfs on /etc)", mount("tmpfs", "/etc", "tmpfs", 0, NULL), EPERM, 0);
   refused("mount(--bind / /tmp/m)", mount("/", "/tmp/m", NULL, MS_BIND | MS_REC, NULL), EPERM, 0);
-  refused("mount(remount /usr rw)",
-          mount(NULL, "/usr", NULL, MS_REMOUNT | MS_BIND, NULL), EPERM, 0);
+  refused("mount(remount /usr rw)", mount(NULL, "/usr", NULL, MS_REMOUNT | MS_BIND, NULL), EPERM,
+          0);
   refused("mount(proc on /tmp/m)", mount("proc", "/tmp/m", "proc", 0, NULL), EPERM, 0);
   refused("mount(make / shared)", mount(NULL, "/", NULL, MS_SHARED | MS_REC, NULL), EPERM, 0);
   refused("mount(overlay)",

@@ -17,8 +17,10 @@ int main(void) {
       if (strtoull(line, NULL, 16) != 0) ++nonzero;
     }
     fclose(f);
-    if (nonzero) escaped("/proc/kallsyms shows %d non-zero addresses", nonzero);
-    else note("/proc/kallsyms: %d symbols, all addresses zero", lines);
+    if (nonzero)
+      escaped("/proc/kallsyms shows %d non-zero addresses", nonzero);
+    else
+      note("/proc/kallsyms: %d symbols, all addresses zero", lines);
   }
   f = fopen("/proc/modules", "re");
   if (f) {

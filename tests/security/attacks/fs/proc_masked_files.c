@@ -10,8 +10,8 @@
 #include "../attack.h"
 
 int main(void) {
-  const char* files[] = {"/proc/kcore",         "/proc/keys",          "/proc/timer_list",
-                         "/proc/sched_debug",   "/proc/sysrq-trigger", "/proc/latency_stats",
+  const char* files[] = {"/proc/kcore",       "/proc/keys",          "/proc/timer_list",
+                         "/proc/sched_debug", "/proc/sysrq-trigger", "/proc/latency_stats",
                          "/proc/timer_stats"};
   for (size_t i = 0; i < sizeof files / sizeof files[0]; ++i) {
     struct stat st;
@@ -25,8 +25,10 @@ int main(void) {
     }
     char buf[64];
     ssize_t n = read_small(files[i], buf, sizeof buf);
-    if (n > 0) escaped("%s returned %zd bytes", files[i], n);
-    else note("%s masked by /dev/null", files[i]);
+    if (n > 0)
+      escaped("%s returned %zd bytes", files[i], n);
+    else
+      note("%s masked by /dev/null", files[i]);
   }
   const char* dirs[] = {"/proc/acpi", "/proc/scsi"};
   for (size_t i = 0; i < 2; ++i) {
@@ -39,8 +41,10 @@ int main(void) {
     struct dirent* e;
     while ((e = readdir(d))) entries += e->d_name[0] != '.';
     closedir(d);
-    if (entries) escaped("%s lists %d entries", dirs[i], entries);
-    else note("%s empty", dirs[i]);
+    if (entries)
+      escaped("%s lists %d entries", dirs[i], entries);
+    else
+      note("%s empty", dirs[i]);
   }
   finish();
 }

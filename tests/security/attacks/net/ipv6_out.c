@@ -6,12 +6,15 @@
 #include "net_common.h"
 
 int main(void) {
-  const char* targets[] = {"2001:4860:4860::8888", "2606:4700:4700::1111", "fd00::1", "fd00::2",
-                           "fe80::1", "::ffff:8.8.8.8", "::ffff:169.254.169.254", "64:ff9b::808:808"};
+  const char* targets[] = {
+      "2001:4860:4860::8888", "2606:4700:4700::1111",   "fd00::1",         "fd00::2", "fe80::1",
+      "::ffff:8.8.8.8",       "::ffff:169.254.169.254", "64:ff9b::808:808"};
   for (size_t i = 0; i < sizeof targets / sizeof targets[0]; ++i) {
     int err = try_connect(AF_INET6, SOCK_STREAM, targets[i], 443, 1500);
-    if (err == 0) escaped("connected to [%s]:443", targets[i]);
-    else note("[%s] %s", targets[i], errname(err));
+    if (err == 0)
+      escaped("connected to [%s]:443", targets[i]);
+    else
+      note("[%s] %s", targets[i], errname(err));
   }
   finish();
 }

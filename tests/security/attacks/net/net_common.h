@@ -52,6 +52,8 @@ static inline int try_connect(int family, int type, const char* addr, int port, 
 // Connecting must fail; "refused" lists acceptable errnos (0-terminated).
 static inline void expect_no_connect(int family, const char* addr, int port) {
   int err = try_connect(family, SOCK_STREAM, addr, port, 1500);
-  if (err == 0) escaped("connected to [%s]:%d", addr, port);
-  else note("[%s]:%d %s", addr, port, errname(err));
+  if (err == 0)
+    escaped("connected to [%s]:%d", addr, port);
+  else
+    note("[%s]:%d %s", addr, port, errname(err));
 }

@@ -30,8 +30,10 @@ int main(void) {
   } else {
     struct nlmsghdr h = {.nlmsg_len = NLMSG_LENGTH(0), .nlmsg_type = AUDIT_GET};
     int err = ack_errno(s, &h);
-    if (err == 0) escaped("AUDIT_GET answered: the host's audit subsystem is reachable");
-    else note("AUDIT_GET: %s", errname(err));
+    if (err == 0)
+      escaped("AUDIT_GET answered: the host's audit subsystem is reachable");
+    else
+      note("AUDIT_GET: %s", errname(err));
     close(s);
   }
   s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
@@ -46,8 +48,10 @@ int main(void) {
             .nlmsg_flags = NLM_F_CREATE},
            {.nfgen_family = 2}};
     int err = ack_errno(s, &m.h);
-    if (err == 0) escaped("nftables NEWTABLE accepted");
-    else note("nftables NEWTABLE: %s", errname(err));
+    if (err == 0)
+      escaped("nftables NEWTABLE accepted");
+    else
+      note("nftables NEWTABLE: %s", errname(err));
     close(s);
   }
   s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_XFRM);
@@ -56,8 +60,10 @@ int main(void) {
   } else {
     struct nlmsghdr h = {.nlmsg_len = NLMSG_LENGTH(0), .nlmsg_type = 0x11 /* XFRM_MSG_FLUSHSA */};
     int err = ack_errno(s, &h);
-    if (err == 0) escaped("XFRM_MSG_FLUSHSA accepted");
-    else note("XFRM flush: %s", errname(err));
+    if (err == 0)
+      escaped("XFRM_MSG_FLUSHSA accepted");
+    else
+      note("XFRM flush: %s", errname(err));
     close(s);
   }
   s = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_KOBJECT_UEVENT);
@@ -65,8 +71,10 @@ int main(void) {
     struct sockaddr_nl to = {.nl_family = AF_NETLINK, .nl_groups = 1};
     const char msg[] = "add@/devices/space-sec\0ACTION=add\0DEVPATH=/devices/space-sec\0";
     ssize_t n = sendto(s, msg, sizeof msg, 0, (struct sockaddr*)&to, sizeof to);
-    if (n >= 0) escaped("forged a uevent to the multicast group");
-    else note("uevent send: %s", errname(errno));
+    if (n >= 0)
+      escaped("forged a uevent to the multicast group");
+    else
+      note("uevent send: %s", errname(errno));
     close(s);
   }
   finish();

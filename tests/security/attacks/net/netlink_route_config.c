@@ -55,8 +55,10 @@ static void send_and_check(int s, struct req* r, const char* what) {
     return;
   }
   int err = -((struct nlmsgerr*)NLMSG_DATA(h))->error;
-  if (err == 0) escaped("%s accepted", what);
-  else note("%s: %s", what, errname(err));
+  if (err == 0)
+    escaped("%s accepted", what);
+  else
+    note("%s: %s", what, errname(err));
 }
 
 int main(void) {

@@ -6,8 +6,8 @@
 #include "net_common.h"
 
 int main(void) {
-  const char* targets[] = {"1.1.1.1", "8.8.8.8", "169.254.169.254", "10.0.0.1", "192.168.1.1",
-                           "172.17.0.1", "192.0.2.1", "100.64.0.1"};
+  const char* targets[] = {"1.1.1.1",     "8.8.8.8",    "169.254.169.254", "10.0.0.1",
+                           "192.168.1.1", "172.17.0.1", "192.0.2.1",       "100.64.0.1"};
   for (size_t i = 0; i < sizeof targets / sizeof targets[0]; ++i) {
     expect_no_connect(AF_INET, targets[i], 80);
   }

@@ -13,7 +13,7 @@ int main(void) {
           EPERM, 0);
   refused("socket(AF_PACKET, SOCK_DGRAM, ETH_P_IP)", socket(AF_PACKET, SOCK_DGRAM, htons(ETH_P_IP)),
           EPERM, 0);
-  refused("socket(AF_PACKET, SOCK_PACKET)", socket(AF_PACKET, SOCK_PACKET, htons(ETH_P_ALL)),
-          EPERM, EINVAL, 0);
+  refused("socket(AF_PACKET, SOCK_PACKET)", socket(AF_PACKET, SOCK_PACKET, htons(ETH_P_ALL)), EPERM,
+          EINVAL, 0);
   finish();
 }

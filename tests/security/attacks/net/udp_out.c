@@ -11,9 +11,12 @@ static void send_to(const char* addr, int port) {
   inet_pton(AF_INET, addr, &a.sin_addr);
   const char msg[] = "space-sec exfiltration";
   ssize_t n = sendto(s, msg, sizeof msg, 0, (struct sockaddr*)&a, sizeof a);
-  if (n >= 0 && strncmp(addr, "127.", 4) != 0) escaped("UDP datagram sent to %s:%d", addr, port);
-  else if (n >= 0) note("UDP to %s:%d went to the sandbox's own lo", addr, port);
-  else note("UDP to %s:%d: %s", addr, port, errname(errno));
+  if (n >= 0 && strncmp(addr, "127.", 4) != 0)
+    escaped("UDP datagram sent to %s:%d", addr, port);
+  else if (n >= 0)
+    note("UDP to %s:%d went to the sandbox's own lo", addr, port);
+  else
+    note("UDP to %s:%d: %s", addr, port, errname(errno));
   close(s);
 }
 

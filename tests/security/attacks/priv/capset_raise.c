@@ -25,7 +25,8 @@ int main(void) {
           prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SYS_ADMIN, 0, 0), EPERM, 0);
   if (prctl(PR_CAPBSET_READ, CAP_SYS_ADMIN, 0, 0, 0) == 1) escaped("SYS_ADMIN in the bounding set");
   if (prctl(PR_CAPBSET_READ, CAP_NET_RAW, 0, 0, 0) == 1) escaped("NET_RAW in the bounding set");
-  if (prctl(PR_CAPBSET_READ, CAP_SYS_PTRACE, 0, 0, 0) == 1) escaped("SYS_PTRACE in the bounding set");
+  if (prctl(PR_CAPBSET_READ, CAP_SYS_PTRACE, 0, 0, 0) == 1)
+    escaped("SYS_PTRACE in the bounding set");
   if (prctl(PR_CAPBSET_READ, CAP_MKNOD, 0, 0, 0) == 1) escaped("MKNOD in the bounding set");
   note("SYS_ADMIN, NET_RAW, SYS_PTRACE, MKNOD are outside the bounding set");
   // Keep-caps across a uid change does not bring back anything outside the bound either.

@@ -63,8 +63,10 @@ int main(int argc, char** argv) {
     unsigned long long eff, prm;
     int euid;
     if (sscanf(line, "%llx %llx %d", &eff, &prm, &euid) != 3) broken("no report: %s", line);
-    if ((eff | prm) & want) escaped("uid %d exec gained %llx", uid, (eff | prm) & want);
-    else note("uid %d after exec: CapEff %llx", uid, eff);
+    if ((eff | prm) & want)
+      escaped("uid %d exec gained %llx", uid, (eff | prm) & want);
+    else
+      note("uid %d after exec: CapEff %llx", uid, eff);
   }
   finish();
 }

@@ -10,8 +10,8 @@
 #define KEYCTL_READ 11
 
 int main(void) {
-  refused("add_key(user, pwn)", syscall(SYS_add_key, "user", "space-sec", "x", 1,
-                                        KEY_SPEC_SESSION_KEYRING), EPERM, 0);
+  refused("add_key(user, pwn)",
+          syscall(SYS_add_key, "user", "space-sec", "x", 1, KEY_SPEC_SESSION_KEYRING), EPERM, 0);
   refused("keyctl(GET_KEYRING_ID, session)",
           syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0), EPERM, 0);
   char buf[256];

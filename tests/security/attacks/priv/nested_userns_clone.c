@@ -8,9 +8,9 @@
 #include "../attack.h"
 
 int main(void) {
-  unsigned long flags[] = {CLONE_NEWUSER, CLONE_NEWNS,  CLONE_NEWNET,    CLONE_NEWPID,
-                           CLONE_NEWUTS,  CLONE_NEWIPC, CLONE_NEWCGROUP,
-                           CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS};
+  unsigned long flags[] = {
+      CLONE_NEWUSER, CLONE_NEWNS,  CLONE_NEWNET,    CLONE_NEWPID,
+      CLONE_NEWUTS,  CLONE_NEWIPC, CLONE_NEWCGROUP, CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS};
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; ++i) {
     long pid = syscall(SYS_clone, flags[i] | SIGCHLD, 0, NULL, NULL, 0);
     if (pid == 0) _exit(0);  // a child in new namespaces: leave at once

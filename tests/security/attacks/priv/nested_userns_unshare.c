@@ -11,10 +11,14 @@ int main(void) {
   struct {
     int flag;
     const char* name;
-  } types[] = {{CLONE_NEWUSER, "CLONE_NEWUSER"}, {CLONE_NEWNS, "CLONE_NEWNS"},
-               {CLONE_NEWNET, "CLONE_NEWNET"},   {CLONE_NEWPID, "CLONE_NEWPID"},
-               {CLONE_NEWUTS, "CLONE_NEWUTS"},   {CLONE_NEWIPC, "CLONE_NEWIPC"},
-               {CLONE_NEWCGROUP, "CLONE_NEWCGROUP"}, {CLONE_NEWTIME, "CLONE_NEWTIME"},
+  } types[] = {{CLONE_NEWUSER, "CLONE_NEWUSER"},
+               {CLONE_NEWNS, "CLONE_NEWNS"},
+               {CLONE_NEWNET, "CLONE_NEWNET"},
+               {CLONE_NEWPID, "CLONE_NEWPID"},
+               {CLONE_NEWUTS, "CLONE_NEWUTS"},
+               {CLONE_NEWIPC, "CLONE_NEWIPC"},
+               {CLONE_NEWCGROUP, "CLONE_NEWCGROUP"},
+               {CLONE_NEWTIME, "CLONE_NEWTIME"},
                {CLONE_NEWUSER | CLONE_NEWNS, "CLONE_NEWUSER|CLONE_NEWNS"}};
   for (size_t i = 0; i < sizeof types / sizeof types[0]; ++i) {
     char what[64];
@@ -22,7 +26,9 @@ int main(void) {
     refused(what, unshare(types[i].flag), EPERM, 0);
   }
   int status = system("unshare -Ur true 2>/dev/null");
-  if (status == 0) escaped("`unshare -Ur true` succeeded");
-  else note("`unshare -Ur true` failed (status %d)", status);
+  if (status == 0)
+    escaped("`unshare -Ur true` succeeded");
+  else
+    note("`unshare -Ur true` failed (status %d)", status);
   finish();
 }

@@ -6,10 +6,9 @@
 // space-attack: sandbox=shared
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
-
-#include <signal.h>
 
 #include "../attack.h"
 
@@ -25,8 +24,8 @@ static void read_status(int* nnp, int* mode) {
 
 int main(void) {
   refused("prctl(PR_SET_NO_NEW_PRIVS, 0)", prctl(PR_SET_NO_NEW_PRIVS, 0, 0, 0, 0), EINVAL, 0);
-  refused("prctl(PR_SET_SECCOMP, SECCOMP_MODE_DISABLED)", prctl(PR_SET_SECCOMP, 0, 0, 0, 0),
-          EINVAL, 0);
+  refused("prctl(PR_SET_SECCOMP, SECCOMP_MODE_DISABLED)", prctl(PR_SET_SECCOMP, 0, 0, 0, 0), EINVAL,
+          0);
   // A filter that allows everything: installing it is allowed, and must change nothing.
   struct sock_filter allow[] = {BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
   struct sock_fprog prog = {1, allow};
@@ -54,8 +53,9 @@ int main(void) {
   if (nnp != 1) escaped("NoNewPrivs is %d", nnp);
   if (mode != 2) escaped("Seccomp mode is %d", mode);
   // After exec (a fresh image) the filter and no_new_privs must still be there.
-  int status = system("grep -q '^NoNewPrivs:.1' /proc/self/status && "
-                      "grep -q '^Seccomp:.2' /proc/self/status");
+  int status = system(
+      "grep -q '^NoNewPrivs:.1' /proc/self/status && "
+      "grep -q '^Seccomp:.2' /proc/self/status");
   if (status != 0) escaped("an exec'd shell lost NoNewPrivs or seccomp");
   note("NoNewPrivs 1 and Seccomp 2 before and after exec");
   finish();

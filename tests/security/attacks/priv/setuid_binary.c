@@ -57,8 +57,10 @@ int main(int argc, char** argv) {
     if (i == 0) {
       int euid = -1;
       if (sscanf(line, "%d", &euid) != 1) broken("no report from the setuid copy: %s", line);
-      if (euid == 0) escaped("setuid copy ran with euid 0 after dropping to uid 1000");
-      else note("setuid copy ran as euid %d", euid);
+      if (euid == 0)
+        escaped("setuid copy ran with euid 0 after dropping to uid 1000");
+      else
+        note("setuid copy ran as euid %d", euid);
     }
   }
   // The host binaries: inspect their mode and the mount flags instead of trusting output.
@@ -67,8 +69,10 @@ int main(int argc, char** argv) {
     char mounts[8192];
     if (read_small("/proc/self/mountinfo", mounts, sizeof mounts) > 0) {
       char* usr = strstr(mounts, " /usr ");
-      if (usr && !strstr(usr, "nosuid")) escaped("/usr is mounted without nosuid");
-      else note("/usr/bin/su is setuid on a nosuid mount");
+      if (usr && !strstr(usr, "nosuid"))
+        escaped("/usr is mounted without nosuid");
+      else
+        note("/usr/bin/su is setuid on a nosuid mount");
     }
   }
   finish();

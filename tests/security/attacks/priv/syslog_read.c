@@ -16,8 +16,10 @@ int main(void) {
   int fd = open("/proc/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd >= 0) {
     ssize_t n = read(fd, buf, sizeof buf);
-    if (n > 0) escaped("/proc/kmsg readable (%zd bytes)", n);
-    else note("/proc/kmsg opened but read: %s", errname(errno));
+    if (n > 0)
+      escaped("/proc/kmsg readable (%zd bytes)", n);
+    else
+      note("/proc/kmsg opened but read: %s", errname(errno));
     close(fd);
   } else {
     refused("open(/proc/kmsg)", fd, EPERM, EACCES, 0);

@@ -12,14 +12,13 @@
 int main(void) {
   struct rlimit lim;
   getrlimit(RLIMIT_CORE, &lim);
-  note("RLIMIT_CORE %llu/%llu", (unsigned long long)lim.rlim_cur,
-       (unsigned long long)lim.rlim_max);
+  note("RLIMIT_CORE %llu/%llu", (unsigned long long)lim.rlim_cur, (unsigned long long)lim.rlim_max);
   struct rlimit inf = {RLIM_INFINITY, RLIM_INFINITY};
   refused("setrlimit(RLIMIT_CORE, unlimited/unlimited)", setrlimit(RLIMIT_CORE, &inf), EPERM, 0);
   struct rlimit soft = {RLIM_INFINITY, lim.rlim_max};
   if (lim.rlim_max != 0) {
-    if (setrlimit(RLIMIT_CORE, &soft) == 0) escaped("RLIMIT_CORE soft limit raised to %llu",
-                                                    (unsigned long long)lim.rlim_max);
+    if (setrlimit(RLIMIT_CORE, &soft) == 0)
+      escaped("RLIMIT_CORE soft limit raised to %llu", (unsigned long long)lim.rlim_max);
   }
   mkdir("/tmp/coredir", 0777);
   if (chdir("/tmp/coredir") != 0) broken("chdir");
@@ -31,7 +30,9 @@ int main(void) {
   }
   int status;
   waitpid(p, &status, 0);
-  if (WIFSIGNALED(status) && WCOREDUMP(status)) escaped("the crashing child dumped core");
-  else note("crash without a core dump");
+  if (WIFSIGNALED(status) && WCOREDUMP(status))
+    escaped("the crashing child dumped core");
+  else
+    note("crash without a core dump");
   finish();
 }

@@ -40,8 +40,11 @@ int main(void) {
   kill(-leader, SIGKILL);
   while (waitpid(-1, NULL, WNOHANG) > 0) {
   }
-  if (n != 1) escaped("fork never failed");
-  else if (procs > 70) escaped("%d processes: the pids limit (64) did not hold", procs);
-  else note("fork hit EAGAIN; %d processes at the peak (limit 64)", procs);
+  if (n != 1)
+    escaped("fork never failed");
+  else if (procs > 70)
+    escaped("%d processes: the pids limit (64) did not hold", procs);
+  else
+    note("fork hit EAGAIN; %d processes at the peak (limit 64)", procs);
   finish();
 }

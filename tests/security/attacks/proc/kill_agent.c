@@ -17,8 +17,10 @@ int main(void) {
   char state[512] = "";
   if (read_small("/proc/1/stat", state, sizeof state) > 0) {
     char* p = strrchr(state, ')');
-    if (p && (p[2] == 'T' || p[2] == 't' || p[2] == 'Z')) escaped("the agent is in state %c", p[2]);
-    else note("agent alive in state %c after 8 fatal signals", p ? p[2] : '?');
+    if (p && (p[2] == 'T' || p[2] == 't' || p[2] == 'Z'))
+      escaped("the agent is in state %c", p[2]);
+    else
+      note("agent alive in state %c after 8 fatal signals", p ? p[2] : '?');
   }
   finish();
 }

@@ -12,8 +12,8 @@ static void hit(int pid, const char* who) {
   char p[64], comm[64] = "";
   snprintf(p, sizeof p, "/proc/%d/comm", pid);
   if (read_small(p, comm, sizeof comm) > 0) {
-    note("pid %d exists here as %.*s: not %s, leaving it alone", pid,
-         (int)strcspn(comm, "\n"), comm, who);
+    note("pid %d exists here as %.*s: not %s, leaving it alone", pid, (int)strcspn(comm, "\n"),
+         comm, who);
     return;
   }
   char what[96];

@@ -6,8 +6,8 @@
 #include "../attack.h"
 
 int main(void) {
-  const char* files[] = {"environ", "maps", "auxv", "stack", "syscall", "mem", "fdinfo/3",
-                         "io", "personality", "smaps", "pagemap", "timerslack_ns"};
+  const char* files[] = {"environ",  "maps", "auxv",        "stack", "syscall", "mem",
+                         "fdinfo/3", "io",   "personality", "smaps", "pagemap", "timerslack_ns"};
   for (size_t i = 0; i < sizeof files / sizeof files[0]; ++i) {
     char p[64], what[96], buf[256];
     snprintf(p, sizeof p, "/proc/1/%s", files[i]);

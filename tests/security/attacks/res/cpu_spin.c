@@ -38,7 +38,9 @@ int main(void) {
                (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
   // 0.2 CPU over `wall`, plus one CFS period of slack per thread.
   double allowed = 0.2 * wall * 1.5 + 0.1;
-  if (cpu > allowed) escaped("%.2f CPU-seconds in %.2fs with a 0.2 CPU quota", cpu, wall);
-  else note("%.2f CPU-seconds in %.2fs (quota 0.2 CPU)", cpu, wall);
+  if (cpu > allowed)
+    escaped("%.2f CPU-seconds in %.2fs with a 0.2 CPU quota", cpu, wall);
+  else
+    note("%.2f CPU-seconds in %.2fs (quota 0.2 CPU)", cpu, wall);
   finish();
 }

@@ -27,7 +27,9 @@ int main(void) {
   while (read(pipefd[0], &mib, sizeof mib) == sizeof mib) reached = mib;
   waitpid(p, NULL, 0);
   unlink("/dev/shm/fill");
-  if (reached > 64) escaped("%d MiB in /dev/shm (cap 64 MiB)", reached);
-  else note("/dev/shm stopped at %d MiB", reached);
+  if (reached > 64)
+    escaped("%d MiB in /dev/shm (cap 64 MiB)", reached);
+  else
+    note("/dev/shm stopped at %d MiB", reached);
   finish();
 }

@@ -18,8 +18,10 @@ int main(void) {
   }
   int err = errno;
   close(fd);
-  if (total > (40L << 20)) escaped("%ld MiB written with a 32 MiB disk limit", total >> 20);
-  else note("ENOSPC-style stop after %ld MiB (%s)", total >> 20, errname(err));
+  if (total > (40L << 20))
+    escaped("%ld MiB written with a 32 MiB disk limit", total >> 20);
+  else
+    note("ENOSPC-style stop after %ld MiB (%s)", total >> 20, errname(err));
   unlink("/root/fill");
   finish();
 }

@@ -26,9 +26,11 @@ int main(void) {
     ++n;
     if (n > 2000000) break;
   }
-  if (err != EMFILE) escaped("stopped by %s, not the per-process limit, after %d fds", errname(err), n);
-  else if ((rlim_t)n + 3 > lim.rlim_max) escaped("%d fds with a hard limit of %llu", n,
-                                                 (unsigned long long)lim.rlim_max);
-  else note("EMFILE after %d fds", n);
+  if (err != EMFILE)
+    escaped("stopped by %s, not the per-process limit, after %d fds", errname(err), n);
+  else if ((rlim_t)n + 3 > lim.rlim_max)
+    escaped("%d fds with a hard limit of %llu", n, (unsigned long long)lim.rlim_max);
+  else
+    note("EMFILE after %d fds", n);
   finish();
 }

@@ -19,7 +19,9 @@ int main(void) {
     close(fd);
     ++made;
   }
-  if (made > 8192) escaped("%d inodes created with a 4096-inode limit", made);
-  else note("stopped after %d files (%s)", made, errname(err));
+  if (made > 8192)
+    escaped("%d inodes created with a 4096-inode limit", made);
+  else
+    note("stopped after %d files (%s)", made, errname(err));
   finish();
 }

@@ -21,7 +21,9 @@ int main(void) {
   char* m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) broken("mmap");
   int rc = mlock(m, len);
-  if (rc == 0) escaped("mlock of 256 MiB succeeded with a 64 MiB memory limit");
-  else note("mlock(256 MiB): %s", errname(errno));
+  if (rc == 0)
+    escaped("mlock of 256 MiB succeeded with a 64 MiB memory limit");
+  else
+    note("mlock(256 MiB): %s", errname(errno));
   finish();
 }

@@ -30,7 +30,9 @@ int main(void) {
   int reached = 0, mib;
   while (read(pipefd[0], &mib, sizeof mib) == sizeof mib) reached = mib;
   waitpid(p, NULL, 0);
-  if (reached > 80) escaped("%d MiB of SysV shm touched with a 64 MiB limit", reached);
-  else note("SysV shm stopped at %d MiB", reached);
+  if (reached > 80)
+    escaped("%d MiB of SysV shm touched with a 64 MiB limit", reached);
+  else
+    note("SysV shm stopped at %d MiB", reached);
   finish();
 }

@@ -23,7 +23,9 @@ int main(void) {
     if (err) break;
     ++made;
   }
-  if (made > 64) escaped("%d threads with a pids limit of 64", made);
-  else note("pthread_create failed (%s) after %d threads", errname(err), made);
+  if (made > 64)
+    escaped("%d threads with a pids limit of 64", made);
+  else
+    note("pthread_create failed (%s) after %d threads", errname(err), made);
   finish();  // exit() ends the paused threads too
 }

@@ -41,8 +41,10 @@ int main(void) {
   unlink("/tmp/fill");
   int status;
   waitpid(p, &status, 0);
-  if (reached > 80) escaped("%d MiB written to tmpfs with a 64 MiB memory limit", reached);
-  else note("writer stopped at %d MiB (%s)", reached,
-            WIFSIGNALED(status) ? "OOM-killed" : "write failed");
+  if (reached > 80)
+    escaped("%d MiB written to tmpfs with a 64 MiB memory limit", reached);
+  else
+    note("writer stopped at %d MiB (%s)", reached,
+         WIFSIGNALED(status) ? "OOM-killed" : "write failed");
   finish();
 }

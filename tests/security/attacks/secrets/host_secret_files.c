@@ -35,8 +35,10 @@ int main(void) {
     char hex[65];
     sha256_hex(&h, hex);
     ++checked;
-    if (strcmp(hex, want) == 0) escaped("%s is the host's file", path);
-    else note("%s: the sandbox's own", path);
+    if (strcmp(hex, want) == 0)
+      escaped("%s is the host's file", path);
+    else
+      note("%s: the sandbox's own", path);
   }
   const char* state = env_or("SPACE_STATE_DIR", "/var/lib/space");
   char db[512];

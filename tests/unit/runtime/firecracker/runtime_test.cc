@@ -19,8 +19,8 @@
 #include <thread>
 
 #include "runtime/firecracker/firecracker_runtime.h"
-#include "runtime/sparse_file.h"
 #include "runtime/firecracker/vsock.h"
+#include "runtime/sparse_file.h"
 
 namespace space::runtime::firecracker {
 namespace {

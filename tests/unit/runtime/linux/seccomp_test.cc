@@ -2,11 +2,11 @@
 // program behaves as the table says (checked by running syscalls under it in a child process).
 #include "runtime/linux/seccomp.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <fcntl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>

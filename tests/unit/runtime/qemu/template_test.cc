@@ -1,7 +1,5 @@
 // The qemu runtime's templates (qemu_template.h): what a key covers, the sealed RAM that no
 // clone's QEMU can change however it tries, loading from disk, and pruning stale templates.
-#include "runtime/qemu/qemu_template.h"
-
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -11,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "runtime/qemu/qemu_template.h"
 #include "runtime/sparse_file.h"
 #include "runtime/vm_host.h"
 
@@ -35,9 +34,7 @@ class TemplateTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  static void write(const fs::path& p, const std::string& text) {
-    std::ofstream(p) << text;
-  }
+  static void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
   // A stored template `name` made from `key`, with `ram` as its RAM file.
   fs::path store(const json& key, const std::string& ram) {
     fs::path t = dir_ / "templates" / template_name(key);
