@@ -191,6 +191,7 @@ Result<RunResult> run_program(const std::vector<std::string>& argv, const RunOpt
   // Whatever else is open in this process (sandbox netns fds, listeners, an fd another thread
   // opened without O_CLOEXEC) stays here.
   posix_spawn_file_actions_addclosefrom_np(&s.fa, 3);
+  if (!opts.cwd.empty()) posix_spawn_file_actions_addchdir_np(&s.fa, opts.cwd.c_str());
   // A process group of its own (so the deadline kills what it started too), no blocked
   // signals, and default dispositions for all (spaced ignores SIGPIPE; its children must not).
   sigset_t none, all;

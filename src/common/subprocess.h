@@ -44,6 +44,8 @@ struct RunOptions {
   std::optional<std::vector<std::string>> env;
   // Where a program name without '/' is looked for (colon-separated directories).
   std::string search_path = std::string(kDefaultSearchPath);
+  // The child's working directory; empty: the caller's.
+  std::string cwd;
 };
 
 struct RunResult {

@@ -7,13 +7,8 @@
 
 #include <fcntl.h>
 #include <openssl/rand.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +19,7 @@
 
 #include "common/fd.h"
 #include "common/hex.h"
+#include "common/subprocess.h"
 #include "common/units.h"
 #include "egress/ascii.h"
 
@@ -274,59 +270,6 @@ Result<SecretDef> parse_def(const std::string& name, const json& j) {
 
 // ---- running a command -------------------------------------------------------------------
 
-// A pipe whose ends are O_CLOEXEC and numbered 3 or above, so that dup2 onto 0..2 in the child
-// never meets one of them.
-Result<std::pair<UniqueFd, UniqueFd>> make_pipe() {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return fail_sys("pipe2");
-  UniqueFd r(p[0]), w(p[1]);
-  for (UniqueFd* fd : {&r, &w}) {
-    if (fd->get() >= 3) continue;
-    int moved = ::fcntl(fd->get(), F_DUPFD_CLOEXEC, 3);
-    if (moved < 0) return fail_sys("fcntl", "F_DUPFD_CLOEXEC");
-    fd->reset(moved);
-  }
-  return std::pair{std::move(r), std::move(w)};
-}
-
-// The command's process, leader of its own process group. Until reaped, the destructor kills
-// the group (the command and whatever it started that stayed in the group) and reaps the
-// command, so no path leaves a process running or a zombie behind. The pid cannot be reused
-// before we reap it, so signalling it (and its group) is safe.
-class Child {
- public:
-  explicit Child(pid_t pid) : pid_(pid) {}
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  ~Child() {
-    if (pid_ <= 0) return;
-    kill_group();
-    int status;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-  }
-  pid_t pid() const { return pid_; }
-  void kill_group() {
-    ::kill(-pid_, SIGKILL);  // the group we made it lead (POSIX_SPAWN_SETPGROUP)
-    ::kill(pid_, SIGKILL);   // in case it moved itself to another group
-  }
-  // Reaps the exited command; returns its wait status.
-  Result<int> reap() {
-    int status = 0;
-    pid_t r;
-    do {
-      r = ::waitpid(pid_, &status, 0);
-    } while (r < 0 && errno == EINTR);
-    int err = errno;
-    pid_ = -1;
-    if (r < 0) return fail_sys("waitpid", "", err);  // ECHILD: reaped by someone else
-    return status;
-  }
-
- private:
-  pid_t pid_;
-};
-
 // A readable, single-line excerpt of what the command wrote to stderr.
 std::string excerpt(std::string_view err) {
   std::string out(trim(err));
@@ -337,123 +280,41 @@ std::string excerpt(std::string_view err) {
   return out;
 }
 
-// Runs argv[0] (absolute) with argv, an environment of only PATH, stdin /dev/null, cwd /, no fd
-// but 0..2, default signal dispositions and an empty signal mask. Returns the trimmed stdout.
+// Runs argv[0] (absolute) with argv through run_program (common/subprocess.h: no shell, stdin
+// /dev/null, no fd but 0..2, default signal dispositions, its process group killed when it ends
+// or at the deadline), with an environment of only PATH, in /. Returns the trimmed stdout.
 Result<std::string> run_command(const std::vector<std::string>& argv,
                                 std::chrono::milliseconds timeout) {
   const std::string& path = argv[0];
-  auto [out_r, out_w] = TRY(make_pipe());
-  auto [err_r, err_w] = TRY(make_pipe());
-
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t attr;
-  if (int e = posix_spawn_file_actions_init(&fa); e != 0) {
-    return fail_sys("posix_spawn_file_actions_init", "", e);
+  RunOptions opts;
+  opts.timeout = timeout;
+  opts.max_output = kMaxValueBytes + 1;  // a byte more than a value may have tells "too much"
+  opts.env = std::vector<std::string>{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"};
+  opts.cwd = "/";
+  RunResult r = TRY_CTX(run_program(argv, opts), "command " + path);
+  if (r.timed_out) {
+    return fail(Code::kTimeout, "command " + path + " did not finish within " +
+                                    format_duration(timeout.count() / 1000.0));
   }
-  if (int e = posix_spawnattr_init(&attr); e != 0) {
-    posix_spawn_file_actions_destroy(&fa);
-    return fail_sys("posix_spawnattr_init", "", e);
+  if (r.out_truncated || r.out.size() > kMaxValueBytes) {
+    return fail(Code::kUnavailable, "command " + path + " wrote more than " +
+                                        format_size(kMaxValueBytes) + " to stdout");
   }
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  int e = 0;
-  auto step = [&e](int rc) {
-    if (e == 0) e = rc;
-  };
-  step(posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0));
-  step(posix_spawn_file_actions_adddup2(&fa, out_w.get(), 1));
-  step(posix_spawn_file_actions_adddup2(&fa, err_w.get(), 2));
-  step(posix_spawn_file_actions_addclosefrom_np(&fa, 3));  // whatever other threads leaked
-  step(posix_spawn_file_actions_addchdir_np(&fa, "/"));
-  step(posix_spawnattr_setflags(
-      &attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP));
-  step(posix_spawnattr_setsigmask(&attr, &none));
-  step(posix_spawnattr_setsigdefault(&attr, &all));
-  step(posix_spawnattr_setpgroup(&attr, 0));
-
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  char env_path[] = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
-  char* envp[] = {env_path, nullptr};
-
-  pid_t pid = -1;
-  if (e == 0) e = ::posix_spawn(&pid, path.c_str(), &fa, &attr, args.data(), envp);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  if (e != 0) return fail_sys("posix_spawn", "\"" + path + "\"", e);
-  Child child(pid);
-  out_w.reset();
-  err_w.reset();
-
-  // A pidfd says when the command exits even if something it started keeps the pipes open.
-  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));  // always O_CLOEXEC
-  if (!pidfd) return fail_sys("pidfd_open");
-
-  std::string out, err;
-  size_t err_total = 0;
-  bool exited = false;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  char buf[16384];
-  while (out_r || err_r || !exited) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      child.kill_group();
-      (void)child.reap();
-      return fail(Code::kTimeout, "command " + path + " did not finish within " +
-                                      format_duration(timeout.count() / 1000.0));
-    }
-    pollfd fds[3] = {{out_r ? out_r.get() : -1, POLLIN, 0},
-                     {err_r ? err_r.get() : -1, POLLIN, 0},
-                     {exited ? -1 : pidfd.get(), POLLIN, 0}};
-    int n = ::poll(fds, 3, static_cast<int>(std::min<int64_t>(left.count() + 1, 60000)));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail_sys("poll");
-    }
-    if (fds[2].revents) exited = true;
-    for (int i = 0; i < 2; ++i) {
-      if (!fds[i].revents) continue;
-      UniqueFd& fd = i == 0 ? out_r : err_r;
-      ssize_t got = ::read(fd.get(), buf, sizeof buf);
-      if (got < 0) {
-        if (errno == EINTR || errno == EAGAIN) continue;
-        return fail_sys("read", i == 0 ? "command stdout" : "command stderr");
-      }
-      if (got == 0) {
-        fd.reset();
-        continue;
-      }
-      if (i == 0) {
-        out.append(buf, static_cast<size_t>(got));
-        if (out.size() > kMaxValueBytes) {
-          return fail(Code::kUnavailable, "command " + path + " wrote more than " +
-                                              format_size(kMaxValueBytes) + " to stdout");
-        }
-      } else {
-        err_total += static_cast<size_t>(got);
-        size_t room = kStderrExcerptBytes - err.size();
-        err.append(buf, std::min(room, static_cast<size_t>(got)));
-      }
-    }
-  }
-  int status = TRY_CTX(child.reap(), "command " + path);
   // The stdout of a failed command is discarded, but it may still be a token, so it is cut out
   // of the stderr excerpt too (best effort: a copy cut by the 512-byte limit stays partly).
-  std::string value(trim(out));
+  std::string value(trim(r.out));
+  std::string err = r.err.substr(0, kStderrExcerptBytes);
   if (value.size() >= 8) replace_all(err, value, "[redacted]");
   std::string note = excerpt(err);
-  if (err_total > kStderrExcerptBytes) note += " ...";
-  if (WIFSIGNALED(status)) {
+  if (r.err.size() > kStderrExcerptBytes || r.err_truncated) note += " ...";
+  if (r.signal != 0) {
     return fail(Code::kUnavailable, "command " + path + " was killed by signal " +
-                                        std::to_string(WTERMSIG(status)) +
+                                        std::to_string(r.signal) +
                                         (note.empty() ? "" : ": " + note));
   }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  if (r.exit_code != 0) {
     return fail(Code::kUnavailable, "command " + path + " exited with status " +
-                                        std::to_string(WEXITSTATUS(status)) +
+                                        std::to_string(r.exit_code) +
                                         (note.empty() ? "" : ": " + note));
   }
   if (value.empty()) return fail(Code::kUnavailable, "command " + path + " printed nothing");
