@@ -115,9 +115,15 @@ TEST_F(TokenTreeTest, RevokingCascadesDownTheTreeAndNowhereElse) {
   auto all = tokens_->list();
   ASSERT_TRUE(all);
   for (const auto& r : *all) {
-    if (r.id == b || r.id == d) EXPECT_EQ(r.issued_by, a);
-    if (r.id == c) EXPECT_EQ(r.issued_by, b);
-    if (r.id == a || r.id == sibling) EXPECT_EQ(r.issued_by, "");
+    if (r.id == b || r.id == d) {
+      EXPECT_EQ(r.issued_by, a);
+    }
+    if (r.id == c) {
+      EXPECT_EQ(r.issued_by, b);
+    }
+    if (r.id == a || r.id == sibling) {
+      EXPECT_EQ(r.issued_by, "");
+    }
   }
 }
 

@@ -86,7 +86,9 @@ TEST(UpperListing, RefusesMalformedListings) {
     if (!text.empty() && text[0] == '@') text = kHead + text.substr(1);
     auto r = parse_listing(text, 100);
     EXPECT_FALSE(r) << "accepted: " << text;
-    if (!r) EXPECT_EQ(r.error().code(), Code::kProtocol) << text;
+    if (!r) {
+      EXPECT_EQ(r.error().code(), Code::kProtocol) << text;
+    }
   }
   std::string long_path = kHead + "e o 0 1 0 " + std::string(kMaxUpperPath + 1, 'a') + "\nend 1\n";
   EXPECT_FALSE(parse_listing(long_path, 100));

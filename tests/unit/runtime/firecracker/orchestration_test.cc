@@ -80,9 +80,12 @@ class FirecrackerOrchestrationTest : public ::testing::Test {
     if (base_.empty()) return;
     auto layout = linux::detect_cgroups();
     if (layout) {
-      for (const auto& [name, mount] : layout->v1)
+      for (const auto& [name, mount] : layout->v1) {
         EXPECT_FALSE(fs::exists(mount / cgroup_name_)) << "left behind: " << mount / cgroup_name_;
-      if (!layout->unified.empty()) EXPECT_FALSE(fs::exists(layout->unified / cgroup_name_));
+      }
+      if (!layout->unified.empty()) {
+        EXPECT_FALSE(fs::exists(layout->unified / cgroup_name_));
+      }
     }
     std::error_code ec;
     fs::remove_all(base_, ec);
@@ -323,9 +326,11 @@ TEST_F(FirecrackerOrchestrationTest, AProfileRateLimitsTheDiskOfEveryRestoredCop
   ASSERT_TRUE(inst) << inst.error().message();
   auto log = calls();
   // The template is built without limits; the sandbox's are patched on after the load.
-  for (auto& c : log)
-    if (c.value("path", "") == "/drives/disk" && c["method"] == "PUT")
+  for (auto& c : log) {
+    if (c.value("path", "") == "/drives/disk" && c["method"] == "PUT") {
       EXPECT_FALSE(c["body"].contains("rate_limiter")) << c.dump();
+    }
+  }
   ASSERT_EQ(log.back()["method"], "PATCH");
   ASSERT_EQ(log.back()["path"], "/drives/disk");
   EXPECT_EQ(log.back()["body"]["rate_limiter"]["bandwidth"]["size"], 50 << 20);
