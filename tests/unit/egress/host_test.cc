@@ -11,6 +11,7 @@
 #include <random>
 
 #include "egress/policy.h"
+#include "mutate.h"
 
 namespace space::egress {
 namespace {
@@ -634,24 +635,7 @@ TEST(Printable, EscapesAndTruncates) {
 // ---------------------------------------------------------------------------------------------
 // Invariants over mutated inputs.
 
-std::string mutate(std::mt19937& rng, std::string s, const std::vector<std::string>& pieces) {
-  int edits = 1 + static_cast<int>(rng() % 4);
-  for (int i = 0; i < edits; ++i) {
-    size_t pos = s.empty() ? 0 : rng() % (s.size() + 1);
-    switch (rng() % 3) {
-      case 0:
-        s.insert(pos, pieces[rng() % pieces.size()]);
-        break;
-      case 1:
-        if (pos < s.size()) s.erase(pos, 1 + rng() % 3);
-        break;
-      default:
-        if (pos < s.size()) s[pos] = pieces[rng() % pieces.size()][0];
-        break;
-    }
-  }
-  return s;
-}
+using test::mutate;
 
 TEST(Invariants, AcceptedHostsAreStableAndNeverNumeric) {
   const std::vector<std::string> seeds = {

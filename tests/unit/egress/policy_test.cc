@@ -12,6 +12,8 @@
 #include <cctype>
 #include <random>
 
+#include "mutate.h"
+
 namespace space::egress {
 namespace {
 
@@ -446,24 +448,7 @@ TEST(Policy, CheckAddress) {
 // ---------------------------------------------------------------------------------------------
 // Invariants over mutated inputs.
 
-std::string mutate(std::mt19937& rng, std::string s, const std::vector<std::string>& pieces) {
-  int edits = 1 + static_cast<int>(rng() % 4);
-  for (int i = 0; i < edits; ++i) {
-    size_t pos = s.empty() ? 0 : rng() % (s.size() + 1);
-    switch (rng() % 3) {
-      case 0:
-        s.insert(pos, pieces[rng() % pieces.size()]);
-        break;
-      case 1:
-        if (pos < s.size()) s.erase(pos, 1 + rng() % 3);
-        break;
-      default:
-        if (pos < s.size()) s[pos] = pieces[rng() % pieces.size()][0];
-        break;
-    }
-  }
-  return s;
-}
+using test::mutate;
 // drop ";params", then remove dot segments (RFC 3986 5.2.4).
 std::string lenient_resolve(std::string path) {
   for (int round = 0; round < 3; ++round) {
