@@ -450,20 +450,8 @@ void EgressProcess::detach(const std::string& id) {
 }
 
 egress::Gateway::Stats EgressProcess::stats() {
-  egress::Gateway::Stats s;
   auto r = request({{"op", "stats"}}, std::chrono::seconds(2));
-  if (!r) return s;
-  auto num = [&](const char* k) { return r->value(k, uint64_t{0}); };
-  s.connections = num("connections");
-  s.requests = num("requests");
-  s.denied = num("denied");
-  s.bytes_up = num("bytes_up");
-  s.bytes_down = num("bytes_down");
-  s.credential_uses = num("credential_uses");
-  s.dns_queries = num("dns_queries");
-  s.active_connections = num("active_connections");
-  s.sandboxes = num("sandboxes");
-  return s;
+  return r ? wire::stats_of(*r) : egress::Gateway::Stats{};
 }
 
 void EgressProcess::stop() {

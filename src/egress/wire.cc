@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <type_traits>
 
 namespace space::egress::wire {
 
@@ -81,6 +82,40 @@ Result<Message> recv(int sock) {
   if (out.body.is_discarded() || !out.body.is_object())
     return fail(Code::kInvalidArgument, "a control message that is not a JSON object");
   return out;
+}
+
+namespace {
+
+// Each counter with its field name, for both directions.
+template <class Stats, class Fn>
+void each_counter(Stats& s, Fn fn) {
+  fn("connections", s.connections);
+  fn("requests", s.requests);
+  fn("denied", s.denied);
+  fn("bytes_up", s.bytes_up);
+  fn("bytes_down", s.bytes_down);
+  fn("credential_uses", s.credential_uses);
+  fn("dns_queries", s.dns_queries);
+  fn("active_connections", s.active_connections);
+  fn("sandboxes", s.sandboxes);
+}
+
+}  // namespace
+
+nlohmann::json stats_json(const Gateway::Stats& s) {
+  nlohmann::json j = nlohmann::json::object();
+  each_counter(s, [&](const char* k, const auto& v) { j[k] = v; });
+  return j;
+}
+
+Gateway::Stats stats_of(const nlohmann::json& j) {
+  Gateway::Stats s;
+  each_counter(s, [&](const char* k, auto& v) {
+    auto it = j.find(k);
+    if (it != j.end() && it->is_number_unsigned())
+      v = it->template get<std::decay_t<decltype(v)>>();
+  });
+  return s;
 }
 
 nlohmann::json error_json(const Error& e) {

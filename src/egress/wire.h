@@ -25,6 +25,7 @@
 
 #include "common/error.h"
 #include "common/fd.h"
+#include "egress/gateway.h"
 
 namespace space::egress::wire {
 
@@ -42,6 +43,10 @@ struct Message {
 // Receives one message (blocking). kUnavailable when the peer has closed; kInvalidArgument for
 // a packet that is not a JSON object (its fds are closed).
 [[nodiscard]] Result<Message> recv(int sock);
+
+// The gateway's counters as a reply's fields and back (a missing or mistyped field reads 0).
+nlohmann::json stats_json(const Gateway::Stats& s);
+Gateway::Stats stats_of(const nlohmann::json& j);
 
 // An error as a message field and back.
 nlohmann::json error_json(const Error& e);

@@ -156,16 +156,7 @@ class Service {
       gateway_->detach(b.value("id", ""));
       reply(b, json::object());
     } else if (op == "stats") {
-      auto s = gateway_->stats();
-      reply(b, json{{"connections", s.connections},
-                    {"requests", s.requests},
-                    {"denied", s.denied},
-                    {"bytes_up", s.bytes_up},
-                    {"bytes_down", s.bytes_down},
-                    {"credential_uses", s.credential_uses},
-                    {"dns_queries", s.dns_queries},
-                    {"active_connections", s.active_connections},
-                    {"sandboxes", s.sandboxes}});
+      reply(b, wire::stats_json(gateway_->stats()));
     } else {
       spdlog::warn("space-egress: unknown control message {}", op.substr(0, 32));
     }
