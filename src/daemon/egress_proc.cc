@@ -42,6 +42,13 @@ std::string describe_status(int status) {
   return "ended";
 }
 
+// A string field of a message from the process, "" when absent or not a string (json::value()
+// would throw type_error for a mistyped one: the process is untrusted).
+std::string text_field(const json& m, const char* key) {
+  auto it = m.find(key);
+  return it != m.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p);
   std::stringstream ss;
@@ -151,7 +158,7 @@ Result<void> EgressProcess::spawn() {
     return failed(Error(Code::kUnavailable,
                         "the gateway process ended before it was ready (its reason is on "
                         "spaced's standard error, lines starting space-egress)"));
-  if (ready->body.value("op", "") != "ready" || ready->body.contains("error"))
+  if (text_field(ready->body, "op") != "ready" || ready->body.contains("error"))
     return failed(wire::error_of(ready->body.value("error", json::object())));
   {
     std::lock_guard send(send_mu_);
@@ -180,7 +187,7 @@ void EgressProcess::supervise() {
         spdlog::warn("egress: gateway process: {}", m.error().message());
         continue;
       }
-      if (m->body.value("op", "") == "audit") {
+      if (text_field(m->body, "op") == "audit") {
         if (!audit_bucket.take(kAuditRate, kAuditBurst)) {
           if (++audit_dropped % 1000 == 1)
             spdlog::warn("egress: the gateway process reports too many events; {} left out",
@@ -252,7 +259,7 @@ void EgressProcess::supervise() {
 }
 
 void EgressProcess::on_message(json m) {
-  std::string op = m.value("op", "");
+  std::string op = text_field(m, "op");
   if (op == "reply") {
     auto seq = m.find("seq");
     if (seq == m.end() || !seq->is_number_unsigned()) return;
@@ -267,7 +274,7 @@ void EgressProcess::on_message(json m) {
     it->second->result = std::move(r);
     cv_.notify_all();
   } else if (op == "audit") {
-    std::string id = m.value("id", ""), kind = m.value("kind", "");
+    std::string id = text_field(m, "id"), kind = text_field(m, "kind");
     auto data = m.find("data");
     if (!kAuditKinds.count(kind) || data == m.end() || !data->is_object()) return;
     {

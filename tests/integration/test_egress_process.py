@@ -6,7 +6,8 @@
   interruption is in the sandbox's audit log.
 * A compromised gateway process (a stand-in speaking its control protocol, put in place with
   `gateway.binary`) asks spaced for secrets its sandbox was not granted and for sandboxes that do
-  not exist, and reports forged audit events: spaced refuses each and records none of them.
+  not exist, reports forged audit events and sends mistyped messages: spaced refuses each,
+  records none of them and reads on.
 """
 
 import json
@@ -104,6 +105,10 @@ while True:
         send({"op": "audit", "id": sid, "kind": "sandbox.destroy", "data": {"forged": 1}})
         send({"op": "audit", "id": "sb_doesnotexist", "kind": "egress.denied",
               "data": {"forged": 2}})
+        # Mistyped fields: spaced must read on (the genuine event below is then recorded).
+        send({"op": 1})
+        send({"op": "audit", "id": 5, "kind": ["egress.denied"], "data": {"forged": 4}})
+        send({"op": "reply", "seq": "x", "error": "y"})
         send({"op": "audit", "id": sid, "kind": "egress.denied", "data": {"genuine": 3}})
     elif op == "secret":
         note({"secret": pending.get(m.get("seq")), "value": m.get("value"),
