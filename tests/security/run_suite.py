@@ -1080,7 +1080,8 @@ class Suite:
         if problems:
             status, detail = "ESCAPED", "host-side check: " + "; ".join(problems)
         elif last.startswith("ESCAPED:") or rc == 1:
-            status, detail = "ESCAPED", last or "exit 1 without a verdict"
+            status, detail = "ESCAPED", last or (
+                "exit 1 without a verdict; stderr: %s" % (err or "").strip()[-400:])
         elif last.startswith("BLOCKED:") and rc == 0:
             status, detail = "BLOCKED", last[len("BLOCKED:"):].strip()
         else:
