@@ -22,10 +22,13 @@
 #   git     git clone of a 50 MB repository of random blobs from a local smart-HTTP server,
 #           through the gateway (intercepted with a token, tunneled) vs direct from the host,
 #           medians of BENCH_GIT_RUNS (5) runs (git_clone.py -> bench/results/git-clone-<date>.md)
+#   processes  what a gateway process per sandbox (gateway.sandboxes_per_process 1) costs a
+#           create, cold and from a warm pool, against the shared process, alternated, and the
+#           memory per process (egress_processes.py -> bench/results/egress-processes-<date>.md)
 #   page    headless Chromium's page-load time for the local site through the gateway
 #           (tunneled and intercepted) against the same Chromium on the host loading it
 #           directly, interleaved (page_load.py -> bench/results/page-load-<date>.md)
-# BENCH_ONLY=spawn, egress, snapshot, vm, gateway, git or page runs one of them.
+# BENCH_ONLY=spawn, egress, snapshot, vm, gateway, git, processes or page runs one of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR="${BUILD_DIR:-build-release}"
@@ -42,8 +45,8 @@ cleanup() {
 trap cleanup EXIT
 only="${BENCH_ONLY:-}"
 case "$only" in
-  "" | spawn | egress | snapshot | vm | gateway | git | page) ;;
-  *) echo "bench: BENCH_ONLY must be spawn, egress, snapshot, vm, gateway, git or page, not '$only'" >&2; exit 2 ;;
+  "" | spawn | egress | snapshot | vm | gateway | git | processes | page) ;;
+  *) echo "bench: BENCH_ONLY must be spawn, egress, snapshot, vm, gateway, git, processes or page, not '$only'" >&2; exit 2 ;;
 esac
 mkdir -p bench/results
 if [[ -z "$only" || "$only" == spawn ]]; then
@@ -66,6 +69,10 @@ if [[ -z "$only" || "$only" == gateway ]]; then
 fi
 if [[ -z "$only" || "$only" == git ]]; then
   python3 bench/git_clone.py --work "$work/git" --out "bench/results/git-clone-$(date +%Y-%m-%d).md"
+fi
+if [[ -z "$only" || "$only" == processes ]]; then
+  python3 bench/egress_processes.py --work "$work/processes" \
+    --out "bench/results/egress-processes-$(date +%Y-%m-%d).md"
 fi
 if [[ -z "$only" || "$only" == page ]]; then
   python3 bench/page_load.py --work "$work/page" --out "bench/results/page-load-$(date +%Y-%m-%d).md"

@@ -320,6 +320,12 @@ Result<void> Config::load_gateway(const nlohmann::json& v) {
         return fail(Code::kInvalidArgument,
                     k + ": a number from 1 to 2^30-1 (not root, below the sandboxes' id ranges)");
       (k == "uid" ? gateway_uid : gateway_gid) = gv.get<uint32_t>();
+    } else if (k == "sandboxes_per_process") {
+      if (!gv.is_number_unsigned() || gv.get<uint64_t>() > 1'000'000)
+        return fail(Code::kInvalidArgument,
+                    k + ": a number from 0 (one space-egress for every sandbox) to 1000000; "
+                        "1 gives each sandbox a gateway process of its own");
+      gateway_sandboxes_per_process = gv.get<size_t>();
     } else {
       return fail(Code::kInvalidArgument, "unknown or mistyped key \"" + k + "\"");
     }

@@ -142,7 +142,8 @@ struct Config {
   // just below the sandboxes' id ranges (which start at 2^30), used by nothing else.
   static constexpr uint32_t kDefaultGatewayId = (1u << 30) - 2;
   uint32_t gateway_uid = kDefaultGatewayId, gateway_gid = kDefaultGatewayId;
-  std::filesystem::path gateway_binary;  // space-egress; default: next to spaced
+  std::filesystem::path gateway_binary;      // space-egress; default: next to spaced
+  size_t gateway_sandboxes_per_process = 0;  // 0: one space-egress for every sandbox
   std::string log_level = "info";
   // Also serve the API on this TCP address ("127.0.0.1:7070"; loopback unless api_tls is
   // set); every request there needs an API token (docs/api-auth.md). "" = the Unix socket only.

@@ -142,8 +142,10 @@ Result<std::unique_ptr<Daemon>> Daemon::start(Config cfg, Runtimes runtimes) {
     };
     d->secrets_ = std::make_shared<egress::SecretStore>(d->cfg_.secrets);
     eo.secrets = d->secrets_;
-    d->gateway_ =
-        TRY_CTX(EgressProcess::start(std::move(eo)), "starting the egress gateway process");
+    EgressPool::Options po;
+    po.process = std::move(eo);
+    po.sandboxes_per_process = d->cfg_.gateway_sandboxes_per_process;
+    d->gateway_ = TRY_CTX(EgressPool::start(std::move(po)), "starting the egress gateway process");
   }
   TRY_VOID_CTX(d->reconcile(), "reconciling sandboxes from the previous run");
   (void)d->store_->prune_destroyed(now_s() - d->cfg_.destroyed_retention_s);
@@ -1169,6 +1171,9 @@ std::string Daemon::metrics() {
     o << "# HELP space_egress_active_connections Open gateway connections.\n"
       << "# TYPE space_egress_active_connections gauge\nspace_egress_active_connections "
       << g.active_connections << '\n';
+    o << "# HELP space_egress_processes Gateway processes running (space-egress).\n"
+      << "# TYPE space_egress_processes gauge\nspace_egress_processes " << gateway_->processes()
+      << '\n';
   }
   counter("space_sandbox_creates_total", "Sandboxes created.", metrics_.creates);
   counter("space_sandbox_create_failures_total", "Sandbox creations that failed.",

@@ -22,7 +22,7 @@
 #include "daemon/agent_conn.h"
 #include "daemon/config.h"
 #include "daemon/dns_relay.h"
-#include "daemon/egress_proc.h"
+#include "daemon/egress_pool.h"
 #include "daemon/egress_relay.h"
 #include "daemon/exec_log.h"
 #include "daemon/guest_exec_audit.h"
@@ -328,7 +328,7 @@ class Daemon : public SandboxService {
   Images images_;
   double started_at_;
   std::shared_ptr<egress::SecretStore> secrets_;
-  std::unique_ptr<EgressProcess> gateway_;  // the gateway process (egress_proc.h)
+  std::unique_ptr<EgressPool> gateway_;  // the gateway processes (egress_pool.h)
 
   std::mutex mu_;  // guards sandboxes_
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;

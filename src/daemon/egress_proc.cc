@@ -461,7 +461,7 @@ egress::Gateway::Stats EgressProcess::stats() {
   return r ? wire::stats_of(*r) : egress::Gateway::Stats{};
 }
 
-void EgressProcess::stop() {
+void EgressProcess::begin_stop() {
   {
     std::unique_lock lock(mu_);
     if (stopping_) return;
@@ -470,6 +470,10 @@ void EgressProcess::stop() {
     if (ctl_) ::shutdown(ctl_.get(), SHUT_RDWR);  // the supervisor's read ends; the process exits
   }
   cv_.notify_all();
+}
+
+void EgressProcess::stop() {
+  begin_stop();
   if (supervisor_.joinable()) supervisor_.join();
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return secret_threads_ == 0; });

@@ -58,6 +58,9 @@ class EgressProcess {
 
   // Ends the process (its connections end with it) and the supervisor. Idempotent.
   void stop();
+  // The first half of stop(), which does not wait: closes the channel, so the process starts
+  // to exit. For ending many at once: begin_stop() each, then stop() each.
+  void begin_stop();
 
   // As egress::Gateway: binds the sandbox's listeners in `netns_fd` (or takes listeners bound
   // ahead of time) and has the process serve them. The sandbox stays attached across restarts

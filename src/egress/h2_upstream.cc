@@ -40,7 +40,7 @@ Result<std::unique_ptr<UpConn>> connect_upstream(const Shared& g, const Gateway:
   u->fd->set_stop_fd(st.cancel.get());
   u->fd->set_read_timeout(g.options.idle_timeout);
   u->fd->set_write_timeout(g.options.idle_timeout);
-  u->tls = std::make_unique<TlsStream>(u->fd->fd(), g.upstream_ctx, st.cancel.get());
+  u->tls = std::make_unique<TlsStream>(u->fd->fd(), TRY(g.upstream()), st.cancel.get());
   u->tls->set_timeout(g.options.idle_timeout);
   static constexpr std::string_view kBoth = "\x02h2\x08http/1.1";
   static constexpr std::string_view kHttp11 = "\x08http/1.1";

@@ -84,7 +84,21 @@ enum class ListenerKind { kProxy, kTransparentTls, kTransparentHttp, kDns };
 struct Shared {
   Gateway::Options options;
   std::shared_ptr<SecretStore> secrets;
-  std::shared_ptr<SSL_CTX> upstream_ctx;
+  // The upstream client context, made on first use (upstream()): the system trust store takes
+  // tens of milliseconds to parse, which a gateway process that never intercepts need not pay.
+  Result<std::shared_ptr<SSL_CTX>> upstream() const {
+    std::lock_guard lock(upstream_mu);
+    if (!upstream_ctx) {
+      auto ctx = upstream_context(options.upstream_ca_files, options.upstream_ca_pems);
+      if (!ctx)
+        return fail(
+            Error(ctx.error().code(), "the upstream TLS context: " + ctx.error().message()));
+      upstream_ctx = std::move(*ctx);
+    }
+    return upstream_ctx;
+  }
+  mutable std::mutex upstream_mu;
+  mutable std::shared_ptr<SSL_CTX> upstream_ctx;  // guarded by upstream_mu
   std::atomic<uint64_t> connections{0}, requests{0}, denied{0}, bytes_up{0}, bytes_down{0},
       credential_uses{0}, dns_queries{0};
   std::atomic<size_t> active{0};

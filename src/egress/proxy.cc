@@ -449,7 +449,7 @@ class Connection {
     u->fd->set_read_timeout(g_.options.idle_timeout);
     u->fd->set_write_timeout(g_.options.idle_timeout);
     if (tls) {
-      u->tls = std::make_unique<TlsStream>(u->fd->fd(), g_.upstream_ctx, st_->cancel.get());
+      u->tls = std::make_unique<TlsStream>(u->fd->fd(), TRY(g_.upstream()), st_->cancel.get());
       u->tls->set_timeout(g_.options.idle_timeout);
       TRY_VOID(u->tls->connect(host.name, host.is_ip()));
       u->stream = std::make_unique<AnyStream>(u->tls.get());

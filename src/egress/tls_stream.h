@@ -105,11 +105,12 @@ class TlsStream {
   std::chrono::milliseconds timeout_{60'000};
 };
 
-// A client context for upstream connections: TLS 1.2+, the system trust store plus
-// `extra_ca_files`, peer verification on, ALPN http/1.1.
+// A client context for upstream connections: TLS 1.2+, the system trust store (unless
+// `system_store` is false: parsing it costs tens of milliseconds) plus `extra_ca_files` and
+// `extra_ca_pems`, peer verification on, ALPN http/1.1.
 Result<std::shared_ptr<SSL_CTX>> upstream_context(
     const std::vector<std::string>& extra_ca_files,
-    const std::vector<std::string>& extra_ca_pems = {});
+    const std::vector<std::string>& extra_ca_pems = {}, bool system_store = true);
 
 // The OpenSSL error queue as text (and cleared), for error messages.
 std::string tls_error_text();

@@ -8,13 +8,19 @@
   `gateway.binary`) asks spaced for secrets its sandbox was not granted and for sandboxes that do
   not exist, reports forged audit events and sends mistyped messages: spaced refuses each,
   records none of them and reads on.
+* With `gateway.sandboxes_per_process: 1` every sandbox has a process of its own (two spares
+  wait, started): killing one sandbox's process interrupts only that sandbox (another's
+  download completes), each process has the posture, a destroyed sandbox's process ends, and a
+  compromised process serving one sandbox asks for a neighbour's granted secret and is refused.
 """
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -93,12 +99,20 @@ while True:
         send({"op": "ready", "pid": os.getpid()})
     elif op == "attach":
         sid = m["id"]
-        note({"attach": sid, "grants": [g["name"] for g in m["grants"]],
+        # Sandboxes attached before this one (to this process or another stand-in).
+        try:
+            with open(out) as f:
+                earlier = [json.loads(l).get("attach") for l in f if l.strip()]
+        except FileNotFoundError:
+            earlier = []
+        neighbours = sorted({e for e in earlier if e and e != sid})
+        note({"attach": sid, "pid": os.getpid(), "grants": [g["name"] for g in m["grants"]],
               "known": sorted(m.get("known", {}))})
         send({"op": "reply", "seq": m["seq"], "ok": True})
-        for what, ask_id, name in (("granted", sid, "API_TOKEN"),
-                                   ("not_granted", sid, "LIVE_ONLY"),
-                                   ("other_sandbox", "sb_doesnotexist", "API_TOKEN")):
+        asks = [("granted", sid, "API_TOKEN"), ("not_granted", sid, "LIVE_ONLY"),
+                ("other_sandbox", "sb_doesnotexist", "API_TOKEN")]
+        asks += [("neighbour " + n, n, "API_TOKEN") for n in neighbours]
+        for what, ask_id, name in asks:
             seq += 1
             pending[seq] = what
             send({"op": "secret", "seq": seq, "id": ask_id, "name": name})
@@ -186,7 +200,128 @@ class GatewayProcessTest(EgressBase):
         cls.sid = cls.create_for_class("--secret", "API_TOKEN")
 
 
-class CompromisedGatewayTest(EgressBase):
+class PerSandboxProcessTest(EgressBase):
+    """gateway.sandboxes_per_process 1: every sandbox has a space-egress of its own, which ends
+    with it; killing one interrupts only its sandbox."""
+
+    @classmethod
+    def daemon_config(cls):
+        cfg = super().daemon_config()
+        cfg["gateway"]["sandboxes_per_process"] = 1
+        cfg["profiles"]["fast"] = {"egress": {
+            "allow": ["git.example.test", "api.example.test"],
+            "allow_networks": ["127.0.0.2/32"], "bandwidth": "512K"}}
+        return cfg
+
+    SPARES = 2  # EgressPool::kSpares: started and unused, so that creates need not wait
+
+    def served_by(self, sid):
+        """The pid of the space-egress serving `sid`, from spaced's log."""
+        m = re.findall(r"egress: %s is served by gateway process (\d+)" % sid,
+                       self.daemon.log_text())
+        self.assertEqual(len(m), 1, "log lines for %s: %s" % (sid, m))
+        return int(m[0])
+
+    def wait_processes(self, n):
+        """Waits until spaced counts n gateway processes (a spare counts once its start-up
+        handshake is over, after its confinement; it may show in /proc before)."""
+        harness.wait_for(lambda: "space_egress_processes %d\n" % n in
+                         self.api("GET", "/metrics").body.decode(), timeout=10,
+                         what="space_egress_processes %d" % n)
+
+    def test_each_sandbox_its_own_process(self):
+        self.wait_processes(self.SPARES)
+        self.assertEqual(len(posture.gateway_pids(self.daemon.pid)), self.SPARES)
+        a = self.create("--profile", "fast")
+        b = self.create("--profile", "fast")
+        c = self.create("--secret", "API_TOKEN")
+        pa, pb, pc = self.served_by(a), self.served_by(b), self.served_by(c)
+        self.assertEqual(len({pa, pb, pc}), 3, (pa, pb, pc))
+        # The spares have been refilled; each process, spare or serving, has the posture.
+        self.wait_processes(3 + self.SPARES)
+        self.assertTrue({pa, pb, pc} <= set(posture.gateway_pids(self.daemon.pid)))
+        problems, summary = posture.check_gateway_process(self.daemon.pid, want=3 + self.SPARES)
+        self.assertEqual(problems, [], summary)
+        # B downloads 1 MiB at 512 KiB/s while A's process is killed: B's download completes.
+        p = subprocess.Popen([harness.SPACE, "exec", b, "--", "sh", "-c",
+                              "curl -sS --max-time 60 -o /tmp/big https://git.example.test/big.bin"
+                              " && wc -c < /tmp/big"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL, env=self.env())
+        try:
+            harness.wait_for(lambda: self.space("exec", b, "--", "sh", "-c",
+                                                "test -s /tmp/big")[0] == 0,
+                             timeout=30, interval=0.1, what="B's download under way")
+            started = re.compile(r"egress: gateway process (\d+) started")
+            starts = len(started.findall(self.daemon.log_text()))
+            os.kill(pa, signal.SIGKILL)
+            out, err = p.communicate(timeout=90)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        self.assertEqual(p.returncode, 0, err.decode(errors="replace")[-2000:])
+        self.assertEqual(out.decode().strip(), str(1 << 20))
+        # A got a new process; B's and C's are the ones they had.
+        harness.wait_for(lambda: len(started.findall(self.daemon.log_text())) > starts,
+                         timeout=10, what="A's gateway process started again")
+        pa2 = int(started.findall(self.daemon.log_text())[starts])
+        self.wait_processes(3 + self.SPARES)
+        pids = set(posture.gateway_pids(self.daemon.pid))
+        self.assertNotIn(pa, pids)
+        self.assertTrue({pb, pc, pa2} <= pids, (pids, pb, pc, pa2))
+        self.sh_ok("curl -sS -o /dev/null https://git.example.test/hello.txt", sid=a)
+        # C's secret injection is its own process's business and still works.
+        self.sh_ok('curl -sS https://api.example.test/echo -H "Authorization: $API_TOKEN"', sid=c)
+        got = [e for e in self.upstream.echoes() if e["host"] == "api.example.test"]
+        self.assertEqual(got[-1]["headers"]["authorization"], SECRET)
+        # Only A's audit log has the interruption.
+        interrupted = {s: [e for e in self.audit_events(s) if e["kind"] == "egress.interrupted"]
+                       for s in (a, b, c)}
+        self.assertEqual(len(interrupted[a]), 1, interrupted)
+        self.assertEqual(interrupted[b] + interrupted[c], [], interrupted)
+        self.assertIn("space_egress_process_restarts_total 1",
+                      self.api("GET", "/metrics").body.decode())
+        # A destroyed sandbox's process ends with it; only the spares are left when all are gone.
+        self.space_ok("rm", "--force", a)
+        harness.wait_for(lambda: not os.path.exists("/proc/%d" % pa2), timeout=10,
+                         what="A's gateway process gone after its destroy")
+        for s in (b, c):
+            self.space_ok("rm", "--force", s)
+        self.wait_processes(self.SPARES)
+        harness.wait_for(lambda: len(posture.gateway_pids(self.daemon.pid)) == self.SPARES,
+                         timeout=10, what="only the spares left")
+        self.assertFalse({pb, pc, pa2} & set(posture.gateway_pids(self.daemon.pid)))
+        metrics = self.api("GET", "/metrics").body.decode()
+        self.assertIn("space_egress_processes %d" % self.SPARES, metrics)
+        # The counters of processes that ended stay in the totals.
+        self.assertNotIn("space_egress_connections_total 0\n", metrics)
+
+
+class GatewayConfigTest(unittest.TestCase):
+
+    def test_bad_sandboxes_per_process_is_refused(self):
+        root = tempfile.mkdtemp(prefix="space-gwconfig-")
+        try:
+            for bad in (-1, "1", 1.5, 2000000):
+                with self.subTest(value=bad):
+                    path = os.path.join(root, "c.json")
+                    with open(path, "w") as f:
+                        json.dump({"gateway": {"sandboxes_per_process": bad}}, f)
+                    p = subprocess.run([harness.SPACED, "--config", path, "--state-dir",
+                                        os.path.join(root, "state"), "--socket",
+                                        os.path.join(root, "s.sock")],
+                                       capture_output=True, timeout=30,
+                                       stdin=subprocess.DEVNULL)
+                    self.assertNotEqual(p.returncode, 0)
+                    err = p.stderr.decode()
+                    self.assertIn("sandboxes_per_process", err)
+                    self.assertIn("1 gives each sandbox a gateway process of its own", err)
+        finally:
+            harness.safe_rmtree(root)
+
+
+class CompromisedBase(EgressBase):
+    """A daemon whose gateway process is the stand-in FAKE_GATEWAY."""
 
     @classmethod
     def daemon_config(cls):
@@ -201,6 +336,9 @@ class CompromisedGatewayTest(EgressBase):
     def results(self):
         path = os.path.join(self.tmp, "fake-results.jsonl")
         return [json.loads(l) for l in harness.read_text(path).splitlines() if l.strip()]
+
+
+class CompromisedGatewayTest(CompromisedBase):
 
     def test_spaced_refuses_what_was_not_granted(self):
         sid = self.create("--secret", "API_TOKEN")
@@ -225,6 +363,36 @@ class CompromisedGatewayTest(EgressBase):
         events = self.audit_events(sid)
         self.assertFalse([e for e in events if "forged" in e["data"]], events)
         self.assertFalse([e for e in events if e["kind"] == "sandbox.destroy"], events)
+
+
+class CompromisedPerSandboxGatewayTest(CompromisedBase):
+    """With a process per sandbox, a taken-over gateway cannot have another sandbox's secrets:
+    the stand-in serving B asks spaced for A's granted secret and is refused."""
+
+    @classmethod
+    def daemon_config(cls):
+        cfg = super().daemon_config()
+        cfg["gateway"]["sandboxes_per_process"] = 1
+        return cfg
+
+    def test_a_neighbours_secret_is_refused(self):
+        a = self.create("--secret", "API_TOKEN")
+        harness.wait_for(lambda: len([r for r in self.results() if "secret" in r]) >= 3,
+                         timeout=20, what="the first stand-in's secret requests answered")
+        b = self.create("--secret", "API_TOKEN")
+        harness.wait_for(lambda: any(r.get("secret") == "neighbour " + a
+                                     for r in self.results()),
+                         timeout=20, what="the second stand-in's request for A's secret")
+        res = self.results()
+        attaches = [r for r in res if "attach" in r]
+        # Two processes, each handed one sandbox only.
+        self.assertEqual(sorted(r["attach"] for r in attaches), sorted([a, b]), attaches)
+        self.assertEqual(len({r["pid"] for r in attaches}), 2, attaches)
+        answer = [r for r in res if r.get("secret") == "neighbour " + a][0]
+        self.assertIsNone(answer["value"], answer)
+        self.assertIn("not granted", answer["error"]["message"])
+        granted = [r for r in res if r.get("secret") == "granted"]
+        self.assertEqual([r["value"] for r in granted], [SECRET, SECRET], granted)
 
 
 if __name__ == "__main__":

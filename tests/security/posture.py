@@ -469,12 +469,23 @@ def gateway_pids(daemon_pid):
             harness.read_text("/proc/%d/comm" % p).strip() == "space-egress"]
 
 
-def check_gateway_process(daemon_pid):
-    """The gateway process's posture from the host: (problems, summary)."""
+def check_gateway_process(daemon_pid, want=1):
+    """The gateway processes' posture from the host: (problems, summary). `want` is how many
+    space-egress children spaced should have (one by default; one per sandbox with
+    gateway.sandboxes_per_process 1); each is checked the same way."""
     pids = gateway_pids(daemon_pid)
-    if len(pids) != 1:
-        return ["spaced %d has %d space-egress children, want 1" % (daemon_pid, len(pids))], ""
-    pid = pids[0]
+    if len(pids) != want:
+        return ["spaced %d has %d space-egress children, want %d" %
+                (daemon_pid, len(pids), want)], ""
+    problems, summaries = [], []
+    for pid in pids:
+        p, summary = check_one_gateway(daemon_pid, pid)
+        problems += p
+        summaries.append(summary)
+    return problems, "; ".join(summaries)
+
+
+def check_one_gateway(daemon_pid, pid):
     problems = []
     st = status_fields(pid)
     uids, gids = st.get("Uid", "").split(), st.get("Gid", "").split()
