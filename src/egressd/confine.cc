@@ -72,7 +72,7 @@ Result<Args> parse_args(int argc, char** argv) {
 
 Result<void> confine(const Args& a) {
   // Compiled first: libseccomp allocates, and nothing below may fail half-way for want of it.
-  auto program = TRY(runtime::linux::compile_policy(runtime::linux::egress_policy()));
+  auto program = TRY(runtime::linux::compile_policy(runtime::linux::egress_policy(::getpid())));
 
   // Connections need descriptors: as many as the hard limit allows (set while still root).
   rlimit nofile{};

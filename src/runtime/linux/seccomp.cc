@@ -115,6 +115,14 @@ Result<void> add_rule(void* ctx, const PolicyRule& r, int nr) {
       return {};
     case SyscallMatch::Kind::kArgNotIn:
       return add_not_in(ctx, action, nr, r);
+    case SyscallMatch::Kind::kArgNot: {
+      if (m.values.size() != 1)
+        return fail(Code::kInternal,
+                    "seccomp: kArgNot takes one value (" + std::string(r.syscall) + ")");
+      scmp_arg_cmp cmp = SCMP_CMP(m.arg, SCMP_CMP_NE, m.values[0]);
+      if (int rc = add(ctx, action, nr, &cmp); rc < 0) return fail(seccomp_error("rule_add", rc));
+      return {};
+    }
   }
   return fail(Code::kInternal, "seccomp: unknown match kind");
 }

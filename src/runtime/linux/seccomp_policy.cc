@@ -147,6 +147,8 @@ std::string describe(const SyscallMatch& m) {
       return fmt::format("arg{} has any of {}", m.arg, list("|"));
     case K::kArgNotIn:
       return fmt::format("arg{} not in {{{}}}", m.arg, list(", "));
+    case K::kArgNot:
+      return fmt::format("arg{} != {}", m.arg, list(""));
   }
   return "?";
 }
@@ -158,37 +160,45 @@ const std::vector<PolicyRule>& sandbox_policy() {
   return policy;
 }
 
-const std::vector<PolicyRule>& egress_policy() {
-  static const std::vector<PolicyRule> policy = [] {
-    constexpr const char* kNoPrograms =
-        "the gateway runs no program: a parser bug exploited inside it gets no shell";
-    constexpr const char* kOthers = "reads or writes another process's memory";
-    constexpr const char* kFamilies =
-        "the gateway speaks IP, Unix and netlink (the resolver) only; the rest is attack surface";
-    std::vector<PolicyRule> p = build();
-    std::vector<PolicyRule> extra = {
-        {"execve", -1, kAll, EPERM, kNoPrograms},
-        {"execveat", -1, kAll, EPERM, kNoPrograms},
-        {"ptrace", -1, kAll, EPERM, kOthers},
-        {"process_vm_readv", -1, kAll, EPERM, kOthers},
-        {"process_vm_writev", -1, kAll, EPERM, kOthers},
-        {"pidfd_getfd", 438, kAll, EPERM, "takes file descriptors out of another process"},
-        {"kcmp", -1, kAll, EPERM, "compares other processes' kernel objects"},
-        {"socket",
-         -1,
-         {K::kArgEquals,
-          0,
-          {AF_PACKET,     AF_KEY,    AF_XDP,    AF_RDS,       AF_TIPC,    AF_BLUETOOTH, AF_CAN,
-           AF_LLC,        AF_X25,    AF_AX25,   AF_APPLETALK, AF_IPX,     AF_DECnet,    AF_NETROM,
-           AF_ROSE,       AF_ATMPVC, AF_ATMSVC, AF_PPPOX,     AF_IRDA,    AF_ISDN,      AF_PHONET,
-           AF_IEEE802154, AF_CAIF,   AF_NFC,    AF_KCM,       AF_QIPCRTR, AF_SMC,       AF_MCTP}},
-         EAFNOSUPPORT,
-         kFamilies},
-    };
-    p.insert(p.end(), extra.begin(), extra.end());
-    return p;
-  }();
-  return policy;
+std::vector<PolicyRule> egress_policy(pid_t self) {
+  constexpr const char* kNoPrograms =
+      "the gateway runs no program: a parser bug exploited inside it gets no shell";
+  constexpr const char* kOthers = "reads or writes another process's memory";
+  constexpr const char* kFamilies =
+      "the gateway speaks IP, Unix and netlink (the resolver) only; the rest is attack surface";
+  constexpr const char* kSignals =
+      "signals reach only the process itself (its threads): the gateway processes share a uid, "
+      "and one taken over must not end the others";
+  const SyscallMatch not_self{K::kArgNot, 0, {static_cast<uint64_t>(self)}};
+  std::vector<PolicyRule> p = build();
+  std::vector<PolicyRule> extra = {
+      {"execve", -1, kAll, EPERM, kNoPrograms},
+      {"execveat", -1, kAll, EPERM, kNoPrograms},
+      {"ptrace", -1, kAll, EPERM, kOthers},
+      {"process_vm_readv", -1, kAll, EPERM, kOthers},
+      {"process_vm_writev", -1, kAll, EPERM, kOthers},
+      {"pidfd_getfd", 438, kAll, EPERM, "takes file descriptors out of another process"},
+      {"kcmp", -1, kAll, EPERM, "compares other processes' kernel objects"},
+      {"kill", -1, kAll, EPERM, kSignals},
+      {"tkill", -1, kAll, EPERM, kSignals},
+      {"tgkill", -1, not_self, EPERM, kSignals},
+      {"rt_sigqueueinfo", -1, kAll, EPERM, kSignals},
+      {"rt_tgsigqueueinfo", -1, not_self, EPERM, kSignals},
+      {"pidfd_open", 434, kAll, EPERM, kSignals},
+      {"pidfd_send_signal", 424, kAll, EPERM, kSignals},
+      {"socket",
+       -1,
+       {K::kArgEquals,
+        0,
+        {AF_PACKET,     AF_KEY,    AF_XDP,    AF_RDS,       AF_TIPC,    AF_BLUETOOTH, AF_CAN,
+         AF_LLC,        AF_X25,    AF_AX25,   AF_APPLETALK, AF_IPX,     AF_DECnet,    AF_NETROM,
+         AF_ROSE,       AF_ATMPVC, AF_ATMSVC, AF_PPPOX,     AF_IRDA,    AF_ISDN,      AF_PHONET,
+         AF_IEEE802154, AF_CAIF,   AF_NFC,    AF_KCM,       AF_QIPCRTR, AF_SMC,       AF_MCTP}},
+       EAFNOSUPPORT,
+       kFamilies},
+  };
+  p.insert(p.end(), extra.begin(), extra.end());
+  return p;
 }
 
 nlohmann::json policy_table() {

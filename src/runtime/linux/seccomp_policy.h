@@ -6,6 +6,8 @@
 // on x86_64) kill the process. seccomp.cc compiles this table with libseccomp.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -20,6 +22,7 @@ struct SyscallMatch {
     kArgEquals,  // arg == one of `values` (compared as 32-bit: ioctl requests, families)
     kArgAnyBit,  // arg has any bit of any of `values` set (clone flags)
     kArgNotIn,   // arg is none of `values` (32-bit; personality's allow list)
+    kArgNot,     // arg != values[0] (all 64 bits: the gateway's own pid for tgkill)
   };
   Kind kind = Kind::kAll;
   unsigned arg = 0;
@@ -39,8 +42,10 @@ const std::vector<PolicyRule>& sandbox_policy();
 
 // The gateway process's role (space-egress, docs/egress.md): the sandbox policy plus what a
 // process that only relays sockets never needs (running programs, reading other processes,
-// rarely used socket families). In review order.
-const std::vector<PolicyRule>& egress_policy();
+// signalling any process but itself, rarely used socket families). `self` is the pid of the
+// process that installs it: the only one its signals may reach (the gateway processes of a
+// spaced share one uid, so without this one taken over could kill the others). In review order.
+std::vector<PolicyRule> egress_policy(pid_t self);
 
 // For `space doctor` and the syscall probe: [{syscall, match, action, reason}].
 nlohmann::json policy_table();

@@ -31,6 +31,8 @@ const char* kind_name(SyscallMatch::Kind k) {
       return "anybit";
     case SyscallMatch::Kind::kArgNotIn:
       return "notin";
+    case SyscallMatch::Kind::kArgNot:
+      return "ne";
   }
   return "?";
 }

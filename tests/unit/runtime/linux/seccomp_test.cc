@@ -4,17 +4,21 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "runtime/linux/seccomp_policy.h"
 
@@ -118,7 +122,7 @@ long errno_of(long rc) { return rc < 0 ? errno : 0; }
 
 // The gateway process's role: what an exploited parser inside space-egress would try next.
 TEST(SeccompPolicy, EgressRoleRefusesProgramsPeersAndRawSockets) {
-  auto prog = compile_policy(egress_policy());
+  auto prog = compile_policy(egress_policy(::getpid()));
   ASSERT_TRUE(prog) << prog.error().message();
   EXPECT_TRUE(prog->unresolved.empty());
   int rc = run_filtered(
@@ -142,8 +146,70 @@ TEST(SeccompPolicy, EgressRoleRefusesProgramsPeersAndRawSockets) {
         if (s4 < 0 || su < 0) ++bad;
         return bad;
       },
-      egress_policy());
+      egress_policy(0));  // (the forked child's pid is not known yet; no signal is tried here)
   EXPECT_EQ(rc, 0);
+}
+
+std::atomic<int> g_own_signals{0};
+
+// The gateway processes of a spaced share a uid: one taken over tries to end another (here a
+// sibling process) with every signalling call there is. Each is refused; signals to itself and
+// its own threads (raise, pthread_kill) still arrive.
+TEST(SeccompPolicy, EgressRoleSignalsOnlyItself) {
+  pid_t victim = ::fork();
+  if (victim == 0) {
+    for (;;) ::pause();
+  }
+  ASSERT_GT(victim, 0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    auto prog = compile_policy(egress_policy(::getpid()));
+    if (!prog) ::_exit(102);
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ::_exit(100);
+    if (install_seccomp(*prog) != 0) ::_exit(101);
+    int bad = 0;
+    auto refused = [&](const char* what, long rc) {
+      if (!(rc < 0 && errno == EPERM)) {
+        std::fprintf(stderr, "%s: rc %ld errno %d, want EPERM\n", what, rc, errno);
+        ++bad;
+      }
+    };
+    siginfo_t info{};
+    info.si_code = SI_QUEUE;
+    info.si_pid = ::getpid();
+    refused("kill(sibling, KILL)", ::kill(victim, SIGKILL));
+    refused("kill(sibling, 0)", ::kill(victim, 0));
+    refused("tkill", ::syscall(SYS_tkill, victim, SIGKILL));
+    refused("tgkill", ::syscall(SYS_tgkill, victim, victim, SIGKILL));
+    refused("rt_sigqueueinfo", ::syscall(SYS_rt_sigqueueinfo, victim, SIGKILL, &info));
+    refused("rt_tgsigqueueinfo", ::syscall(SYS_rt_tgsigqueueinfo, victim, victim, SIGKILL, &info));
+    refused("pidfd_open", ::syscall(434 /* pidfd_open */, victim, 0));
+    refused("pidfd_send_signal", ::syscall(424 /* pidfd_send_signal */, 0, SIGKILL, nullptr, 0));
+    // Its own signals still work: raise() is tgkill(self, self), pthread_kill a thread's.
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { ++g_own_signals; };
+    ::sigaction(SIGUSR1, &sa, nullptr);
+    if (::raise(SIGUSR1) != 0) ++bad;
+    std::atomic<bool> done{false};
+    std::thread t([&] {
+      while (!done) ::usleep(1000);
+    });
+    if (::pthread_kill(t.native_handle(), SIGUSR1) != 0) ++bad;
+    ::usleep(20000);
+    done = true;
+    t.join();
+    if (g_own_signals != 2) {
+      std::fprintf(stderr, "own signals delivered: %d, want 2\n", g_own_signals.load());
+      ++bad;
+    }
+    ::_exit(std::min(bad, 99));
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_EQ(::kill(victim, 0), 0) << "the sibling is gone";
+  ::kill(victim, SIGKILL);
+  ::waitpid(victim, nullptr, 0);
 }
 
 TEST(SeccompPolicy, PersonalityAllowList) {
