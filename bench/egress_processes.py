@@ -24,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import bench as base  # noqa: E402
+from idle_memory import parents  # noqa: E402
 
 MODES = (0, 1)
 POOL = 4
@@ -36,19 +37,17 @@ def attach_step(text):
 
 
 def egress_children(daemon_pid):
+    """The space-egress children of spaced `daemon_pid`."""
     out = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
+    for pid, ppid in parents().items():
+        if ppid != daemon_pid:
             continue
         try:
-            with open("/proc/%s/stat" % p) as f:
-                stat = f.read()
-            comm = stat[stat.index("(") + 1:stat.rindex(")")]
-            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        except (OSError, ValueError):
+            with open("/proc/%d/comm" % pid) as f:
+                if f.read().strip() == "space-egress":
+                    out.append(pid)
+        except OSError:
             continue
-        if ppid == daemon_pid and comm == "space-egress":
-            out.append(int(p))
     return out
 
 

@@ -132,6 +132,13 @@ while True:
 '''
 
 
+def exec_in_background(test, sid, *argv):
+    """`space exec sid -- argv` started, not waited for: the Popen (stdout, stderr piped)."""
+    return subprocess.Popen([harness.SPACE, "exec", sid, "--"] + list(argv),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=test.env())
+
+
 class GatewayProcessTest(EgressBase):
 
     @classmethod
@@ -152,9 +159,7 @@ class GatewayProcessTest(EgressBase):
         self.sh_ok("echo kept > /tmp/mine", sid=sid)
         old = self.gateway_pid()
         script = DOWNLOAD_SCRIPT % {"n": DOWNLOADS}
-        p = subprocess.Popen([harness.SPACE, "exec", sid, "--", "python3", "-c", script],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             stdin=subprocess.DEVNULL, env=self.env())
+        p = exec_in_background(self, sid, "python3", "-c", script)
         try:
             harness.wait_for(lambda: self.space("exec", sid, "--", "test", "-e",
                                                 "/tmp/ready")[0] == 0,
@@ -243,11 +248,9 @@ class PerSandboxProcessTest(EgressBase):
         problems, summary = posture.check_gateway_process(self.daemon.pid, want=3 + self.SPARES)
         self.assertEqual(problems, [], summary)
         # B downloads 1 MiB at 512 KiB/s while A's process is killed: B's download completes.
-        p = subprocess.Popen([harness.SPACE, "exec", b, "--", "sh", "-c",
-                              "curl -sS --max-time 60 -o /tmp/big https://git.example.test/big.bin"
-                              " && wc -c < /tmp/big"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             stdin=subprocess.DEVNULL, env=self.env())
+        p = exec_in_background(self, b, "sh", "-c",
+                               "curl -sS --max-time 60 -o /tmp/big https://git.example.test/big.bin"
+                               " && wc -c < /tmp/big")
         try:
             harness.wait_for(lambda: self.space("exec", b, "--", "sh", "-c",
                                                 "test -s /tmp/big")[0] == 0,
