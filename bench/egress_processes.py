@@ -173,7 +173,7 @@ def main():
         "for every sandbox) and 1 (one per sandbox, %d spares): first both without a pool, then "
         "both with a warm pool of %d; one create (POST /v1/sandboxes to its 201, then DELETE, "
         "untimed) on each in turn, %d rounds; before each create the daemon is idle again (its "
-        "pool full, its spares started): a spare's start (about 25 ms of CPU) follows each "
+        "pool full, its spares started): a spare's start (about 28 ms of CPU) follows each "
         "per-sandbox create and is not in these figures" % (2, POOL, args.n),
         "- latencies in milliseconds; \"added\" is the per-sandbox p50 minus the shared p50",
         "",

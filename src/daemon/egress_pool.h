@@ -5,9 +5,9 @@
 // never another sandbox's. A process that served a sandbox is never handed a later one beyond
 // its N, so a takeover cannot wait for new victims.
 //
-// Starting a process takes ~25 ms (exec, confinement, the handshake), more than a create from a
-// warm pool, so the pool keeps kSpares processes started and unused, refilled by a thread of its
-// own; only a burst of creates beyond them waits for a start. A spare has served no sandbox.
+// Starting a process takes ~28 ms (exec, confinement, the handshake, a warm-up), more than a create
+// from a warm pool, so the pool keeps kSpares processes started and unused, refilled by a thread of
+// its own; only a burst of creates beyond them waits for a start. A spare has served no sandbox.
 //
 // The pool has EgressProcess's surface; each process supervises and restarts itself, so a crash
 // interrupts only the sandboxes it served.
