@@ -66,11 +66,12 @@ Gateway::Gateway(Options options, std::shared_ptr<SecretStore> secrets)
 Result<std::unique_ptr<Gateway>> Gateway::start(Options options,
                                                 std::shared_ptr<SecretStore> secrets) {
   if (!secrets) secrets = std::make_shared<SecretStore>(std::map<std::string, SecretDef>{});
-  // The extra CAs are checked now (a bad file is a start-up error); the system trust store is
-  // loaded with them on the first upstream TLS connection (Shared::upstream()).
-  TRY_VOID_CTX(upstream_context(options.upstream_ca_files, options.upstream_ca_pems, false),
-               "egress gateway");
+  // The extra CAs are loaded now (a bad file is a start-up error); the system trust store is
+  // added on the first upstream TLS connection (Shared::upstream()).
+  auto ctx = TRY_CTX(upstream_context(options.upstream_ca_files, options.upstream_ca_pems, false),
+                     "egress gateway");
   std::unique_ptr<Gateway> g(new Gateway(std::move(options), std::move(secrets)));
+  g->impl_->shared.upstream_ctx = std::move(ctx);
   g->impl_->epoll.reset(::epoll_create1(EPOLL_CLOEXEC));
   if (!g->impl_->epoll) return fail_sys("epoll_create1");
   g->impl_->stop.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));

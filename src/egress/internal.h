@@ -84,21 +84,20 @@ enum class ListenerKind { kProxy, kTransparentTls, kTransparentHttp, kDns };
 struct Shared {
   Gateway::Options options;
   std::shared_ptr<SecretStore> secrets;
-  // The upstream client context, made on first use (upstream()): the system trust store takes
-  // tens of milliseconds to parse, which a gateway process that never intercepts need not pay.
+  // The upstream client context, made at start with the extra CAs; the system trust store is
+  // added on first use (upstream()): it takes tens of milliseconds to parse, which a gateway
+  // process that never intercepts need not pay. No SSL object exists before that.
   Result<std::shared_ptr<SSL_CTX>> upstream() const {
     std::lock_guard lock(upstream_mu);
-    if (!upstream_ctx) {
-      auto ctx = upstream_context(options.upstream_ca_files, options.upstream_ca_pems);
-      if (!ctx)
-        return fail(
-            Error(ctx.error().code(), "the upstream TLS context: " + ctx.error().message()));
-      upstream_ctx = std::move(*ctx);
+    if (!system_trust_added) {
+      TRY_VOID_CTX(add_system_trust(upstream_ctx.get()), "the upstream TLS context");
+      system_trust_added = true;
     }
     return upstream_ctx;
   }
+  std::shared_ptr<SSL_CTX> upstream_ctx;  // set at start, never replaced
   mutable std::mutex upstream_mu;
-  mutable std::shared_ptr<SSL_CTX> upstream_ctx;  // guarded by upstream_mu
+  mutable bool system_trust_added = false;  // guarded by upstream_mu
   std::atomic<uint64_t> connections{0}, requests{0}, denied{0}, bytes_up{0}, bytes_down{0},
       credential_uses{0}, dns_queries{0};
   std::atomic<size_t> active{0};

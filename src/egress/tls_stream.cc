@@ -186,14 +186,19 @@ void TlsStream::shutdown() {
   }
 }
 
+Result<void> add_system_trust(SSL_CTX* ctx) {
+  if (SSL_CTX_set_default_verify_paths(ctx) != 1)
+    return fail(Code::kInternal, "loading the system trust store: " + tls_error_text());
+  return {};
+}
+
 Result<std::shared_ptr<SSL_CTX>> upstream_context(const std::vector<std::string>& extra_ca_files,
                                                   const std::vector<std::string>& extra_ca_pems,
                                                   bool system_store) {
   std::shared_ptr<SSL_CTX> ctx(SSL_CTX_new(TLS_client_method()), SSL_CTX_free);
   if (!ctx) return fail(Code::kInternal, "SSL_CTX_new: " + tls_error_text());
   SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
-  if (system_store && SSL_CTX_set_default_verify_paths(ctx.get()) != 1)
-    return fail(Code::kInternal, "loading the system trust store: " + tls_error_text());
+  if (system_store) TRY_VOID(add_system_trust(ctx.get()));
   for (auto& f : extra_ca_files) {
     if (SSL_CTX_load_verify_locations(ctx.get(), f.c_str(), nullptr) != 1)
       return fail(Code::kInvalidArgument,

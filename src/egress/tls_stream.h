@@ -111,6 +111,8 @@ class TlsStream {
 Result<std::shared_ptr<SSL_CTX>> upstream_context(
     const std::vector<std::string>& extra_ca_files,
     const std::vector<std::string>& extra_ca_pems = {}, bool system_store = true);
+// Adds the system trust store to `ctx` (what upstream_context does unless told not to).
+Result<void> add_system_trust(SSL_CTX* ctx);
 
 // The OpenSSL error queue as text (and cleared), for error messages.
 std::string tls_error_text();
