@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cli/tcp_url.h"
+#include "common/subprocess.h"
 
 namespace space::cli {
 namespace {
@@ -156,14 +157,13 @@ Result<std::string> https_helper_path() {
                   " nor at " + kInstalled + "; install it next to space");
 }
 
-// Waits for the child and says how it ended ("exited with status 1", "killed by signal 9").
+// Waits for the child and says how it ended ("exited with status 1", "was killed by signal
+// KILL").
 std::string wait_status(pid_t pid) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return "was killed by signal " + std::to_string(WTERMSIG(status));
-  return "ended";
+  return describe_wait_status(status);
 }
 
 // Starts `space-https URL` on one end of a socketpair (its fd 3) and reads its status line:

@@ -135,6 +135,17 @@ std::string RunResult::describe_status(const RunOptions& opts) const {
   return "exited with " + std::to_string(exit_code);
 }
 
+std::string describe_wait_status(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const char* abbrev = ::sigabbrev_np(WTERMSIG(status));
+    return "was killed by signal " +
+           (abbrev ? std::string(abbrev) : std::to_string(WTERMSIG(status))) +
+           (WCOREDUMP(status) ? " (core dumped)" : "");
+  }
+  return "ended";
+}
+
 Result<std::string> find_program(std::string_view program, std::string_view search_path) {
   if (program.empty()) return fail(Code::kInvalidArgument, "no program to run (empty name)");
   std::string name(program);

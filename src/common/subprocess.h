@@ -63,6 +63,10 @@ struct RunResult {
   std::string describe_status(const RunOptions& opts = {}) const;
 };
 
+// How a child ended, from its waitpid() status, for messages: "exited with status 1", "was
+// killed by signal KILL", "... (core dumped)"; "ended" for anything else.
+std::string describe_wait_status(int status);
+
 // Finds `program` as execvp would, but explicitly: a name with '/' is taken as is, another is
 // looked for in each directory of `search_path`; it must be a regular file we may execute.
 // kNotFound "program \"x\" not found in /usr/bin:/bin" when there is none.

@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/subprocess.h"
 #include "egress/wire.h"
 
 namespace space::daemon {
@@ -33,14 +34,6 @@ const std::set<std::string> kAuditKinds = {"egress.request", "egress.denied",  "
 // burst) are taken from it; the rest are counted and logged.
 constexpr double kAuditRate = 2000, kAuditBurst = 20000;
 constexpr size_t kMaxSecretThreads = 32;
-
-std::string describe_status(int status) {
-  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status))
-    return std::string("was killed by signal ") + sigabbrev_np(WTERMSIG(status)) +
-           (WCOREDUMP(status) ? " (core dumped)" : "");
-  return "ended";
-}
 
 // A string field of a message from the process, "" when absent or not a string (json::value()
 // would throw type_error for a mistyped one: the process is untrusted).
@@ -135,7 +128,8 @@ Result<void> EgressProcess::spawn() {
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    return fail(Error(e.code(), e.message() + " (the process " + describe_status(status) + ")"));
+    return fail(
+        Error(e.code(), e.message() + " (the process " + describe_wait_status(status) + ")"));
   };
   json secrets = json::object();
   if (o_.secrets)
@@ -222,7 +216,7 @@ void EgressProcess::supervise() {
     }
     if (stopping) return;
     std::string why = "the egress gateway process (pid " + std::to_string(pid) + ") " +
-                      describe_status(status) +
+                      describe_wait_status(status) +
                       "; connections in flight were cut, a new process serves new ones";
     spdlog::error("egress: {}", why);
     restarts_++;

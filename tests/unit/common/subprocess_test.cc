@@ -229,5 +229,22 @@ TEST(Subprocess, SafeFromManyThreads) {
   EXPECT_FALSE(have_zombie_child());
 }
 
+// The wait-status wording of spaced's gateway supervisor and the CLI's helper launcher.
+TEST(DescribeWaitStatus, ExitAndSignal) {
+  auto status_of = [](auto child) {
+    pid_t pid = ::fork();
+    if (pid == 0) child();
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return status;
+  };
+  EXPECT_EQ(describe_wait_status(status_of([] { ::_exit(3); })), "exited with status 3");
+  EXPECT_EQ(describe_wait_status(status_of([] {
+              ::raise(SIGKILL);
+              ::_exit(0);
+            })),
+            "was killed by signal KILL");
+}
+
 }  // namespace
 }  // namespace space
