@@ -59,6 +59,7 @@ void EgressPool::stop() {
 
 Result<std::shared_ptr<EgressProcess>> EgressPool::claim(const std::string& id) {
   const size_t per = o_.sandboxes_per_process;
+  std::shared_ptr<EgressProcess> proc;
   {
     std::lock_guard lock(mu_);
     if (stopping_) return fail(Code::kUnavailable, "the egress gateway is stopping");
@@ -66,27 +67,27 @@ Result<std::shared_ptr<EgressProcess>> EgressPool::claim(const std::string& id) 
       if (per == 0 || s.served < per) {
         ++s.served;
         s.ids.push_back(id);
-        return s.proc;
+        proc = s.proc;
+        break;
       }
-    if (!spares_.empty()) {
-      auto proc = std::move(spares_.back());
+    if (!proc && !spares_.empty()) {
+      proc = std::move(spares_.back());
       spares_.pop_back();
       slots_.push_back(Slot{proc, {id}, 1});
       cv_.notify_all();  // the refiller starts another
-      spdlog::info("egress: {} is served by gateway process {}", id, proc->pid());
-      return proc;
     }
   }
-  // A new process, started outside the lock so that creates in parallel do not queue on it.
-  auto started = TRY_CTX(EgressProcess::start(o_.process), "starting a gateway process for " + id);
-  std::shared_ptr<EgressProcess> proc(std::move(started));
-  std::lock_guard lock(mu_);
-  if (stopping_) {
-    proc->stop();
-    return fail(Code::kUnavailable, "the egress gateway is stopping");
+  if (!proc) {
+    // A new process, started outside the lock so that creates in parallel do not queue on it.
+    proc = TRY_CTX(EgressProcess::start(o_.process), "starting a gateway process for " + id);
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      proc->stop();
+      return fail(Code::kUnavailable, "the egress gateway is stopping");
+    }
+    slots_.push_back(Slot{proc, {id}, 1});
   }
-  slots_.push_back(Slot{proc, {id}, 1});
-  spdlog::info("egress: {} is served by gateway process {}", id, proc->pid());
+  if (per != 0) spdlog::info("egress: {} is served by gateway process {}", id, proc->pid());
   return proc;
 }
 
