@@ -22,9 +22,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "security"))
 
 import bench as base  # noqa: E402
-from idle_memory import parents  # noqa: E402
+from posture import gateway_pids  # noqa: E402
 
 MODES = (0, 1)
 POOL = 4
@@ -34,21 +35,6 @@ def attach_step(text):
     total = base.metric(text, "space_sandbox_create_step_seconds_sum", step="gateway attach")
     count = base.metric(text, "space_sandbox_create_step_count", step="gateway attach")
     return (total or 0.0), (count or 0)
-
-
-def egress_children(daemon_pid):
-    """The space-egress children of spaced `daemon_pid`."""
-    out = []
-    for pid, ppid in parents().items():
-        if ppid != daemon_pid:
-            continue
-        try:
-            with open("/proc/%d/comm" % pid) as f:
-                if f.read().strip() == "space-egress":
-                    out.append(pid)
-        except OSError:
-            continue
-    return out
 
 
 def smaps(pid):
@@ -140,7 +126,7 @@ def main():
                     sys.exit("bench: create failed: %d %s" % (status, body[:300]))
                 ids.append(json.loads(body)["id"])
             time.sleep(1)
-            mem = [smaps(p) for p in egress_children(proc.pid)]
+            mem = [smaps(p) for p in gateway_pids(proc.pid)]
             for sid in ids:
                 base.request(sock, "DELETE", "/v1/sandboxes/%s" % sid)
         load_end = os.getloadavg()

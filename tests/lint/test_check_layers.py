@@ -36,44 +36,39 @@ CLEAN = {
 }
 
 
+def check_with(files):
+    """Runs the checker over CLEAN with `files` (path -> text) added or replaced."""
+    tree = dict(CLEAN, **files)
+    with tempfile.TemporaryDirectory() as tmp:
+        return run_checker(write_tree(pathlib.Path(tmp), tree))
+
+
 class CheckLayersTest(unittest.TestCase):
     def test_clean_tree_passes(self):
-        with tempfile.TemporaryDirectory() as tmp:
-            r = run_checker(write_tree(pathlib.Path(tmp), CLEAN))
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = check_with({})
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
     def test_upward_include_fails_and_is_named(self):
-        files = dict(CLEAN)
-        files["audit/audit_log.cc"] = '#include "audit/sqlite_stmt.h"\n\n#include "daemon/store.h"\n'
-        with tempfile.TemporaryDirectory() as tmp:
-            r = run_checker(write_tree(pathlib.Path(tmp), files))
+        r = check_with({"audit/audit_log.cc":
+                        '#include "audit/sqlite_stmt.h"\n\n#include "daemon/store.h"\n'})
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         self.assertIn('src/audit/audit_log.cc:3: #include "daemon/store.h"', r.stdout)
         self.assertIn("higher daemon/", r.stdout)
         self.assertNotIn("sqlite_stmt", r.stdout)
 
     def test_sibling_include_fails(self):
-        files = dict(CLEAN)
-        files["proto/frame.cc"] = '#include "tls/x509.h"\n'
-        with tempfile.TemporaryDirectory() as tmp:
-            r = run_checker(write_tree(pathlib.Path(tmp), files))
+        r = check_with({"proto/frame.cc": '#include "tls/x509.h"\n'})
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         self.assertIn("src/proto/frame.cc:1", r.stdout)
         self.assertIn("sibling", r.stdout)
 
     def test_common_including_anything_above_fails(self):
-        files = dict(CLEAN)
-        files["common/hex.h"] = '#pragma once\n#  include "tls/x509.h"\n'
-        with tempfile.TemporaryDirectory() as tmp:
-            r = run_checker(write_tree(pathlib.Path(tmp), files))
+        r = check_with({"common/hex.h": '#pragma once\n#  include "tls/x509.h"\n'})
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         self.assertIn("src/common/hex.h:2", r.stdout)
 
     def test_directory_without_a_level_fails(self):
-        files = dict(CLEAN)
-        files["newthing/x.cc"] = '#include "common/error.h"\n'
-        with tempfile.TemporaryDirectory() as tmp:
-            r = run_checker(write_tree(pathlib.Path(tmp), files))
+        r = check_with({"newthing/x.cc": '#include "common/error.h"\n'})
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         self.assertIn("newthing/", r.stdout)
 
