@@ -1,6 +1,8 @@
 // Request-body reading and response writing for one HTTP exchange (see exchange.h).
 #include "api/exchange.h"
 
+#include <poll.h>
+
 #include <cstdio>
 
 #include "common/relay.h"
@@ -268,5 +270,11 @@ Result<void> Exchange::write_chunk(std::string_view data) {
 }
 
 Result<void> Exchange::end_chunked() { return write_raw("0\r\n\r\n"); }
+
+bool Exchange::server_stopping() const {
+  if (stream_.stop_fd() < 0) return false;
+  pollfd p{stream_.stop_fd(), POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
 
 }  // namespace space::api

@@ -74,6 +74,8 @@ class Exchange {
   void set_read_interrupt_fd(int fd) { stream_.set_read_interrupt_fd(fd); }
   // Waits (without reading) until the client hangs up or `read_interrupt` fires.
   bool wait_client_hangup() { return !stream_.wait_hangup(); }
+  // Whether the server is stopping (spaced got SIGTERM): its stop fd has fired.
+  bool server_stopping() const;
 
   // --- the response
   Result<void> respond(http::status status, std::string_view content_type, std::string body,

@@ -147,12 +147,32 @@ std::thread watch_token(StreamAuth& auth, daemon::ExecSession& session, int done
   });
 }
 
+// Ends an attached exec whose client is gone or whose connection is being cut: when spaced is
+// stopping (SIGTERM), the stop is recorded as such (audit "stopped", and the client reads an
+// error naming the shutdown instead of a signal 9 that looks like an OOM kill).
+void end_for_connection(Exchange& ex, daemon::ExecSession& s, std::atomic<bool>& stopping) {
+  if (ex.server_stopping()) {
+    stopping = true;
+    s.stop("spaced is shutting down");
+  } else {
+    s.signal(SIGKILL);
+  }
+}
+
+Error shutdown_error() {
+  return Error(Code::kUnavailable,
+               "spaced is shutting down (SIGTERM: a restart or an upgrade), so the command was "
+               "stopped; run it again once spaced is back, or start long commands detached "
+               "(`space exec --detach`, \"detach\": true), which outlive a restart");
+}
+
 // Writes the exec's events as JSON lines through `emit` until it ends. `finished` is set once
 // its exit is known: from then on a client that hangs up (the CLI does as soon as it reads the
 // exit event) must not make the caller kill what the command left running in the background.
-// True when the stream's last line ("exit" or "error") was written.
+// `stopping`: its process tree was killed because spaced is stopping; its end is then told as
+// an error event saying so. True when the stream's last line ("exit" or "error") was written.
 bool stream_events(daemon::ExecSession& session, StreamAuth& auth, const std::string& what,
-                   std::atomic<bool>& finished,
+                   std::atomic<bool>& finished, const std::atomic<bool>& stopping,
                    const std::function<Result<void>(std::string_view)>& emit) {
   using Kind = daemon::ExecSession::Event::Kind;
   for (;;) {
@@ -180,6 +200,9 @@ bool stream_events(daemon::ExecSession& session, StreamAuth& auth, const std::st
       session.consumed(ev->data.size());
     } else {
       finished = true;
+      if (stopping)
+        return emit(line({{"type", "error"}, {"error", error_body(shutdown_error())["error"]}}))
+            .has_value();
       return emit(line(exit_event_json(ev->exit))).has_value();
     }
   }
@@ -237,8 +260,8 @@ Result<void> exec_terminal(Exchange& ex, ApiContext& ctx, const std::string& id,
   if (!done) return fail_sys("eventfd");
   std::string early = TRY(ex.switch_protocols(kTerminalProtocol));
   ex.set_read_interrupt_fd(done.get());
-  std::atomic<bool> finished{false};
-  std::thread reader([&ex, &session, &finished, early = std::move(early)]() mutable {
+  std::atomic<bool> finished{false}, stopping{false};
+  std::thread reader([&ex, &session, &finished, &stopping, early = std::move(early)]() mutable {
     daemon::ExecSession& s = *session;
     std::string pending = std::move(early);
     bool stdin_open = true;
@@ -261,7 +284,7 @@ Result<void> exec_terminal(Exchange& ex, ApiContext& ctx, const std::string& id,
       }
       auto n = ex.raw_read(buf, sizeof buf);
       if (!n || *n == 0) {
-        if (!finished) s.signal(SIGKILL);  // the client hung up (or we are done)
+        if (!finished) end_for_connection(ex, s, stopping);  // the client hung up, or spaced stops
         return;
       }
       pending.append(buf, *n);
@@ -269,7 +292,7 @@ Result<void> exec_terminal(Exchange& ex, ApiContext& ctx, const std::string& id,
   });
   StreamAuth auth(ctx.principal, ctx.tokens);
   std::thread watcher = watch_token(auth, *session, done.get());
-  (void)stream_events(*session, auth, "terminal in " + id, finished,
+  (void)stream_events(*session, auth, "terminal in " + id, finished, stopping,
                       [&ex](std::string_view l) { return ex.raw_write(l); });
   finished = true;
   ex.raw_shutdown_write();
@@ -321,8 +344,8 @@ Result<void> exec(Exchange& ex, ApiContext& ctx) {
   // anything else that ends its wait (the client vanished, the server is stopping) kills the
   // exec's process tree so that next() below returns.
   ex.set_read_interrupt_fd(done.get());
-  std::atomic<bool> finished{false};
-  std::thread helper([&ex, &session, &body, &finished] {
+  std::atomic<bool> finished{false}, stopping{false};
+  std::thread helper([&ex, &session, &body, &finished, &stopping] {
     daemon::ExecSession& s = *session;
     if (body.req.stdin) {
       bool forward = true;  // false once the process no longer takes stdin: then drain
@@ -334,7 +357,7 @@ Result<void> exec(Exchange& ex, ApiContext& ctx) {
       for (;;) {
         auto n = ex.read_some(buf, sizeof buf);
         if (!n) {
-          if (!finished) s.signal(SIGKILL);
+          if (!finished) end_for_connection(ex, s, stopping);
           return;
         }
         if (*n == 0) {
@@ -345,12 +368,12 @@ Result<void> exec(Exchange& ex, ApiContext& ctx) {
       }
     }
     ex.wait_client_hangup();
-    if (!finished) s.signal(SIGKILL);
+    if (!finished) end_for_connection(ex, s, stopping);
   });
 
   StreamAuth auth(ctx.principal, ctx.tokens);
   std::thread watcher = watch_token(auth, *session, done.get());
-  bool complete = stream_events(*session, auth, "exec in " + id, finished,
+  bool complete = stream_events(*session, auth, "exec in " + id, finished, stopping,
                                 [&ex](std::string_view l) { return ex.write_chunk(l); }) &&
                   ex.end_chunked().has_value();
 

@@ -125,10 +125,13 @@ Result<void> process_logs(Exchange& ex, ApiContext& ctx) {
   };
   auto streamed = [&]() -> Result<void> {
     bool ended = TRY(write_read(first));
-    while (!ended && follow) {
-      if (watch->gone()) return fail(Code::kUnavailable, "the client went away");
+    bool more = first.more;  // a read returns at most kExecLogReadBytes: read on
+    while (!ended && (follow || more)) {
+      if (watch && watch->gone()) return fail(Code::kUnavailable, "the client went away");
       if (auto valid = auth.check(); !valid) return cut(std::move(valid.error()));
-      auto r = log->read(cursor, SteadyClock::now() + std::chrono::seconds(1));
+      auto r = log->read(
+          cursor, SteadyClock::now() + (more ? std::chrono::seconds(0) : std::chrono::seconds(1)));
+      more = r.more;
       ended = TRY(write_read(r));
     }
     return ex.end_chunked();

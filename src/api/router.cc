@@ -6,9 +6,12 @@
 
 #include <chrono>
 #include <exception>
+#include <mutex>
+#include <utility>
 
 #include "api/handlers.h"
 #include "common/clock.h"
+#include "common/token_bucket.h"
 #include "daemon/caller.h"
 
 namespace space::api {
@@ -175,9 +178,24 @@ void dispatch(Exchange& ex, ApiContext& ctx) {
       ex.mark_broken();
     }
     if (e.code() == Code::kUnauthenticated || e.code() == Code::kPermissionDenied) {
-      // The message names the token by id at most: never the Authorization header.
-      spdlog::info("api: {} {} refused ({}): {}", ex.method_string(), ex.target().path,
-                   http_status(e.code()), e.message());
+      // The message names the token by id at most: never the Authorization header. A flood of
+      // refusals must not rotate spaced's log history away: a few lines a second, then one
+      // line saying how many were left out (the audit log is not involved).
+      static std::mutex refusals_mu;
+      static TokenBucket refusals;
+      static uint64_t left_out = 0;
+      std::unique_lock lock(refusals_mu);
+      if (refusals.take(2, 20)) {
+        uint64_t skipped = std::exchange(left_out, 0);
+        lock.unlock();
+        if (skipped > 0)
+          spdlog::warn("api: {} more refused requests were not logged one by one (rate limit)",
+                       skipped);
+        spdlog::info("api: {} {} refused ({}): {}", ex.method_string(), ex.target().path,
+                     http_status(e.code()), e.message());
+      } else {
+        ++left_out;
+      }
     }
     if (http_status(e.code()) >= 500) {
       spdlog::warn("api: {} {} -> {}: {}", ex.method_string(), ex.target().path,

@@ -255,21 +255,28 @@ void ApiServer::accept_one(int listen_fd, Transport transport) {
     return;  // EAGAIN, EINTR, ECONNABORTED: nothing to do
   }
   const bool with_tls = transport == Transport::kTcp && options_.tls;
+  const bool tcp = transport == Transport::kTcp;
   {
+    // Each transport's own budget: TCP clients never use up the Unix socket's.
     std::lock_guard lock(mu_);
-    if (active_ >= options_.max_connections) {
+    const size_t limit = tcp ? options_.max_tcp_connections : options_.max_connections;
+    if ((tcp ? active_tcp_ : active_ - active_tcp_) >= limit) {
       if (with_tls) {
         metrics_.connection_rejected();  // closed: it expects a handshake, not a 503
       } else {
-        reject(std::move(conn));
+        reject(std::move(conn), limit);
       }
       return;
     }
+    if (tcp) ++active_tcp_;  // counted from here: a TLS handshake holds a thread too
   }
   if (with_tls) {
     auto plain = start_tls(std::move(conn));
     if (!plain) {
       spdlog::warn("api: {}", plain.error().message());
+      std::lock_guard lock(mu_);
+      --active_tcp_;
+      idle_cv_.notify_all();
       return;
     }
     conn = std::move(*plain);
@@ -296,6 +303,7 @@ void ApiServer::accept_one(int listen_fd, Transport transport) {
     metrics_.connection_closed();
     std::lock_guard lock(mu_);
     --active_;
+    if (tcp) --active_tcp_;
     --threads_;
     idle_cv_.notify_all();
   }
@@ -307,6 +315,7 @@ void ApiServer::connection_thread(UniqueFd fd, Transport transport) {
     metrics_.connection_closed();
     std::unique_lock lock(mu_);
     --active_;
+    if (transport != Transport::kUnix) --active_tcp_;
     bool got = false;
     if (!stopping_ && idle_ < kMaxIdleThreads) {
       ++idle_;
@@ -376,13 +385,12 @@ Result<UniqueFd> ApiServer::start_tls(UniqueFd tcp) {
   return std::move(app_end);
 }
 
-void ApiServer::reject(UniqueFd fd) {
+void ApiServer::reject(UniqueFd fd, size_t limit) {
   metrics_.connection_rejected();
-  std::string body =
-      json_text(error_body(Error(Code::kUnavailable, "too many connections (" +
-                                                         std::to_string(options_.max_connections) +
-                                                         " open); retry later"))) +
-      "\n";
+  std::string body = json_text(error_body(Error(Code::kUnavailable,
+                                                "too many connections (" + std::to_string(limit) +
+                                                    " open on this listener); retry later"))) +
+                     "\n";
   std::string res =
       "HTTP/1.1 503 Service Unavailable\r\nServer: spaced\r\n"
       "Content-Type: application/json\r\nConnection: close\r\nContent-Length: " +
@@ -403,14 +411,20 @@ void ApiServer::serve_connection(UniqueFd fd, Transport transport) {
   boost::beast::flat_buffer buffer(
       std::max<size_t>(options_.buffer_limit, 2 * size_t{options_.header_limit}));
   ApiContext ctx{service_, metrics_, transport, options_.tokens, &options_.profiles};
-  for (;;) {
+  for (bool first = true;; first = false) {
     RequestParser parser;
     parser.header_limit(options_.header_limit);
     // Handlers enforce their own limits. (Not boost::none: Boost 1.74 compares a Content-Length
     // against an empty optional as "greater", refusing every body.)
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     stream.set_read_timeout(std::chrono::milliseconds(0));
-    stream.set_read_deadline(FdStream::Clock::now() + options_.idle_timeout);
+    // A TCP client proves nothing before its first request (which needs a token): it gets
+    // first_request_timeout to send it, not idle_timeout.
+    const bool tcp_first = first && transport != Transport::kUnix;
+    stream.set_read_deadline(FdStream::Clock::now() +
+                             (tcp_first
+                                  ? std::min(options_.first_request_timeout, options_.idle_timeout)
+                                  : options_.idle_timeout));
     boost::system::error_code ec;
     http::read_header(stream, buffer, parser, ec);
     if (ec) {

@@ -8,13 +8,17 @@
 //   ...                                        // on SIGTERM: server->stop(); t.join();
 //
 // listen() creates the socket file mode 0600 (its parent directory 0700 if missing), replacing
-// a stale socket only if nothing answers on it. Connections beyond max_connections get a 503.
-// A request header must arrive within idle_timeout of the previous request (so a slow-loris
-// client cannot pin a thread), a body may not stall for longer than body_timeout (except
-// exec's stdin, which is interactive), JSON bodies are limited to 1 MiB, headers to 16 KiB,
-// and what a connection buffers besides the body bytes being moved (a chunk-size line with
-// its extensions, a trailer field) to buffer_limit: a longer line is a 400 and the connection
-// is closed, so no single "line" of a request can grow the daemon's memory.
+// a stale socket only if nothing answers on it. Each transport has its own connection budget
+// (max_connections on the Unix socket, max_tcp_connections on the TCP listener), so that no
+// number of TCP clients, authenticated or not, can keep root out of the Unix socket; a
+// connection beyond its transport's budget gets a 503. A request header must arrive within
+// idle_timeout of the previous request, and on TCP the first one within first_request_timeout
+// (so neither a slow-loris client nor a pile of silent connections can pin threads), a body may not
+// stall for longer than body_timeout (except exec's stdin, which is interactive), JSON bodies are
+// limited to 1 MiB, headers to 16 KiB, and what a connection buffers besides the body bytes being
+// moved (a chunk-size line with its extensions, a trailer field) to buffer_limit: a longer line is
+// a 400 and the connection is closed, so no single "line" of a request can grow the daemon's
+// memory.
 //
 // Who may call (docs/api-auth.md): on the Unix socket, only peers whose uid (SO_PEERCRED) is
 // root's or spaced's own are served at all (others get a 403); without an Authorization header
@@ -23,8 +27,9 @@
 // With TLS (Options::tls) each accepted TCP connection gets a terminator thread of its own
 // (tls/tunnel.h): it completes the handshake within tls_handshake_timeout and relays plaintext
 // to a socketpair whose other end is served like any connection, so exec's two threads and the
-// ports' raw relay never share an SSL object. A TLS connection counts against max_connections
-// from its accept on; over the limit it is closed (a plaintext 503 would mean nothing to it).
+// ports' raw relay never share an SSL object. A TLS connection counts against
+// max_tcp_connections from its accept on; over the limit it is closed (a plaintext 503 would mean
+// nothing to it).
 #pragma once
 
 #include <sys/types.h>
@@ -62,8 +67,12 @@ Result<ListenAddress> parse_listen_address(std::string_view text, bool with_tls 
 class ApiServer {
  public:
   struct Options {
-    size_t max_connections = 512;
+    size_t max_connections = 512;      // on the Unix socket
+    size_t max_tcp_connections = 256;  // on the TCP listener (tcp_listen)
     std::chrono::milliseconds idle_timeout{60'000};
+    // A TCP connection's first request header must arrive within this (it proves nothing
+    // before: every TCP request needs a token).
+    std::chrono::milliseconds first_request_timeout{10'000};
     std::chrono::milliseconds body_timeout{60'000};
     uint32_t header_limit = 16 * 1024;
     // The most a connection's read buffer holds (at least twice header_limit is used).
@@ -110,7 +119,7 @@ class ApiServer {
             UniqueFd listen_fd, UniqueFd stop_fd, ino_t socket_ino);
   void serve_connection(UniqueFd fd, Transport transport);
   void accept_one(int listen_fd, Transport transport);
-  void reject(UniqueFd fd);
+  void reject(UniqueFd fd, size_t limit);  // a 503 naming the listener's budget
   // Starts the TLS terminator of an accepted TCP connection; the plaintext end to serve.
   Result<UniqueFd> start_tls(UniqueFd tcp);
   void wait_connections();
@@ -139,6 +148,7 @@ class ApiServer {
   std::condition_variable idle_cv_;  // active_, threads_ or tls_threads_ went down
   std::condition_variable work_cv_;  // handoff_ got a connection, or stopping_
   size_t active_ = 0;                // connections being served; guarded by mu_
+  size_t active_tcp_ = 0;            // of which TCP (with TLS: from the accept on); mu_
   size_t threads_ = 0;               // connection threads alive (serving or idle); guarded by mu_
   size_t idle_ = 0;                  // of those, waiting for a connection; guarded by mu_
   size_t tls_threads_ = 0;           // TLS terminators running; guarded by mu_

@@ -25,9 +25,7 @@ namespace {
 
 constexpr size_t kKeyBytes = 32;
 
-Error sql_error(sqlite3* db, std::string_view what) {
-  return Error(Code::kInternal, std::string(what) + ": " + sqlite3_errmsg(db));
-}
+Error sql_error(sqlite3* db, std::string_view what) { return sqlite_error(db, what); }
 
 // One prepared statement, finalized on scope exit.
 struct RawStmt {
@@ -64,8 +62,12 @@ Result<sqlite3*> open_db(const fs::path& file) {
     return fail(Code::kUnavailable, "opening audit database " + file.string() + ": " + msg);
   }
   set_busy_wait(db, 10000);
-  // Checkpoints are the daemon's (Store::checkpoint), never a commit's.
-  if (auto r = exec_sql(db, "PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0"); !r) {
+  // Checkpoints are the daemon's (Store::checkpoint), never a commit's; a WAL this connection
+  // restarts is cut back to 4 MiB (as the store's connections do).
+  if (auto r = exec_sql(db,
+                        "PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0; "
+                        "PRAGMA journal_size_limit=4194304");
+      !r) {
     sqlite3_close(db);
     return fail(std::move(r.error()));
   }
@@ -155,11 +157,19 @@ Result<void> AuditLog::append(const std::string& sandbox_id, const std::string& 
   return {};
 }
 
-Result<void> AuditLog::flush() {
+Result<void> AuditLog::flush(std::optional<std::chrono::milliseconds> timeout) {
   std::unique_lock lock(mu_);
   uint64_t target = enqueued_;
-  committed_cv_.wait(lock, [&] { return committed_ >= target || (closing_ && queue_.empty()); });
-  return {};
+  auto done = [&] { return committed_ >= target || (closing_ && queue_.empty()); };
+  if (!timeout) {
+    committed_cv_.wait(lock, done);
+    return {};
+  }
+  if (committed_cv_.wait_for(lock, *timeout, done)) return {};
+  return fail(Code::kUnavailable,
+              "the audit log is behind: its writes fail (" +
+                  (last_error_.empty() ? std::string("slow disk") : last_error_) +
+                  "); events are kept in memory and written once they can be; retry later");
 }
 
 uint64_t AuditLog::appended() const {
@@ -241,12 +251,17 @@ void AuditLog::writer_loop() {
       // Never drop: keep retrying; appenders block behind the full queue meanwhile.
       spdlog::error("audit log: writing {} events failed (attempt {}): {}", batch.size(), ++attempt,
                     r.error().message());
+      {
+        std::lock_guard lock(mu_);
+        last_error_ = r.error().message();
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(std::min(100 * attempt, 2000)));
     }
     {
       std::lock_guard lock(mu_);
       queue_.erase(queue_.begin(), queue_.begin() + static_cast<long>(batch.size()));
       committed_ += batch.size();
+      last_error_.clear();
     }
     not_full_.notify_all();
     committed_cv_.notify_all();

@@ -10,6 +10,7 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -68,7 +69,9 @@ class AuditLog {
   // closed.
   Result<void> append(const std::string& sandbox_id, const std::string& kind, nlohmann::json data);
   // Waits until every event queued before the call is committed.
-  Result<void> flush();
+  // With a timeout: kUnavailable (saying why the writer is behind) when the events are not
+  // written by then; a reader must not hang while the disk is full.
+  Result<void> flush(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
   // Events of a sandbox with seq > after, oldest first, at most `limit`.
   Result<std::vector<Event>> read(const std::string& sandbox_id, int64_t after, size_t limit);
@@ -96,6 +99,7 @@ class AuditLog {
   };
 
   AuditLog(sqlite3* writer, sqlite3* reader, std::string key, Options options);
+  std::string last_error_;  // the writer's last failure, until a batch commits; guarded by mu_
   void writer_loop();
   Result<void> write_batch(std::vector<Pending>& batch);
   Result<ChainHead> load_head(const std::string& sandbox_id);

@@ -37,6 +37,18 @@ inline void set_busy_wait(sqlite3* db, int timeout_ms) {
       reinterpret_cast<void*>(static_cast<intptr_t>(timeout_ms)));
 }
 
+// SQLite's last error on `db` as an Error. A full disk is the operator's to fix, not a bug:
+// 503 with what to do, never a 500 "internal".
+inline Error sqlite_error(sqlite3* db, std::string_view what) {
+  const int rc = sqlite3_extended_errcode(db) & 0xff;
+  if (rc == SQLITE_FULL || rc == SQLITE_IOERR)
+    return Error(Code::kUnavailable,
+                 std::string(what) + ": " + sqlite3_errmsg(db) +
+                     "; the disk holding spaced's state directory is full or failing: free space "
+                     "there (`space snapshots` lists snapshots to delete) and retry");
+  return Error(Code::kInternal, std::string(what) + ": " + sqlite3_errmsg(db));
+}
+
 class Stmt {
  public:
   Stmt(sqlite3* db, const char* sql) : db_(db) {
@@ -47,9 +59,7 @@ class Stmt {
   Stmt& operator=(const Stmt&) = delete;
 
   bool ok() const { return rc_ == SQLITE_OK; }
-  Error error(std::string_view what) const {
-    return Error(Code::kInternal, std::string(what) + ": " + sqlite3_errmsg(db_));
-  }
+  Error error(std::string_view what) const { return sqlite_error(db_, what); }
   Stmt& bind(int i, const std::string& v) {
     sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
     return *this;

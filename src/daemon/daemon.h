@@ -93,7 +93,13 @@ class Daemon : public SandboxService {
   Result<nlohmann::json> node_info() override;
   Result<nlohmann::json> drain() override;
   bool draining() const { return draining_.load(); }
+  // Set once shutdown() starts closing agent channels: an exec stream cut then was cut by the
+  // shutdown, not lost (its audit event says so).
+  bool shutting_down() const { return shutting_down_.load(); }
 
+  // How long an audit read waits for the events queued before it to be written (a full disk
+  // must not hang the reader: it gets a 503 saying why).
+  static constexpr std::chrono::milliseconds kAuditReadWait{5000};
   // Appends to the audit log; blocks while the log is behind. A failure is logged (the log
   // only fails once closed at shutdown).
   void audit(const std::string& id, const std::string& kind, nlohmann::json data);
@@ -120,6 +126,9 @@ class Daemon : public SandboxService {
     // Rollback replaces the Sandbox object under the same id: `replacing` while it runs (the
     // id answers "being rolled back"), `replaced` once the new object is registered.
     std::atomic<bool> replacing{false}, replaced{false};
+    // Reattached by this spaced after a restart: what the one before kept in memory (detached
+    // commands' output and ends) is gone.
+    bool reattached = false;
     double next_snapshot_at = 0;  // rolling snapshots; 0 = none scheduled
     // Idle timeout (CreateRequest::idle_timeout_s; 0 = none): the last API call on it, and
     // how many exec streams are open (an open stream is activity).
@@ -182,8 +191,12 @@ class Daemon : public SandboxService {
   // but a "destroyed" record saying why.
   Result<Prepared> prepare_sandbox(const Template& t, runtime::Runtime* rt,
                                    const std::function<Result<void>(int, uint32_t)>& populate,
-                                   std::chrono::seconds ca_life, const std::string& state,
+                                   std::chrono::seconds ca_life, SandboxState state,
                                    StepTimes& times);
+  // Moves a record to `to` (daemon/sandbox_state.h). A move the lifecycle does not allow is
+  // logged and counted (space_state_errors in /metrics) and made all the same: the record must
+  // say what is true.
+  void move(SandboxRecord& rec, SandboxState to);
   // Marks a sandbox's record destroyed with `reason`, saves it and appends the audit event
   // `audit_kind` ({"reason": ...}).
   void record_destroyed(SandboxRecord& rec, const std::string& reason,
@@ -293,6 +306,16 @@ class Daemon : public SandboxService {
   // Whether `runtime`'s snapshots are whole machines (VMs: processes resume) rather than files.
   bool machine_snapshots(const std::string& runtime) const;
   Result<void> drop_snapshot(const SnapshotRecord& rec, const std::string& why);
+  // Rollback (daemon/rollback.cc). start_from_snapshot starts `sb` (record, runtime and spec
+  // set, no instance) afresh on a snapshot's files or machine: instance, agent, workdir,
+  // egress; on failure nothing of it is left. finish_rollback records it running and lists it.
+  // resume_rollback, at start, finishes a rollback a killed spaced left (state rolling_back):
+  // on its snapshot, else on the state before; false (recorded destroyed, saying which
+  // snapshot to restore) when neither starts.
+  Result<void> start_from_snapshot(Sandbox& sb, const snapshot::Manifest& man,
+                                   snapshot::Store& store);
+  void finish_rollback(const std::shared_ptr<Sandbox>& sb, const std::string& outcome);
+  bool resume_rollback(const std::shared_ptr<Sandbox>& sb);
   // Rolling snapshots, retention and garbage collection: one background thread.
   void snapshot_loop();
   // Drops what retention no longer keeps and collects garbage in the stores it touched (every
@@ -335,6 +358,7 @@ class Daemon : public SandboxService {
   std::condition_variable reaper_cv_;
   bool stopping_ = false;
   std::atomic<bool> draining_{false};  // drain(): no more creates or restores
+  std::atomic<bool> shutting_down_{false};
   // The cluster (cluster_sync.cc).
   std::unique_ptr<cluster::ObjectStore> cluster_store_;
   std::unique_ptr<cluster::Registration> registration_;
@@ -388,7 +412,7 @@ class Daemon : public SandboxService {
     std::atomic<uint64_t> creates{0}, create_failures{0}, destroys{0}, execs{0}, exec_failures{0},
         timeouts{0}, agents_lost{0}, reattached{0}, cleaned_up{0}, snapshots{0},
         snapshot_failures{0}, snapshots_dropped{0}, rollbacks{0}, restores{0}, gc_bytes_freed{0},
-        teardown_failures{0};
+        teardown_failures{0}, state_errors{0};
     std::atomic<uint64_t> create_ns_sum{0};
     std::atomic<uint64_t> creates_pooled{0}, pooled_ns_sum{0};
     // Where creation time goes, by step (StepTimes names): count and nanoseconds.

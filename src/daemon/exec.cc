@@ -4,6 +4,10 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <csignal>
+#include <mutex>
+
+#include "common/guard.h"
 #include "daemon/daemon.h"
 
 namespace space::daemon {
@@ -58,7 +62,10 @@ class ExecSessionImpl : public ExecSession {
         }
         done_ = true;
         release();
-        audit_end(nullptr, f.error().message());
+        audit_end(nullptr, d_->shutting_down()
+                               ? "spaced stopped while the command ran: it may run on in its "
+                                 "sandbox, but its end is not recorded"
+                               : f.error().message());
         if (sb_->destroyed) {
           // Cut short by the sandbox's end: say which (its lifetime, a DELETE, ...).
           std::string why = sb_->doom_reason();
@@ -133,6 +140,13 @@ class ExecSessionImpl : public ExecSession {
   void signal(int sig) override {
     (void)sb_->conn->send_json(FrameType::kSignal, stream_->id(), {{"signal", sig}});
   }
+  void stop(const std::string& why) override {
+    {
+      std::lock_guard l(stopped_mu_);
+      stopped_ = why;
+    }
+    signal(SIGKILL);
+  }
   void resize(uint16_t rows, uint16_t cols) override {
     (void)sb_->conn->send_json(FrameType::kSignal, stream_->id(), {{"rows", rows}, {"cols", cols}});
   }
@@ -170,6 +184,10 @@ class ExecSessionImpl : public ExecSession {
       j["lost"] = lost;
     }
     j["duration_s"] = dur;
+    {
+      std::lock_guard l(stopped_mu_);
+      if (!stopped_.empty()) j["stopped"] = stopped_;
+    }
     j["stdout"] = stdout_.finish();
     j["stderr"] = stderr_.finish();
     d_->audit(sb_->rec.id, "exec.end", std::move(j));
@@ -188,6 +206,8 @@ class ExecSessionImpl : public ExecSession {
   bool done_ = false;
   ExitStatus exit_;
   std::string snapshot_;
+  std::mutex stopped_mu_;
+  std::string stopped_;  // why spaced stopped it (stop()), if it did
 };
 
 }  // namespace
@@ -202,7 +222,12 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
     return fail(Code::kInvalidArgument, "the command line and environment are too large (max " +
                                             std::to_string(kMaxArgBytes) + " bytes)");
   auto sb = TRY(running(id));
+  // A detached command's slot is taken now, atomically with the count, and given back on any
+  // way out before its log is added: 64 concurrent requests cannot all pass a check of 63.
   if (req.detach) TRY_VOID(sb->exec_logs.reserve(id));
+  Guard unreserve([&] {
+    if (req.detach) sb->exec_logs.release();
+  });
   std::string snapshot_id;
   if (req.snapshot) {
     std::lock_guard lock(sb->mu);
@@ -309,6 +334,7 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
       session->release_attached();
       auto log = std::make_shared<KeptExecLog>(ev->pid);
       sb->exec_logs.add(log);
+      unreserve.dismiss();
       start_pump(std::move(session), std::move(log));
     }
     return std::unique_ptr<ExecSession>(std::move(d));
@@ -349,6 +375,13 @@ Result<std::shared_ptr<ExecLog>> Daemon::exec_log(const std::string& id, int pid
   if (pid < 1) return fail(Code::kInvalidArgument, "pid must be >= 1");
   auto sb = TRY(live(id));
   auto log = sb->exec_logs.find(pid);
+  if (!log && sb->reattached)
+    return fail(Code::kNotFound,
+                "sandbox " + id + " keeps no output of pid " + std::to_string(pid) +
+                    ": spaced restarted since the sandbox was made, and the output and end of "
+                    "detached commands started before the restart were kept in its memory only "
+                    "(the command may still run: `space ps " +
+                    id + "`; `space audit " + id + "` has what it ran)");
   if (!log)
     return fail(Code::kNotFound,
                 "sandbox " + id + " keeps no output of pid " + std::to_string(pid) +

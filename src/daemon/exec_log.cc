@@ -1,5 +1,7 @@
 #include "daemon/exec_log.h"
 
+#include <algorithm>
+
 namespace space::daemon {
 
 void KeptExecLog::append(bool is_stderr, std::string data) {
@@ -7,7 +9,13 @@ void KeptExecLog::append(bool is_stderr, std::string data) {
   {
     std::lock_guard l(mu_);
     kept_ += data.size();
-    chunks_.push_back(Chunk{is_stderr, std::move(data)});
+    // Output that arrives in tiny pieces is joined to the piece before (same stream, up to
+    // kExecLogReadBytes): a chunk's bookkeeping must not cost more than its bytes.
+    if (!chunks_.empty() && chunks_.back().is_stderr == is_stderr &&
+        chunks_.back().data.size() + data.size() <= kExecLogReadBytes)
+      chunks_.back().data += data;
+    else
+      chunks_.push_back(Chunk{is_stderr, std::move(data)});
     // Keep the newest `limit_` bytes; a chunk that no longer fits whole is cut at its front.
     while (kept_ > limit_) {
       Chunk& first = chunks_.front();
@@ -60,16 +68,20 @@ ExecLog::Read KeptExecLog::read(uint64_t& cursor, std::chrono::steady_clock::tim
     cursor = base_;
   }
   uint64_t at = base_;
+  size_t room = kExecLogReadBytes;
   for (const Chunk& c : chunks_) {
     uint64_t end = at + c.data.size();
-    if (end > cursor) {
+    if (end > cursor && room > 0) {
       size_t skip = cursor > at ? cursor - at : 0;
-      r.chunks.push_back(Chunk{c.is_stderr, c.data.substr(skip)});
-      cursor = end;
+      size_t n = std::min(room, c.data.size() - skip);
+      r.chunks.push_back(Chunk{c.is_stderr, c.data.substr(skip, n)});
+      cursor += n;
+      room -= n;
     }
     at = end;
   }
-  r.ended = ended_;
+  r.more = cursor < base_ + kept_;
+  r.ended = ended_ && !r.more;
   r.exit = exit_;
   r.error = error_;
   return r;
@@ -82,7 +94,10 @@ bool KeptExecLog::wait(std::chrono::steady_clock::time_point until) {
 
 Result<void> ExecLogs::reserve(const std::string& sandbox) {
   std::lock_guard l(mu_);
-  if (logs_.size() < kExecLogsPerSandbox) return {};
+  if (logs_.size() + reserved_ < kExecLogsPerSandbox) {
+    ++reserved_;
+    return {};
+  }
   auto oldest = logs_.end();
   for (auto it = logs_.begin(); it != logs_.end(); ++it)
     if (it->second.second->ended() &&
@@ -94,11 +109,18 @@ Result<void> ExecLogs::reserve(const std::string& sandbox) {
                            " detached commands already run in sandbox " + sandbox +
                            "; wait for one to end or stop one (`space ps`, `space kill`)");
   logs_.erase(oldest);
+  ++reserved_;
   return {};
+}
+
+void ExecLogs::release() {
+  std::lock_guard l(mu_);
+  if (reserved_ > 0) --reserved_;
 }
 
 void ExecLogs::add(std::shared_ptr<KeptExecLog> log) {
   std::lock_guard l(mu_);
+  if (reserved_ > 0) --reserved_;
   int pid = log->pid();
   logs_[pid] = {++seq_, std::move(log)};
 }

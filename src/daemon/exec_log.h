@@ -43,16 +43,19 @@ class KeptExecLog : public ExecLog {
 // The detached commands of one sandbox, by pid (a pid reused by a later one replaces it).
 class ExecLogs {
  public:
-  // Room for one more: evicts the oldest ended log when full; an error when every kept
-  // command still runs.
+  // Takes a slot for one more, held until add() fills it or release() gives it back: evicts
+  // the oldest ended log when full; an error when every slot holds a running command or is
+  // taken by a command being started.
   Result<void> reserve(const std::string& sandbox);
-  void add(std::shared_ptr<KeptExecLog> log);
+  void release();
+  void add(std::shared_ptr<KeptExecLog> log);  // fills a slot reserve() took
   std::shared_ptr<KeptExecLog> find(int pid);
 
  private:
   std::mutex mu_;
   std::map<int, std::pair<uint64_t, std::shared_ptr<KeptExecLog>>> logs_;  // pid -> (seq, log)
   uint64_t seq_ = 0;
+  size_t reserved_ = 0;  // slots taken by commands being started
 };
 
 }  // namespace space::daemon

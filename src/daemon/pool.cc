@@ -75,7 +75,7 @@ void Daemon::pool_loop() {
         fail(Code::kUnavailable, "runtime \"" + t.runtime + "\" is not available in this spaced");
     if (rt_it != runtimes_.end())
       made = prepare_sandbox(t, rt_it->second.get(), {}, std::chrono::seconds(365 * 86400),
-                             "pooled", times);
+                             SandboxState::kPooled, times);
     int64_t ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
             .count();

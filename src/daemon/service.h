@@ -99,6 +99,9 @@ class ExecSession {
   virtual Result<void> write_stdin(std::string_view bytes) = 0;
   virtual Result<void> close_stdin() = 0;
   virtual void signal(int sig) = 0;
+  // Kills its process tree for a reason of spaced's own (spaced stopping), which its exec.end
+  // audit event records as "stopped", so that it does not read like an OOM kill.
+  virtual void stop(const std::string& why) { signal(9); }
   // A new size of its terminal (ExecRequest::tty); nothing otherwise.
   virtual void resize(uint16_t rows, uint16_t cols) {}
 };
@@ -108,6 +111,8 @@ class ExecSession {
 inline constexpr size_t kExecLogBytes = 1 << 20;
 // Detached commands kept per sandbox (running or ended); the oldest ended one makes room.
 inline constexpr size_t kExecLogsPerSandbox = 64;
+// The most one ExecLog::read returns.
+inline constexpr size_t kExecLogReadBytes = 64 << 10;
 
 class ExecLog {
  public:
@@ -122,10 +127,12 @@ class ExecLog {
     bool ended = false;    // nothing more will come: `exit` or `error` says how it ended
     std::optional<ExitStatus> exit;
     std::optional<Error> error;  // ended without an exit status (its sandbox went away)
+    bool more = false;  // cut at kExecLogReadBytes: more is kept after the cursor (read again)
   };
   // The output after byte offset `cursor` of all output so far (stdout and stderr counted
-  // together), advancing it past what is returned. With nothing new and the command still
-  // running, waits for output or its end until `until`.
+  // together), at most kExecLogReadBytes of it, advancing the cursor past what is returned
+  // (so a follower holds at most that much of a copy, however slowly it reads). With nothing
+  // new and the command still running, waits for output or its end until `until`.
   virtual Read read(uint64_t& cursor, std::chrono::steady_clock::time_point until) = 0;
   // Waits until the command ended or `until`; true if it ended.
   virtual bool wait(std::chrono::steady_clock::time_point until) = 0;

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <set>
 
+#include "common/failpoint.h"
 #include "common/guard.h"
 #include "common/openat2.h"
 #include "common/units.h"
@@ -224,6 +225,7 @@ Result<std::optional<SnapshotRecord>> Daemon::take_snapshot(Sandbox& sb, const s
     TRY_VOID_CTX(sb.inst->pause(), "freezing sandbox " + id + " for its snapshot");
     froze = true;
   }
+  failpoint("snapshot.after_freeze");  // reconcile thaws every sandbox it reattaches
   auto t0 = std::chrono::steady_clock::now();
   Result<snapshot::Manifest> m = [&]() -> Result<snapshot::Manifest> {
     if (machine) TRY_VOID(sb.inst->save_machine(tree.get()));
@@ -271,6 +273,7 @@ Result<std::optional<SnapshotRecord>> Daemon::take_snapshot(Sandbox& sb, const s
   rec.new_bytes = m->new_bytes;
   rec.reused_files = m->reused_files;
   rec.skipped = m->skipped;
+  failpoint("snapshot.after_manifest");  // reconcile_snapshots removes unrecorded manifests
   if (auto r = store_->put_snapshot(rec); !r) {
     (void)store->remove(snap_id);
     metrics_.snapshot_failures++;
@@ -465,137 +468,6 @@ Result<SandboxInfo> Daemon::restore(const std::string& snap,
   metrics_.restores++;
   info["restored_from"] = rec.id;
   return info;
-}
-
-Result<SandboxInfo> Daemon::rollback(const std::string& id, const std::string& snap) {
-  auto old = TRY(live(id));
-  std::unique_lock lock(old->mu);
-  if (old->destroyed)
-    return fail(Code::kConflict,
-                "sandbox " + id + " changed meanwhile (destroyed or rolled back); try again");
-  auto rec = TRY(find_snapshot(snap, ""));
-  if (rec.profile != old->rec.profile)
-    return fail(Code::kPermissionDenied,
-                "snapshot " + rec.id + " belongs to profile " + rec.profile + " and sandbox " + id +
-                    " to " + old->rec.profile + ": a snapshot never restores into another profile");
-  if (rec.image != old->rec.image || rec.runtime != old->rec.runtime)
-    return fail(Code::kInvalidArgument,
-                "snapshot " + rec.id + " was taken of a " + rec.runtime + " sandbox of image " +
-                    rec.image + ", and " + id + " is a " + old->rec.runtime + " sandbox of image " +
-                    old->rec.image + "; `space restore " + rec.id + "` makes a sandbox of its own");
-  auto* store = TRY(snapshot_store(rec.profile));
-  // Everything the rollback needs is checked before the sandbox is touched: the manifest's MAC
-  // and every chunk's hash.
-  auto target = TRY(manifest_for(rec, old->rec.uid_base, true));
-  if (machine_snapshots(rec.runtime)) {
-    // A machine resumes only on the image disk it ran on: if that changed, neither the target
-    // nor the state before could start again.
-    auto image = TRY(images_.resolve(old->rec.image));
-    TRY_VOID_CTX(old->inst->check_resumable(image), "rolling back sandbox " + id);
-  }
-  // The state about to be replaced is kept, so a rollback never loses anything.
-  auto saved = TRY_CTX(take_snapshot(*old, "rollback", ""),
-                       "saving the current state of " + id + " before rolling back");
-  auto before = TRY(manifest_for(*saved, old->rec.uid_base, false));
-
-  old->replacing = true;
-  old->destroyed = true;
-  stop_egress(id);
-  close_agent(*old);
-  if (auto r = old->inst->destroy(); !r) {
-    old->destroyed = false;
-    old->replacing = false;
-    spdlog::error("rollback of {}: stopping it failed: {}", id, r.error().message());
-    reaper_cv_.notify_all();  // its channel is closed: the reaper retires it
-    return fail(std::move(r.error()).wrap("rolling back sandbox " + id));
-  }
-
-  auto fresh = std::make_shared<Sandbox>();
-  fresh->rt = old->rt;
-  fresh->rec = old->rec;
-  fresh->spec = old->spec;
-  auto start = [&](const snapshot::Manifest& man) -> Result<void> {
-    runtime::SandboxSpec spec = old->spec;
-    std::error_code ec;
-    fs::create_directories(spec.dir, ec);
-    const bool machine = fresh->rt->keeps_machine_state();
-    (machine ? spec.restore_machine : spec.populate_upper) = [&](int fd) {
-      return store->restore(man, fd);
-    };
-    fresh->inst = TRY(fresh->rt->create(spec));
-    auto fail_started = [&](Error e) -> Result<void> {
-      close_agent(*fresh);
-      stop_egress(id);
-      (void)fresh->inst->destroy();
-      fresh->egress_relay.reset();
-      fresh->conn.reset();
-      fresh->inst.reset();
-      return fail(std::move(e));
-    };
-    if (auto r = open_agent(*fresh, machine); !r) return fail_started(std::move(r.error()));
-    std::string workdir = fresh->rec.spec.value("workdir", std::string());
-    if (!workdir.empty()) {
-      auto r = fresh->conn->request(
-          {{"op", "mkdir"}, {"path", workdir}, {"mode", 0755}, {"parents", true}});
-      if (!r && r.error().code() != Code::kAlreadyExists)
-        return fail_started(std::move(r.error()).wrap("creating workdir " + workdir));
-    }
-    auto eg = egress_of(fresh->rec);
-    if (!eg) return fail_started(std::move(eg.error()));
-    if (auto r = start_egress(*fresh, std::move(*eg), CaMode::kReinstall); !r)
-      return fail_started(std::move(r.error()).wrap("setting up egress"));
-    return {};
-  };
-
-  auto finish = [&](const std::string& outcome) {
-    fresh->rec.runtime_state = fresh->inst->persist();
-    fresh->rec.state = "running";
-    (void)store_->put_sandbox(fresh->rec);
-    schedule_snapshots(*fresh);
-    {
-      std::lock_guard l(mu_);
-      sandboxes_[id] = fresh;
-    }
-    old->replaced = true;
-    watch(fresh);
-    audit(id, "sandbox.rollback",
-          {{"snapshot", rec.id},
-           {"saved_as", saved->id},
-           {"outcome", outcome},
-           {"agent_pid", fresh->inst->agent_pid()}});
-  };
-
-  auto r = start(target);
-  if (r) {
-    finish("rolled back");
-    metrics_.rollbacks++;
-    spdlog::info("sandbox {}: rolled back to {} (the state before is {})", id, rec.id, saved->id);
-    SandboxInfo out = info(fresh->rec, fresh.get());
-    out["rollback"] = {{"snapshot", rec.id},
-                       {"saved_as", saved->id},
-                       {"processes", machine_snapshots(rec.runtime) ? "resumed" : "restarted"}};
-    return out;
-  }
-  spdlog::error("rollback of {} to {} failed: {}; going back to {}", id, rec.id,
-                r.error().message(), saved->id);
-  if (auto back = start(before); back) {
-    finish("failed; restored the state before");
-    return fail(std::move(r.error()).wrap(
-        "rolling back sandbox " + id + " to " + rec.id +
-        " (the sandbox is back to its state before, kept as snapshot " + saved->id + ")"));
-  }
-  // Neither came up: the sandbox is gone, its state before is kept as a snapshot.
-  record_destroyed(old->rec, "rollback to " + rec.id + " failed: " + r.error().message() +
-                                 "; its state before is snapshot " + saved->id);
-  {
-    std::lock_guard l(mu_);
-    sandboxes_.erase(id);
-  }
-  old->replacing = false;
-  return fail(std::move(r.error()).wrap(
-      "rolling back sandbox " + id + " to " + rec.id +
-      " (the sandbox could not be restarted and was removed; `space restore " + saved->id +
-      "` brings back its state before)"));
 }
 
 // --- rolling snapshots, retention, garbage collection ---------------------------------------

@@ -19,7 +19,7 @@ nlohmann::json parse_or_null(const std::string& s) {
 
 constexpr const char* kSandboxCols =
     "id, profile, runtime, image, state, spec, runtime_state, uid_base, created_at, "
-    "expires_at, destroyed_at, reason";
+    "expires_at, destroyed_at, reason, rollback_to, rollback_saved_as";
 
 SandboxRecord read_sandbox(const Stmt& s) {
   SandboxRecord r;
@@ -27,7 +27,9 @@ SandboxRecord read_sandbox(const Stmt& s) {
   r.profile = s.text(1);
   r.runtime = s.text(2);
   r.image = s.text(3);
-  r.state = s.text(4);
+  // A name this spaced does not know cannot come from an older one (their states are a subset)
+  // and a newer one's database is refused at open: still, such a record is torn down.
+  r.state = parse_sandbox_state(s.text(4)).value_or(SandboxState::kDestroying);
   r.spec = parse_or_null(s.text(5));
   r.runtime_state = parse_or_null(s.text(6));
   r.uid_base = static_cast<uint32_t>(s.integer(7));
@@ -35,6 +37,8 @@ SandboxRecord read_sandbox(const Stmt& s) {
   r.expires_at = s.opt_real(9);
   r.destroyed_at = s.opt_real(10);
   r.reason = s.text(11);
+  r.rollback_to = s.text(12);
+  r.rollback_saved_as = s.text(13);
   return r;
 }
 
@@ -90,9 +94,12 @@ Result<std::unique_ptr<Store>> Store::open(const std::filesystem::path& file) {
   }
   set_busy_wait(db, 5000);
   std::unique_ptr<Store> s(new Store(db));
-  TRY_VOID(
-      s->exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
-              "PRAGMA wal_autocheckpoint=0;"));
+  // journal_size_limit: a WAL that a burst of work grew is cut back to this when it restarts
+  // (after a complete checkpoint), so the file does not stay at its high-water mark.
+  TRY_VOID(s->exec(("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
+                    "PRAGMA wal_autocheckpoint=0; PRAGMA journal_size_limit=" +
+                    std::to_string(kWalKeepBytes) + ";")
+                       .c_str()));
   TRY_VOID_CTX(s->migrate(), "migrating database " + file.string());
   return s;
 }
@@ -113,12 +120,26 @@ Result<void> Store::checkpoint() {
       ckpt_db_ = nullptr;
       return fail(Code::kUnavailable, "opening the database for checkpoints: " + msg);
     }
-    sqlite3_exec(ckpt_db_, "PRAGMA wal_autocheckpoint=0", nullptr, nullptr, nullptr);
+    // A connection learns that the file is in WAL mode only when it first reads it; until then
+    // a checkpoint on it is a silent no-op (which left every page in the WAL while spaced ran:
+    // space.db stayed 4 KiB as the WAL grew by megabytes per hundred sandboxes). So read it.
+    const std::string setup =
+        "PRAGMA wal_autocheckpoint=0; PRAGMA journal_size_limit=" + std::to_string(kWalKeepBytes) +
+        "; SELECT 1 FROM sqlite_master LIMIT 1";
+    int rc = sqlite3_exec(ckpt_db_, setup.c_str(), nullptr, nullptr, nullptr);
+    if (rc != SQLITE_OK) {
+      std::string msg = sqlite3_errmsg(ckpt_db_);
+      sqlite3_close(ckpt_db_);
+      ckpt_db_ = nullptr;
+      return fail(Code::kUnavailable, "opening the database for checkpoints: " + msg);
+    }
   }
-  int rc =
-      sqlite3_wal_checkpoint_v2(ckpt_db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+  int log = 0, done = 0;
+  int rc = sqlite3_wal_checkpoint_v2(ckpt_db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
   if (rc != SQLITE_OK && rc != SQLITE_BUSY)
     return fail(Code::kUnavailable, std::string("checkpoint: ") + sqlite3_errmsg(ckpt_db_));
+  wal_frames_ = log;
+  wal_unchecked_ = log > done ? log - done : 0;
   return {};
 }
 
@@ -208,6 +229,10 @@ Result<void> Store::migrate() {
       // (src/daemon/tokens.h). Rows from before have NULL: no cascade reaches them.
       R"(ALTER TABLE api_tokens ADD COLUMN issued_by TEXT;
          CREATE INDEX api_tokens_issued_by ON api_tokens(issued_by);)",
+      // 6 -> 7: a rollback's intent (state rolling_back): the snapshot it goes to and the one
+      // the state before was saved as, so that a restarted spaced finishes it.
+      R"(ALTER TABLE sandboxes ADD COLUMN rollback_to TEXT NOT NULL DEFAULT '';
+         ALTER TABLE sandboxes ADD COLUMN rollback_saved_as TEXT NOT NULL DEFAULT '';)",
   };
   std::lock_guard lock(mu_);
   Stmt q(db_, "PRAGMA user_version");
@@ -237,13 +262,15 @@ Result<void> Store::put_sandbox(const SandboxRecord& r) {
   std::lock_guard lock(mu_);
   Stmt s(db_,
          "INSERT OR REPLACE INTO sandboxes (id, profile, runtime, image, state, spec, "
-         "runtime_state, uid_base, created_at, expires_at, destroyed_at, reason) "
-         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
+         "runtime_state, uid_base, created_at, expires_at, destroyed_at, reason, rollback_to, "
+         "rollback_saved_as) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!s.ok()) return fail(s.error("saving sandbox"));
-  s.bind(1, r.id).bind(2, r.profile).bind(3, r.runtime).bind(4, r.image).bind(5, r.state);
+  s.bind(1, r.id).bind(2, r.profile).bind(3, r.runtime).bind(4, r.image);
+  s.bind(5, std::string(to_string(r.state)));
   s.bind(6, r.spec.dump()).bind(7, r.runtime_state.is_null() ? "" : r.runtime_state.dump());
   s.bind(8, static_cast<int64_t>(r.uid_base)).bind(9, r.created_at);
   s.bind_opt(10, r.expires_at).bind_opt(11, r.destroyed_at).bind(12, r.reason);
+  s.bind(13, r.rollback_to).bind(14, r.rollback_saved_as);
   if (s.step() != SQLITE_DONE) return fail(s.error("saving sandbox " + r.id));
   return {};
 }

@@ -6,6 +6,7 @@
 
 #include <sqlite3.h>
 
+#include <atomic>
 #include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "daemon/sandbox_state.h"
 
 namespace space::daemon {
 
@@ -22,7 +24,7 @@ struct SandboxRecord {
   std::string profile;
   std::string runtime;
   std::string image;
-  std::string state;             // creating | running | paused | destroyed
+  SandboxState state = SandboxState::kCreating;
   nlohmann::json spec;           // limits, env, workdir, allow, secrets
   nlohmann::json runtime_state;  // Instance::persist()
   uint32_t uid_base = 0;
@@ -30,6 +32,9 @@ struct SandboxRecord {
   std::optional<double> expires_at;
   std::optional<double> destroyed_at;
   std::string reason;  // why it was destroyed
+  // rolling_back: the snapshot it is being rolled back to and the one its state before was
+  // saved as, so that a restarted spaced can finish the rollback (docs/crash-safety.md).
+  std::string rollback_to, rollback_saved_as;
 };
 
 struct ImageRecord {
@@ -92,6 +97,12 @@ class Store {
   // wal_autocheckpoint=0, so that the checkpoint's fsync is never paid by a request that happens
   // to commit the 1000th page; the daemon calls this about once a second instead.
   Result<void> checkpoint();
+  // After the last checkpoint: frames in the WAL, and those not yet copied into the database
+  // (a reader holding an old snapshot keeps them; /metrics shows both).
+  int wal_frames() const { return wal_frames_.load(); }
+  int wal_unchecked() const { return wal_unchecked_.load(); }
+  // What a WAL file is cut back to when it restarts (PRAGMA journal_size_limit).
+  static constexpr int64_t kWalKeepBytes = 4 << 20;
 
  private:
   explicit Store(sqlite3* db) : db_(db) {}
@@ -102,6 +113,7 @@ class Store {
   sqlite3* db_;
   std::mutex ckpt_mu_;
   sqlite3* ckpt_db_ = nullptr;  // opened on first use
+  std::atomic<int> wal_frames_{0}, wal_unchecked_{0};
 };
 
 }  // namespace space::daemon

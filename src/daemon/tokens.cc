@@ -96,7 +96,8 @@ Result<std::unique_ptr<TokenStore>> TokenStore::open(const std::filesystem::path
   }
   set_busy_wait(db, 5000);
   // Checkpoints are the daemon's (Store::checkpoint), never a commit's.
-  sqlite3_exec(db, "PRAGMA wal_autocheckpoint=0", nullptr, nullptr, nullptr);
+  sqlite3_exec(db, "PRAGMA wal_autocheckpoint=0; PRAGMA journal_size_limit=4194304", nullptr,
+               nullptr, nullptr);
   std::unique_ptr<TokenStore> s(new TokenStore(db));
   Stmt q(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'api_tokens'");
   if (!q.ok() || q.step() != SQLITE_ROW)

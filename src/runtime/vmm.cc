@@ -110,17 +110,14 @@ Result<void> adopt_vmm(VmmParts& parts, const std::string& id, const VmmPersiste
   return {};
 }
 
-Result<void> cleanup_vmm(const VmmPersisted& p, const std::string& needle, const char* what,
-                         const linux::CgroupLayout& layout, const std::string& cgroup_name,
-                         std::chrono::milliseconds timeout) {
-  if (auto pidfd = find_vmm(p, needle, what))
-    TRY_VOID(linux::kill_and_reap(pidfd->get(), false, timeout));
-  if (p.cgroups.is_null()) return {};
-  auto cg = TRY(linux::Cgroup::open(layout, cgroup_name, p.cgroups));
-  cg->kill_all();
-  (void)cg->thaw();
-  TRY_VOID(cg->wait_empty(timeout));
-  return cg->remove();
+Result<void> cleanup_vmm(const VmmPersisted* p, const std::string& id, const std::string& needle,
+                         const char* what, const linux::CgroupLayout& layout,
+                         const std::string& cgroup_name, std::chrono::milliseconds timeout) {
+  if (p) {
+    if (auto pidfd = find_vmm(*p, needle, what))
+      TRY_VOID(linux::kill_and_reap(pidfd->get(), false, timeout));
+  }
+  return linux::remove_sandbox_cgroups(layout, cgroup_name, id, p ? p->cgroups : json(), timeout);
 }
 
 namespace {

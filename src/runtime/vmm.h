@@ -74,11 +74,13 @@ Result<void> adopt_vmm(VmmParts& parts, const std::string& id, const VmmPersiste
                        UniqueFd pidfd, UniqueFd channel, const linux::CgroupLayout& layout,
                        const std::string& cgroup_name, std::chrono::milliseconds stop_timeout);
 
-// Kills what a sandbox that could not be reattached left running: the VMM (if it is still the
-// persisted process) and its cgroup, which is removed.
-Result<void> cleanup_vmm(const VmmPersisted& p, const std::string& needle, const char* what,
-                         const linux::CgroupLayout& layout, const std::string& cgroup_name,
-                         std::chrono::milliseconds timeout);
+// Kills what a sandbox that could not be reattached left running: the VMM (where `p`, the
+// persisted state, names it and it is still that process) and everything in sandbox `id`'s
+// cgroup, which is removed: the persisted cgroup, or where create() puts it when nothing was
+// persisted (`p` null: a create interrupted early; the VMM is born into that cgroup).
+Result<void> cleanup_vmm(const VmmPersisted* p, const std::string& id, const std::string& needle,
+                         const char* what, const linux::CgroupLayout& layout,
+                         const std::string& cgroup_name, std::chrono::milliseconds timeout);
 
 // Starting a jailed VMM. The caller's child function runs in the clone with raw syscalls only
 // (the daemon is multithreaded; the child is a copy of one thread): it waits for a byte on

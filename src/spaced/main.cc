@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/sysinfo.h>
 #include <sys/un.h>
@@ -23,6 +24,7 @@
 #include <thread>
 
 #include "api/server.h"
+#include "common/failpoint.h"
 #include "common/fd.h"
 #include "daemon/daemon.h"
 #include "daemon/tokens.h"
@@ -180,7 +182,15 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"json", "text"}));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   app.set_version_flag("--version", std::string("spaced ") + SPACE_VERSION);
+  bool list_failpoints = false;
+  app.add_flag("--failpoints", list_failpoints,
+               "print the crash points SPACE_FAILPOINTS can turn on (docs/crash-safety.md), "
+               "one \"name<TAB>where\" a line, and exit");
   CLI11_PARSE(app, argc, argv);
+  if (list_failpoints) {
+    for (const auto& f : failpoints()) std::cout << f.name << "\t" << f.where << "\n";
+    return 0;
+  }
   if (drain_cmd->parsed())
     return local_request(client_socket, "POST", "/v1/node/drain?exit=true", std::chrono::hours(1));
   if (health_cmd->parsed()) {
@@ -232,6 +242,20 @@ int run(int argc, char** argv) {
   // the agent; their setresuid would make it non-dumpable anyway: this makes it so from the
   // start.)
   ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  // Every sandbox costs spaced about ten fds (its agent channel, a pidfd, its network
+  // namespace, the gateway's listeners, cgroup directories): the soft limit goes as high as the
+  // hard one allows. Without CAP_SYS_RESOURCE the hard limit cannot be raised; the log says
+  // what it caps the node at.
+  if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    const rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (was < rl.rlim_max && ::setrlimit(RLIMIT_NOFILE, &rl) != 0) rl.rlim_cur = was;
+    spdlog::info(
+        "open files: {} (soft limit, raised from {}; the hard limit {} allows about {} "
+        "sandboxes{})",
+        rl.rlim_cur, was, rl.rlim_max, rl.rlim_cur / 12,
+        rl.rlim_max == RLIM_INFINITY ? "" : ": raise it in spaced's unit (LimitNOFILE) for more");
+  }
 
   // One daemon per state directory.
   std::error_code ec;

@@ -239,12 +239,14 @@ class Daemon:
         self.default_pool = default_pool
         self.config_path = os.path.join(root, name + ".json")
         self.proc = None
+        self.extra_env = {}  # added to spaced's environment at each start (SPACE_FAILPOINTS)
 
     @property
     def pid(self):
         return self.proc.pid if self.proc else None
 
-    def start(self, timeout=30):
+    def start(self, timeout=30, wait=True):
+        """Starts spaced; with `wait`, returns once it answers /v1/health."""
         os.makedirs(self.state_dir, exist_ok=True)
         log = open(self.log_path, "ab")
         log.write(b"\n===== spaced start %s =====\n" % time.ctime().encode())
@@ -258,10 +260,11 @@ class Daemon:
                 json.dump(config, f, indent=2)
             args += ["--config", self.config_path]
         self.proc = subprocess.Popen(
-            args,
+            args, env=dict(os.environ, **self.extra_env),
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         log.close()
-        self.wait_healthy(timeout)
+        if wait:
+            self.wait_healthy(timeout)
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None

@@ -853,11 +853,11 @@ Result<void> FirecrackerRuntime::cleanup(const SandboxSpec& spec, const json& pe
   std::string ctx = "cleaning up VM " + spec.id;
   // Whatever the state, this sandbox's jail goes (it is named after the sandbox).
   Guard jail_guard([&] { remove_jail(jail_root() / jail_id(spec.id)); });
+  // Nothing persisted: a create interrupted before Firecracker was recorded; its cgroup says.
   auto p = parse_persisted(persisted);
-  if (!p) return {};  // never started far enough to persist anything of Firecracker's
   const CgroupLayout* layout = TRY_CTX(cgroup_layout(), ctx);
-  TRY_VOID_CTX(vm::cleanup_vmm(p->base, p->jail_id, "Firecracker", *layout, config_.cgroup_name,
-                               config_.stop_timeout),
+  TRY_VOID_CTX(vm::cleanup_vmm(p ? &p->base : nullptr, spec.id, p ? p->jail_id : jail_id(spec.id),
+                               "Firecracker", *layout, config_.cgroup_name, config_.stop_timeout),
                ctx);
   return {};
 }

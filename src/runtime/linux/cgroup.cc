@@ -638,4 +638,31 @@ Result<std::unique_ptr<Cgroup>> Cgroup::open(const CgroupLayout& layout, const s
   }
 }
 
+nlohmann::json Cgroup::planned(const CgroupLayout& layout, const std::string& parent,
+                               const std::string& id) {
+  if (layout.mode == CgroupMode::kV2) {
+    const fs::path& base = layout.base.empty() ? layout.unified : layout.base;
+    return {{"mode", "v2"}, {"unified", (base / parent / id).string()}};
+  }
+  nlohmann::json v1 = nlohmann::json::object();
+  for (const auto& [c, mount] : layout.v1) v1[c] = (mount / parent / id).string();
+  const bool hybrid = layout.mode == CgroupMode::kHybrid;
+  return {{"mode", hybrid ? "hybrid" : "v1"},
+          {"v1", v1},
+          {"unified", hybrid ? (layout.unified / parent / id).string() : ""}};
+}
+
+Result<void> remove_sandbox_cgroups(const CgroupLayout& layout, const std::string& parent,
+                                    const std::string& id, const nlohmann::json& persisted,
+                                    milliseconds timeout) {
+  const nlohmann::json where = persisted.is_object() && persisted.contains("mode")
+                                   ? persisted
+                                   : Cgroup::planned(layout, parent, id);
+  auto cg = TRY(Cgroup::open(layout, parent, where));
+  cg->kill_all();
+  (void)cg->thaw();  // v1-frozen tasks die only once thawed; fails harmlessly if gone
+  TRY_VOID(cg->wait_empty(timeout));
+  return cg->remove();
+}
+
 }  // namespace space::runtime::linux

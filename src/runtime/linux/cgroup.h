@@ -74,6 +74,11 @@ class Cgroup {
   // idempotent.
   static Result<std::unique_ptr<Cgroup>> open(const CgroupLayout& layout, const std::string& parent,
                                               const nlohmann::json& persisted);
+  // Where create() puts sandbox `id`'s cgroups on this layout, in persist()'s form, without
+  // creating anything: what open() needs to find the cgroups of a create that was interrupted
+  // before its instance was persisted (the paths depend on the id alone).
+  static nlohmann::json planned(const CgroupLayout& layout, const std::string& parent,
+                                const std::string& id);
 
   // An fd of the v2 (or unified) cgroup directory for clone3's CLONE_INTO_CGROUP, or -1.
   virtual int clone_into_fd() const = 0;
@@ -97,5 +102,12 @@ class Cgroup {
   // Every directory this cgroup owns (for tests and doctor).
   virtual std::vector<std::filesystem::path> paths() const = 0;
 };
+
+// Kills every process in sandbox `id`'s cgroups (those `persisted` names, or the planned ones
+// where it names none), waits for them to go and removes the cgroups. Processes born into the
+// cgroup (CLONE_INTO_CGROUP) die with it even if nothing of them was recorded. Idempotent.
+Result<void> remove_sandbox_cgroups(const CgroupLayout& layout, const std::string& parent,
+                                    const std::string& id, const nlohmann::json& persisted,
+                                    std::chrono::milliseconds timeout);
 
 }  // namespace space::runtime::linux

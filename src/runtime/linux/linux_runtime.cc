@@ -434,22 +434,24 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::reattach(const SandboxSpec& spec
 
 Result<void> LinuxRuntime::cleanup(const SandboxSpec& spec, const nlohmann::json& persisted) {
   const std::string ctx = "cleaning up sandbox " + spec.id;
-  Persisted p = TRY_CTX(parse_persisted(persisted), ctx);
   const CgroupLayout* layout = TRY_CTX(cgroup_layout(), ctx);
-  std::unique_ptr<Cgroup> cgroup;
-  if (persisted.contains("cgroups")) {
-    cgroup = TRY_CTX(Cgroup::open(*layout, config_.cgroup_name, persisted["cgroups"]), ctx);
-    cgroup->kill_all();
+  // A create interrupted before its instance was persisted left no pid: its processes are found
+  // by their cgroups (the agent and the launcher's child are born into them), whose paths
+  // depend on the id alone.
+  const bool has_agent = persisted.is_object() && persisted.contains("pid");
+  if (has_agent) {
+    Persisted p = TRY_CTX(parse_persisted(persisted), ctx);
+    if (auto pidfd = find_agent(p)) {
+      TRY_VOID_CTX(kill_and_reap(pidfd->get(), false, config_.stop_timeout), ctx);
+    }
   }
-  if (auto pidfd = find_agent(p)) {
-    TRY_VOID_CTX(kill_and_reap(pidfd->get(), false, config_.stop_timeout), ctx);
-  }
-  if (cgroup) {
-    (void)cgroup->thaw();  // v1-frozen tasks die only once thawed; fails harmlessly if gone
-    TRY_VOID_CTX(cgroup->wait_empty(config_.stop_timeout), ctx);
-    TRY_VOID_CTX(cgroup->remove(), ctx);
-  }
-  if (stage_is_ours(spec, p.stage)) remove_stage(p.stage);
+  const nlohmann::json cgroups =
+      persisted.is_object() ? persisted.value("cgroups", nlohmann::json()) : nlohmann::json();
+  TRY_VOID_CTX(
+      remove_sandbox_cgroups(*layout, config_.cgroup_name, spec.id, cgroups, config_.stop_timeout),
+      ctx);
+  fs::path stage = has_agent ? fs::path(persisted.value("stage", "")) : spec.dir / "mnt";
+  if (stage_is_ours(spec, stage)) remove_stage(stage);
   return {};
 }
 

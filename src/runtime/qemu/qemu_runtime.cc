@@ -1000,11 +1000,11 @@ Result<std::unique_ptr<Instance>> QemuRuntime::reattach(const SandboxSpec& spec,
 }
 
 Result<void> QemuRuntime::cleanup(const SandboxSpec& spec, const json& persisted) {
+  // Nothing persisted: a create interrupted before QEMU was recorded; its cgroup still says.
   auto p = vm::parse_vmm_persisted(persisted);
-  if (!p) return {};  // never started far enough to persist anything of QEMU's
   const CgroupLayout* layout = TRY_CTX(cgroup_layout(), "cleaning up VM " + spec.id);
-  TRY_VOID_CTX(vm::cleanup_vmm(*p, vmm_needle(spec.id), "QEMU", *layout, config_.cgroup_name,
-                               config_.stop_timeout),
+  TRY_VOID_CTX(vm::cleanup_vmm(p ? &*p : nullptr, spec.id, vmm_needle(spec.id), "QEMU", *layout,
+                               config_.cgroup_name, config_.stop_timeout),
                "cleaning up VM " + spec.id);
   return {};
 }

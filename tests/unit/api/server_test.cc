@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "common/tcp_connect.h"
 #include "fake_service.h"
 #include "test_client.h"
 
@@ -590,6 +591,39 @@ TEST_F(ServerTest, ConnectionsBeyondTheLimitGet503) {
   EXPECT_EQ(body["error"]["code"], "unavailable");
   EXPECT_NE(body["error"]["message"].get<std::string>().find("too many connections"),
             std::string::npos);
+}
+
+// Each transport has its own budget: TCP clients that never send a request (no token, nothing)
+// fill only the TCP listener's, and root on the Unix socket is still served. A silent TCP
+// connection is closed after first_request_timeout, freeing its slot.
+TEST_F(ServerTest, TcpConnectionsNeverLockOutTheUnixSocket) {
+  ApiServer::Options o;
+  o.max_connections = 2;
+  o.max_tcp_connections = 3;
+  o.first_request_timeout = 700ms;
+  o.tcp_listen = "127.0.0.1:0";
+  start(o);
+  ASSERT_NE(server_->tcp_port(), 0);
+  auto tcp = [&] {
+    auto fd = tcp_connect("127.0.0.1", server_->tcp_port(), 2000ms);
+    EXPECT_TRUE(fd) << fd.error().message();
+    return std::make_unique<Conn>(fd ? std::move(*fd) : UniqueFd());
+  };
+  std::vector<std::unique_ptr<Conn>> silent;
+  for (int i = 0; i < 3; ++i) silent.push_back(tcp());
+  std::this_thread::sleep_for(100ms);  // accepted
+  auto over = tcp();
+  EXPECT_EQ(over->read_head(), 503) << "the fourth TCP connection is over the TCP budget";
+  // The Unix socket has a budget of its own: both of its slots serve.
+  Conn a(socket_), b(socket_);
+  EXPECT_EQ(a.request("GET", "/v1/health").status, 200);
+  EXPECT_EQ(b.request("GET", "/v1/health").status, 200);
+  // The silent ones are cut after first_request_timeout, and TCP takes clients again.
+  for (auto& c : silent) EXPECT_EQ(c->read_head(), 0) << "closed without an answer";
+  std::this_thread::sleep_for(100ms);
+  auto again = tcp();
+  int st = again->request("GET", "/v1/health").status;  // 401 without tokens configured
+  EXPECT_TRUE(st == 200 || st == 401) << st;
 }
 
 // A connection per request (what CLIs and simple clients do) reuses the thread of the last
