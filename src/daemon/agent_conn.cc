@@ -13,6 +13,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 namespace space::daemon {
 
 using proto::Frame;
@@ -213,12 +215,14 @@ void AgentConn::on_connect(Frame f) {
   if (port < 1 || port > 65535) return bad("port " + std::to_string(port) + " is out of range");
   auto s = std::make_shared<Stream>(f.stream);
   bool reused = false, full = false;
+  size_t limit = 0;
   {
     std::lock_guard lock(mu_);
+    limit = agent_stream_limit_;
     if (lost_error_) return;
     if (streams_.contains(f.stream))
       reused = true;
-    else if (agent_streams_ >= proto::kMaxEgressConns)
+    else if (agent_streams_ >= agent_stream_limit_)
       full = true;
     else {
       streams_[f.stream] = s;
@@ -230,12 +234,12 @@ void AgentConn::on_connect(Frame f) {
     // Not a violation: the agent keeps the same bound, but its count drops as soon as it closes
     // a connection and ours only when the relay has finished with the stream. Refused here, on
     // the reader thread (one small frame; send's wait is bounded).
-    (void)send_json(FrameType::kResponse, f.stream,
-                    {{"ok", false},
-                     {"error",
-                      {{"code", "resource_exhausted"},
-                       {"message", "more than " + std::to_string(proto::kMaxEgressConns) +
-                                       " egress connections are open"}}}});
+    (void)send_json(
+        FrameType::kResponse, f.stream,
+        {{"ok", false},
+         {"error",
+          {{"code", "resource_exhausted"},
+           {"message", "more than " + std::to_string(limit) + " egress connections are open"}}}});
     return;
   }
   std::lock_guard hl(handler_mu_);
@@ -504,6 +508,11 @@ void AgentConn::reader() {
       if (lost_) return;
     }
   }
+}
+
+void AgentConn::set_agent_stream_limit(size_t n) {
+  std::lock_guard lock(mu_);
+  agent_stream_limit_ = std::clamp<size_t>(n, 1, proto::kMaxEgressConns);
 }
 
 }  // namespace space::daemon

@@ -114,6 +114,9 @@ class AgentConn {
   // close the channel (as for every other stream): a malformed connect, a connect on a daemon-range
   // or already-open id, data before the ok, a reset on a daemon-range stream, or a window overrun.
   using AgentStreamHandler = std::function<void(std::shared_ptr<Stream>, uint16_t port)>;
+  // Lowers the bound on open agent streams below kMaxEgressConns (at least 1): a connect beyond
+  // it gets the same error response.
+  void set_agent_stream_limit(size_t n);
   void set_on_agent_stream(AgentStreamHandler h);
   size_t agent_streams() const;
   // Sends the ok `response` to the agent's connect on `s` and lets data flow on it.
@@ -182,7 +185,8 @@ class AgentConn {
   std::map<uint32_t, std::shared_ptr<Stream>> streams_;
   std::function<void(const Error&)> on_lost_;
   std::optional<Error> lost_error_;
-  size_t agent_streams_ = 0;  // open streams with kAgentStreamBit
+  size_t agent_streams_ = 0;                            // open streams with kAgentStreamBit
+  size_t agent_stream_limit_ = proto::kMaxEgressConns;  // guarded by mu_
 
   // Held while the agent-stream or DNS handler runs, so resetting it waits for a running call.
   std::mutex handler_mu_;

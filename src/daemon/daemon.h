@@ -250,7 +250,9 @@ class Daemon : public SandboxService {
   // After the agent's channel is open: for runtimes whose agent carries egress (VMs), starts
   // relaying its connections to the gateway's listeners in the sandbox's network namespace, and
   // its DNS queries to the gateway's stub there.
-  static void start_relay(Sandbox& sb);
+  // The agent may hold at most its profile's egress max_connections streams open (each costs
+  // spaced two threads): a guest flooding connects is refused, not served by more threads.
+  void start_relay(Sandbox& sb);
   // Stops the egress and DNS relays, then closes the agent channel. Idempotent.
   static void close_agent(Sandbox& sb);
   // Egress (daemon/egress.cc). plan_egress checks a create request's --secret and --allow
@@ -316,6 +318,13 @@ class Daemon : public SandboxService {
                                    snapshot::Store& store);
   void finish_rollback(const std::shared_ptr<Sandbox>& sb, const std::string& outcome);
   bool resume_rollback(const std::shared_ptr<Sandbox>& sb);
+  // Collects `profile`'s store's garbage: counts what it freed, and remembers (for doctor and
+  // /metrics) whether a manifest that does not load blocked it.
+  void collect_garbage(const std::string& profile, snapshot::Store& store);
+  // Per profile: why its last gc freed nothing ("" when it was not blocked). Guarded by snap_mu_.
+  std::map<std::string, std::string> gc_blocked_;
+  // Per profile: doctor's and /metrics' view of the store (quarantined chunks, gc blocked).
+  nlohmann::json store_report();
   // Rolling snapshots, retention and garbage collection: one background thread.
   void snapshot_loop();
   // Drops what retention no longer keeps and collects garbage in the stores it touched (every

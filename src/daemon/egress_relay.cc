@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <thread>
 
 namespace space::daemon {
@@ -132,11 +133,16 @@ size_t EgressRelay::active() const {
   return conns_.size();
 }
 
-void EgressRelay::reap_finished() {
+void EgressRelay::reap_finished(const Conn* keep) {
   std::vector<std::shared_ptr<Conn>> done;
   {
     std::lock_guard lock(mu_);
     done.swap(finished_);
+    auto self = std::find_if(done.begin(), done.end(), [&](auto& c) { return c.get() == keep; });
+    if (self != done.end()) {
+      finished_.push_back(std::move(*self));
+      done.erase(self);
+    }
   }
   for (auto& c : done)
     if (c->main.joinable()) c->main.join();
@@ -209,12 +215,16 @@ void EgressRelay::serve(Conn& c) {
     std::lock_guard lock(c.mu);
     c.sock.reset();
   }
-  std::lock_guard lock(mu_);
-  auto it = conns_.find(id);
-  if (it != conns_.end()) {
-    finished_.push_back(std::move(it->second));
-    conns_.erase(it);
+  {
+    std::lock_guard lock(mu_);
+    auto it = conns_.find(id);
+    if (it != conns_.end()) {
+      finished_.push_back(std::move(it->second));
+      conns_.erase(it);
+    }
+    if (stopping_) return;  // stop() joins every thread
   }
+  reap_finished(&c);
 }
 
 namespace {

@@ -6,8 +6,9 @@
 // connect, and relays bytes both ways with flow control until both directions ended or either
 // side reset. The gateway itself is unchanged: it sees an ordinary local TCP client.
 //
-// Threads: two per connection (agent -> socket and socket -> agent), at most
-// proto::kMaxEgressConns connections per agent (AgentConn refuses more). Memory per connection
+// Threads: two per connection (agent -> socket and socket -> agent), at most the sandbox's
+// egress max_connections per agent (AgentConn::set_agent_stream_limit; never more than
+// proto::kMaxEgressConns): AgentConn refuses more. Memory per connection
 // is bounded by the stream window (kStreamWindow) in each direction.
 #pragma once
 
@@ -83,7 +84,10 @@ class EgressRelay {
   void agent_to_socket(Conn& c);
   void socket_to_agent(Conn& c);
   void cut(Conn& c, bool tell_agent);
-  void reap_finished();
+  // Joins the threads of finished connections, all but `keep`'s (a connection's own thread
+  // reaps the others as it ends, so finished threads' stacks are not kept until the next
+  // connect).
+  void reap_finished(const Conn* keep = nullptr);
 
   AgentConn& conn_;
   const Dial dial_;

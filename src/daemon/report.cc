@@ -102,6 +102,16 @@ std::string Daemon::metrics() {
   counter("space_restores_total", "Sandboxes made from a snapshot.", metrics_.restores);
   counter("space_snapshot_gc_bytes_freed_total", "Snapshot store bytes garbage-collected.",
           metrics_.gc_bytes_freed);
+  {
+    // 1 where a manifest that does not load kept the last gc from freeing anything (`space
+    // doctor` says which, under snapshots.stores).
+    std::lock_guard lock(snap_mu_);
+    o << "# HELP space_snapshot_gc_blocked 1 if the profile's last snapshot gc freed nothing "
+         "because a manifest does not load.\n# TYPE space_snapshot_gc_blocked gauge\n";
+    for (auto& [profile, why] : gc_blocked_)
+      o << "space_snapshot_gc_blocked{profile=\"" << profile << "\"} " << (why.empty() ? 0 : 1)
+        << '\n';
+  }
   counter("space_execs_total", "Execs started.", metrics_.execs);
   counter("space_exec_failures_total", "Execs that could not be started.", metrics_.exec_failures);
   o << "# HELP space_sandbox_create_seconds_sum Total time spent creating sandboxes.\n"
@@ -191,7 +201,9 @@ json Daemon::doctor() {
        "firecracker sandboxes' snapshots are whole machines: their processes resume). " +
            criu + "."},
       {"by_runtime", by_runtime},
-      {"store", (cfg_.state_dir / "snapshots").string()}};
+      {"store", (cfg_.state_dir / "snapshots").string()},
+      // Per profile: chunks found corrupt (moved aside), and why gc last freed nothing.
+      {"stores", store_report()}};
   return {{"version", SPACE_VERSION},
           {"state_dir", cfg_.state_dir.string()},
           {"socket", cfg_.socket.string()},

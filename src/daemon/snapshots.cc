@@ -382,12 +382,8 @@ Result<void> Daemon::delete_snapshot(const std::string& snap) {
   auto rec = TRY(find_snapshot(snap, ""));
   TRY_VOID(drop_snapshot(rec, "removed by the API"));
   // Free its chunks now rather than at the next retention pass.
-  if (auto* store = snapshot_store(rec.profile).value_or(nullptr)) {
-    if (auto g = store->gc(); g)
-      metrics_.gc_bytes_freed += g->bytes;
-    else
-      spdlog::warn("snapshot store of profile {}: gc: {}", rec.profile, g.error().message());
-  }
+  if (auto* store = snapshot_store(rec.profile).value_or(nullptr))
+    collect_garbage(rec.profile, *store);
   return {};
 }
 
@@ -502,15 +498,39 @@ void Daemon::run_retention(bool full) {
     if (!fs::exists(cfg_.state_dir / "snapshots" / p)) continue;
     auto* store = snapshot_store(p).value_or(nullptr);
     if (!store) continue;
-    if (auto g = store->gc(); g) {
-      metrics_.gc_bytes_freed += g->bytes;
-      if (g->chunks)
-        spdlog::info("snapshot store of profile {}: gc freed {} chunks ({})", p, g->chunks,
-                     format_size(g->bytes));
-    } else {
-      spdlog::warn("snapshot store of profile {}: gc: {}", p, g.error().message());
-    }
+    collect_garbage(p, *store);
   }
+}
+
+void Daemon::collect_garbage(const std::string& profile, snapshot::Store& store) {
+  auto g = store.gc();
+  std::string blocked;
+  if (g) {
+    metrics_.gc_bytes_freed += g->bytes;
+    if (g->chunks)
+      spdlog::info("snapshot store of profile {}: gc freed {} chunks ({})", profile, g->chunks,
+                   format_size(g->bytes));
+  } else {
+    blocked = g.error().message();
+    spdlog::warn("snapshot store of profile {}: gc: {}", profile, blocked);
+  }
+  std::lock_guard lock(snap_mu_);
+  gc_blocked_[profile] = blocked;
+}
+
+json Daemon::store_report() {
+  json out = json::object();
+  std::lock_guard lock(snap_mu_);
+  for (auto& [profile, store] : snap_stores_) {
+    auto st = store->stats();
+    auto it = gc_blocked_.find(profile);
+    std::string blocked = it == gc_blocked_.end() ? "" : it->second;
+    out[profile] = {{"chunks", st.chunks},
+                    {"stored_bytes", st.stored_bytes},
+                    {"quarantined_chunks", st.quarantined},
+                    {"gc_blocked", blocked.empty() ? json(nullptr) : json(blocked)}};
+  }
+  return out;
 }
 
 void Daemon::reconcile_snapshots() {

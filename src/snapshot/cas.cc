@@ -356,6 +356,7 @@ StoreStats Store::stats() const {
     if (!names) continue;
     for (const std::string& n : *names) {
       struct stat st;
+      if (n.ends_with(detail::kQuarantineSuffix)) ++s.quarantined;
       if (!detail::is_chunk_id(sub + n) ||
           ::fstatat(dir.get(), n.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
         continue;

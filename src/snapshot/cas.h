@@ -57,6 +57,7 @@ struct Manifest {
 
 struct StoreStats {
   uint64_t chunks = 0, stored_bytes = 0;
+  uint64_t quarantined = 0;  // chunk files found corrupt and moved aside (<name>.corrupt)
 };
 
 // Bounds on what take(), scan() and load() accept from a tree or a manifest, and the clock that

@@ -125,12 +125,21 @@ ChunkReader::~ChunkReader() { ZSTD_freeDCtx(dctx_); }
 Result<size_t> ChunkReader::get(const std::string& id, const std::string& path, uint8_t* out,
                                 size_t cap) const {
   const std::string what = "chunk " + id + " of " + (path.empty() ? "/" : path);
-  auto corrupt = [&](std::string_view why) {
-    return fail(Code::kProtocol, what + " is corrupt (" + std::string(why) + ")");
-  };
-  if (!is_chunk_id(id)) return corrupt("not a chunk id");
-  if (!dctx_) return fail(Code::kInternal, "ZSTD_createDCtx failed");
+  if (!is_chunk_id(id)) return fail(Code::kProtocol, what + " is corrupt (not a chunk id)");
   const std::string rel = sub_of(id) + "/" + name_of(id);
+  // A chunk file that fails its checks is moved aside (kept as <name>.corrupt for a look, never
+  // read again): the next snapshot that holds these bytes stores them anew instead of
+  // referencing the bad file, and every snapshot that names the chunk restores again.
+  auto corrupt = [&](std::string_view why) {
+    std::string aside = rel + std::string(kQuarantineSuffix);
+    bool moved = ::renameat(dir_, rel.c_str(), dir_, aside.c_str()) == 0;
+    return fail(Code::kProtocol,
+                what + " is corrupt (" + std::string(why) + ")" +
+                    (moved ? "; it was moved aside (" + aside +
+                                 "): the next snapshot holding these bytes stores them anew"
+                           : std::string()));
+  };
+  if (!dctx_) return fail(Code::kInternal, "ZSTD_createDCtx failed");
   int fd = ::openat(dir_, rel.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return fail(Code::kProtocol, what + " is missing from the store");

@@ -132,6 +132,9 @@ class ChunkWriter {
 // corrupt (...)" otherwise.
 Result<void> check_chunk_file(const std::string& id, std::string_view file);
 
+// What a corrupt chunk file is renamed to, beside where it was (ChunkReader::get).
+inline constexpr std::string_view kQuarantineSuffix = ".corrupt";
+
 class ChunkReader {
  public:
   explicit ChunkReader(int chunks_dir);
@@ -140,7 +143,8 @@ class ChunkReader {
   ChunkReader& operator=(const ChunkReader&) = delete;
   // Reads chunk `id` of file `path` into out[0, cap) (cap <= kMaxChunk: what is left of the
   // file) and returns its length, after checking its hash. A missing, truncated, oversized or
-  // altered chunk is kProtocol "chunk <id> of <path> is ...".
+  // altered chunk is kProtocol "chunk <id> of <path> is ..."; a chunk file that is there but
+  // bad is moved aside first (quarantined), so that the store never hands it out again.
   Result<size_t> get(const std::string& id, const std::string& path, uint8_t* out,
                      size_t cap) const;
 

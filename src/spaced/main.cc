@@ -250,11 +250,11 @@ int run(int argc, char** argv) {
     const rlim_t was = rl.rlim_cur;
     rl.rlim_cur = rl.rlim_max;
     if (was < rl.rlim_max && ::setrlimit(RLIMIT_NOFILE, &rl) != 0) rl.rlim_cur = was;
-    spdlog::info(
-        "open files: {} (soft limit, raised from {}; the hard limit {} allows about {} "
-        "sandboxes{})",
-        rl.rlim_cur, was, rl.rlim_max, rl.rlim_cur / 12,
-        rl.rlim_max == RLIM_INFINITY ? "" : ": raise it in spaced's unit (LimitNOFILE) for more");
+    spdlog::info("open files: soft limit {} (was {}; hard limit {}): about {} sandboxes{}",
+                 rl.rlim_cur, was, rl.rlim_max, rl.rlim_cur / 12,
+                 rl.rlim_max == RLIM_INFINITY ? ""
+                                              : "; more need a higher hard limit (LimitNOFILE in "
+                                                "spaced's unit)");
   }
 
   // One daemon per state directory.

@@ -8,7 +8,7 @@ import { Files } from "./files.js";
 
 export interface SandboxInfo {
   id: string;
-  state: "creating" | "running" | "paused" | "destroying" | "destroyed";
+  state: "creating" | "running" | "paused" | "rolling_back" | "destroying" | "destroyed";
   runtime: string;
   image: string;
   profile: string;

@@ -433,6 +433,30 @@ TEST(EgressRelay, PerAgentBound) {
   EXPECT_TRUE(served);
 }
 
+// A sandbox's profile caps its guest's connections (each costs spaced two threads): a guest
+// that floods connects is refused beyond it, not served by more threads.
+TEST(EgressRelay, ProfileLimitCapsTheGuestsConnections) {
+  SKIP_WITHOUT_AGENT();
+  Upstream up(echo);
+  Harness h(up.dial());
+  h.conn->set_agent_stream_limit(4);
+  std::vector<UniqueFd> open;
+  for (int i = 0; i < 4; ++i) {
+    open.push_back(h.guest());
+    ASSERT_TRUE(write_all(open.back().get(), "p"));
+    char c = 0;
+    ASSERT_EQ(::recv(open.back().get(), &c, 1, 0), 1) << "connection " << i;
+  }
+  EXPECT_EQ(h.relay->active(), 4u);
+  UniqueFd extra = h.guest();
+  int err = -2;
+  read_to_end(extra.get(), &err, 5s);
+  EXPECT_NE(err, -1) << "the fifth connection is over the limit and closed";
+  EXPECT_EQ(h.relay->served(), 4u);
+  open.clear();
+  EXPECT_TRUE(h.wait_idle());
+}
+
 TEST(EgressRelay, ChannelLossCutsEverything) {
   SKIP_WITHOUT_AGENT();
   std::atomic<int> upstream_done{0};

@@ -235,17 +235,25 @@ class ChunkTamperTest : public TamperTest {
   void expect_restore_refused(const std::string& id, const std::string& why) {
     auto loaded = store_->load("snap_1");
     ASSERT_TRUE(loaded) << loaded.error().message();  // the manifest itself is intact
-    auto r = restore_fresh(*loaded);
-    ASSERT_FALSE(r) << "restored with a damaged chunk (expected: " << why << ")";
-    EXPECT_EQ(r.error().code(), Code::kProtocol);
     const std::string expected = "snapshot snap_1: chunk " + id + " of data/file is " + why;
-    EXPECT_EQ(r.error().message().substr(0, expected.size()), expected) << r.error().message();
-    // verify() (what rollback runs before it stops a sandbox) finds the same damage without
-    // writing anything.
+    const bool present = std::filesystem::exists(chunk_path(id));
+    // verify() (what rollback runs before it stops a sandbox) finds the damage without writing
+    // anything into a tree...
     auto v = store_->verify(*loaded);
     ASSERT_FALSE(v) << "verify passed a damaged chunk (expected: " << why << ")";
     EXPECT_EQ(v.error().code(), Code::kProtocol);
     EXPECT_EQ(v.error().message().substr(0, expected.size()), expected) << v.error().message();
+    if (present) {
+      // ...and moves the bad file aside, so that the store never hands it out again.
+      EXPECT_FALSE(std::filesystem::exists(chunk_path(id)));
+      ASSERT_TRUE(std::filesystem::exists(chunk_path(id) + ".corrupt"));
+      EXPECT_EQ(store_->stats().quarantined, 1u);
+      std::filesystem::rename(chunk_path(id) + ".corrupt", chunk_path(id));
+    }
+    auto r = restore_fresh(*loaded);
+    ASSERT_FALSE(r) << "restored with a damaged chunk (expected: " << why << ")";
+    EXPECT_EQ(r.error().code(), Code::kProtocol);
+    EXPECT_EQ(r.error().message().substr(0, expected.size()), expected) << r.error().message();
   }
 };
 
@@ -262,6 +270,24 @@ TEST_F(ChunkTamperTest, AFlippedByteIsAHashMismatch) {
   z[z.size() / 2] ^= 0x40;
   write_file(chunk_path(id), z);
   expect_restore_refused(id, "corrupt (hash mismatch)");
+}
+
+// A chunk found corrupt is not reused: the next snapshot of the same bytes stores it anew, and
+// the snapshot that named the bad file restores again.
+TEST_F(ChunkTamperTest, ACorruptChunkIsRewrittenByTheNextSnapshot) {
+  const std::string id = file_chunk();
+  std::string z = read_file(chunk_path(id));
+  z[z.size() / 2] ^= 0x40;
+  write_file(chunk_path(id), z);
+  auto loaded = store_->load("snap_1");
+  ASSERT_TRUE(loaded);
+  ASSERT_FALSE(restore_fresh(*loaded));
+  UniqueFd fd = open_dir(src_);
+  auto again = store_->take(fd.get(), "snap_2", nullptr, {});
+  ASSERT_TRUE(again) << again.error().message();
+  EXPECT_GT(again->new_bytes, 0u) << "the chunk was stored anew, not referenced";
+  auto r = restore_fresh(*loaded);
+  EXPECT_TRUE(r) << r.error().message();
 }
 
 TEST_F(ChunkTamperTest, ATruncatedChunkIsRefused) {
