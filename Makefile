@@ -11,6 +11,8 @@
 #                    (docs/ci.md); ~30 minutes on 2 cores (~5 of them the sanitizer gate)
 #   make test-kvm    build + the firecracker runtime end to end and the escape suite against
 #                    it (a KVM host with firecracker and jailer; elsewhere skipped, saying why)
+#   make crash-soak  build + the crash suite with a long random-kill soak (SOAK_ROUNDS=40
+#                    rounds of SOAK_CLIENTS=12 clients; docs/crash-safety.md)
 #   make guest       only the microVM guest kernel + initramfs ($(BUILD_DIR)/guest; `build` makes it too)
 #   make bench       bench deps (install-deps.sh --bench: mitmproxy, bwrap, crun, runsc) +
 #                    release build + bench/run.sh (writes bench/results/<date>.md,
@@ -51,7 +53,8 @@ ASAN_FLAGS  ?= -O1 -g1
 # may warn where GCC 12 does not).
 WERROR      ?=
 
-.PHONY: all deps deps-bench configure build guest run test test-kvm bench clean check-asan \
+.PHONY: all deps deps-bench configure build guest run test test-kvm crash-soak bench clean \
+        check-asan \
         check-asan-gate format fuzz
 
 all: build
@@ -93,6 +96,15 @@ test: build check-asan-gate
 
 test-kvm: build
 	@scripts/test-kvm.sh $(BUILD_DIR)
+
+# The crash suite's random-kill soak, longer than make test's 6 rounds of 4 clients
+# (docs/crash-safety.md): SOAK_ROUNDS rounds of SOAK_CLIENTS clients, spaced SIGKILLed in each.
+SOAK_ROUNDS  ?= 40
+SOAK_CLIENTS ?= 12
+crash-soak: build
+	cd tests/integration && SPACE_BUILD_DIR=$(abspath $(BUILD_DIR)) \
+	  SPACE_CRASH_SOAK_ROUNDS=$(SOAK_ROUNDS) SPACE_CRASH_SOAK_CLIENTS=$(SOAK_CLIENTS) \
+	  python3 test_crash.py -v CrashSoakTest
 
 bench: deps-bench
 	cmake -G Ninja -S . -B $(RELEASE_DIR) -DCMAKE_BUILD_TYPE=Release -DSPACE_TESTS=OFF

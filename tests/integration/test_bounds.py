@@ -19,7 +19,7 @@ import subprocess
 import threading
 import time
 
-from harness import SPACE, SpaceTestCase, main, wait_for
+from harness import SPACE, SpaceTestCase, main, safe_rmtree, wait_for
 
 
 class BoundsTest(SpaceTestCase):
@@ -153,6 +153,83 @@ class BoundsTest(SpaceTestCase):
             if ev.get("type") == "stdout":
                 total += len(base64.b64decode(ev["data"]))
         return total
+
+
+class FullStateDiskTest(SpaceTestCase):
+    """spaced's state directory on a small tmpfs that the test fills: requests fail fast with an
+    error naming the full disk (never a hang), and once space is freed everything works again
+    with nothing left behind."""
+
+    START_DAEMON = False
+
+    @classmethod
+    def prepare_class(cls):
+        os.makedirs(cls.daemon.state_dir, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,mode=0700", "space-it-fulldisk",
+                        cls.daemon.state_dir], check=True)
+        cls.mounted = True
+        cls.daemon.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.cleanup_daemon(cls.daemon)
+        finally:
+            cls._save_log()
+            cls._kill_strays()
+            if getattr(cls, "mounted", False):
+                subprocess.run(["umount", cls.daemon.state_dir], check=False)
+            safe_rmtree(cls.tmp)
+
+    def fill(self):
+        path = os.path.join(self.daemon.state_dir, "filler")
+        with open(path, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+                    f.flush()
+            except OSError:
+                pass
+        return path
+
+    def test_full_state_disk_fails_fast_and_recovers(self):
+        before = self.snapshot_host()
+        before["daemon_fds"] = before["daemon_namespaces"] = None
+        sid = self.create()
+        self.exec_ok(sid, "true")
+        filler = self.fill()
+        try:
+            codes = []
+            for _ in range(3):  # the WAL's free pages may take the first rows
+                t0 = time.monotonic()
+                r = self.api("POST", "/v1/sandboxes", {}, timeout=30)
+                self.assertLess(time.monotonic() - t0, 20, "a create on a full disk answers")
+                if r.status == 201:
+                    self.known_ids.add(r.json["id"])
+                    continue
+                err = self.assert_api_error(r, 400, 599)
+                codes.append(r.status)
+                print("create on a full disk: %d %s" % (r.status, err["message"][:160]))
+                self.assertRegex(err["message"].lower(), r"full|no space",
+                                 "the error names the full disk: %r" % err)
+                self.assertNotEqual(r.status, 500, err)
+            self.assertTrue(codes, "no create failed on a full disk")
+            t0 = time.monotonic()
+            r = self.api("GET", "/v1/sandboxes/%s/audit?verify=true" % sid, timeout=30)
+            self.assertLess(time.monotonic() - t0, 10, "an audit read does not hang")
+            self.assertIn(r.status, (200, 503), r)
+            print("audit read on a full disk: %d in %.1f s" % (r.status, time.monotonic() - t0))
+        finally:
+            os.unlink(filler)
+        # Space again: creates work, the events queued meanwhile are written, nothing leaked.
+        wait_for(lambda: self.api("POST", "/v1/sandboxes", {}).status == 201, timeout=30,
+                 what="a create to work again")
+        r = self.api("GET", "/v1/sandboxes/%s/audit?verify=true" % sid)
+        self.assertEqual(r.status, 200, r)
+        self.assertTrue(r.json["ok"], r.json)
+        for other in self.list_ids():
+            self.space_ok("rm", "--force", other)
+        self.assert_no_leaks(before, timeout=20)
 
 
 class ShutdownStreamsTest(SpaceTestCase):

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import tarfile
+import time
 import unittest
 
 from harness import REPO, SpaceTestCase, http_request
@@ -196,8 +197,17 @@ class OpenApiConformanceTest(SpaceTestCase):
 
         # Processes.
         P, PP = SID + "/processes", SID + "/processes/{pid}"
-        procs = self.hit("GET", P, base + "/processes", expect=200).json["processes"]
-        sleeper = [p["pid"] for p in procs if p.get("argv", [None])[0] == "sleep"][0]
+        # "started" (the 202) comes once the child is forked; its argv is sleep's once its
+        # execve is through, which a loaded host may take a moment for.
+        sleeper = None
+        for _ in range(50):
+            procs = self.hit("GET", P, base + "/processes", expect=200).json["processes"]
+            found = [p["pid"] for p in procs if (p.get("argv") or [None])[0] == "sleep"]
+            if found:
+                sleeper = found[0]
+                break
+            time.sleep(0.1)
+        self.assertIsNotNone(sleeper, "the detached sleep is not in %r" % procs)
         self.hit("DELETE", PP, "%s/processes/%d?signal=0" % (base, sleeper))
         self.hit("DELETE", PP, "%s/processes/%d?signal=99" % (base, sleeper), expect=400)
         # Detached commands: logs (kept, followed) and wait.
