@@ -311,7 +311,7 @@ class CrashSoakTest(CrashBase):
         while not stop.is_set():
             try:
                 op = rng.random()
-                if not mine or op < 0.25:
+                if not mine or op < 0.15:  # as many creates as removes: a steady population
                     rc, out, _ = self.space("create", timeout=60)
                     if rc == 0:
                         mine.append(out.strip().splitlines()[-1])
