@@ -160,9 +160,11 @@ class FailpointTest(CrashBase):
 
     # -- destroy --------------------------------------------------------------------------------
 
-    def destroy_cut(self, failpoint, *rm_opts):
+    def destroy_cut(self, failpoint, *rm_opts, paused=False):
         sid = self.create()
         self.space_ok("exec", sid, "--detach", "--", "sleep", "1000")
+        if paused:  # its processes frozen: the teardown at restart must still end them
+            self.space_ok("pause", sid)
         self.cut(failpoint, "rm", *rm_opts, sid)
         self.assertNotIn(sid, self.list_ids(), "a destroy cut midway is finished at restart")
         self.assertEqual(self.state(sid), "destroyed")
@@ -170,6 +172,9 @@ class FailpointTest(CrashBase):
 
     def test_destroy_after_intent(self):
         self.destroy_cut("destroy.after_intent")
+
+    def test_destroy_of_a_paused_sandbox_after_intent(self):
+        self.destroy_cut("destroy.after_intent", paused=True)
 
     def test_destroy_after_teardown(self):
         self.destroy_cut("destroy.after_teardown")

@@ -439,14 +439,22 @@ Result<void> LinuxRuntime::cleanup(const SandboxSpec& spec, const nlohmann::json
   // by their cgroups (the agent and the launcher's child are born into them), whose paths
   // depend on the id alone.
   const bool has_agent = persisted.is_object() && persisted.contains("pid");
+  const nlohmann::json cgroups = persisted.is_object() && persisted.contains("cgroups")
+                                     ? persisted["cgroups"]
+                                     : Cgroup::planned(*layout, config_.cgroup_name, spec.id);
+  {
+    // Everything in the cgroups first (cgroup.kill reaches frozen tasks), thawed, so that a
+    // sandbox left paused on a v1 freezer can die: its agent's SIGKILL below waits for that.
+    auto cg = TRY_CTX(Cgroup::open(*layout, config_.cgroup_name, cgroups), ctx);
+    cg->kill_all();
+    (void)cg->thaw();
+  }
   if (has_agent) {
     Persisted p = TRY_CTX(parse_persisted(persisted), ctx);
     if (auto pidfd = find_agent(p)) {
       TRY_VOID_CTX(kill_and_reap(pidfd->get(), false, config_.stop_timeout), ctx);
     }
   }
-  const nlohmann::json cgroups =
-      persisted.is_object() ? persisted.value("cgroups", nlohmann::json()) : nlohmann::json();
   TRY_VOID_CTX(
       remove_sandbox_cgroups(*layout, config_.cgroup_name, spec.id, cgroups, config_.stop_timeout),
       ctx);
