@@ -17,6 +17,9 @@ nlohmann::json parse_or_null(const std::string& s) {
   return nlohmann::json::parse(s, nullptr, /*allow_exceptions=*/false);
 }
 
+// The state's name as the database holds it (sandbox_state.h names every state).
+const std::string kDestroyedName(to_string(SandboxState::kDestroyed));
+
 constexpr const char* kSandboxCols =
     "id, profile, runtime, image, state, spec, runtime_state, uid_base, created_at, "
     "expires_at, destroyed_at, reason, rollback_to, rollback_saved_as";
@@ -290,9 +293,10 @@ Result<std::optional<SandboxRecord>> Store::get_sandbox(const std::string& id) {
 Result<std::vector<SandboxRecord>> Store::live_sandboxes() {
   std::lock_guard lock(mu_);
   std::string sql = std::string("SELECT ") + kSandboxCols +
-                    " FROM sandboxes WHERE state != 'destroyed' ORDER BY created_at";
+                    " FROM sandboxes WHERE state != ? ORDER BY created_at";
   Stmt s(db_, sql.c_str());
   if (!s.ok()) return fail(s.error("listing sandboxes"));
+  s.bind(1, kDestroyedName);
   std::vector<SandboxRecord> out;
   int rc;
   while ((rc = s.step()) == SQLITE_ROW) out.push_back(read_sandbox(s));
@@ -302,9 +306,9 @@ Result<std::vector<SandboxRecord>> Store::live_sandboxes() {
 
 Result<bool> Store::uid_base_in_use(uint32_t base) {
   std::lock_guard lock(mu_);
-  Stmt s(db_, "SELECT 1 FROM sandboxes WHERE uid_base = ? AND state != 'destroyed' LIMIT 1");
+  Stmt s(db_, "SELECT 1 FROM sandboxes WHERE uid_base = ? AND state != ? LIMIT 1");
   if (!s.ok()) return fail(s.error("checking uid range"));
-  s.bind(1, static_cast<int64_t>(base));
+  s.bind(1, static_cast<int64_t>(base)).bind(2, kDestroyedName);
   int rc = s.step();
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
@@ -313,9 +317,9 @@ Result<bool> Store::uid_base_in_use(uint32_t base) {
 
 Result<int> Store::prune_destroyed(double before) {
   std::lock_guard lock(mu_);
-  Stmt s(db_, "DELETE FROM sandboxes WHERE state = 'destroyed' AND destroyed_at < ?");
+  Stmt s(db_, "DELETE FROM sandboxes WHERE state = ? AND destroyed_at < ?");
   if (!s.ok()) return fail(s.error("pruning sandboxes"));
-  s.bind(1, before);
+  s.bind(1, kDestroyedName).bind(2, before);
   if (s.step() != SQLITE_DONE) return fail(s.error("pruning sandboxes"));
   return sqlite3_changes(db_);
 }
