@@ -432,7 +432,13 @@ class SpaceTestCase(unittest.TestCase):
         finally:
             cls._save_log()
             cls._kill_strays()
+            cls.release_class()
             safe_rmtree(cls.tmp)
+
+    @classmethod
+    def release_class(cls):
+        """Undoes what prepare_class set up besides the daemon (a mount under cls.tmp), once the
+        daemon and its sandboxes are gone."""
 
     # -- cleanup ------------------------------------------------------------------------------
 

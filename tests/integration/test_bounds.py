@@ -19,7 +19,7 @@ import subprocess
 import threading
 import time
 
-from harness import SPACE, SpaceTestCase, main, safe_rmtree, wait_for
+from harness import SPACE, SpaceTestCase, main, wait_for
 
 
 class BoundsTest(SpaceTestCase):
@@ -171,15 +171,9 @@ class FullStateDiskTest(SpaceTestCase):
         cls.daemon.start()
 
     @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.cleanup_daemon(cls.daemon)
-        finally:
-            cls._save_log()
-            cls._kill_strays()
-            if getattr(cls, "mounted", False):
-                subprocess.run(["umount", cls.daemon.state_dir], check=False)
-            safe_rmtree(cls.tmp)
+    def release_class(cls):
+        if getattr(cls, "mounted", False):
+            subprocess.run(["umount", cls.daemon.state_dir], check=False)
 
     def fill(self):
         path = os.path.join(self.daemon.state_dir, "filler")
