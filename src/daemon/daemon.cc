@@ -269,7 +269,10 @@ void Daemon::record_destroyed(SandboxRecord& rec, const std::string& reason,
 void Daemon::start_relay(Sandbox& sb) {
   if (!sb.inst || !sb.conn || !sb.inst->egress_over_channel() || sb.inst->netns_fd() < 0) return;
   int ns = sb.inst->netns_fd();  // the instance outlives the relay (close_agent comes first)
-  sb.conn->set_agent_stream_limit(egress_profile(sb.rec.profile).max_connections);
+  // The gateway holds the sandbox to max_connections and answers the extra ones (429, with why);
+  // the slack lets it, and covers streams the relay is still closing when a client reconnects.
+  sb.conn->set_agent_stream_limit(egress_profile(sb.rec.profile).max_connections +
+                                  kAgentStreamSlack);
   // The guest's listeners mirror the gateway's TCP ones (docs/egress.md): the proxy, and the
   // transparent HTTP and TLS listeners; the port names which.
   auto dial = [ns](uint16_t port) -> Result<UniqueFd> {

@@ -250,9 +250,11 @@ class Daemon : public SandboxService {
   // After the agent's channel is open: for runtimes whose agent carries egress (VMs), starts
   // relaying its connections to the gateway's listeners in the sandbox's network namespace, and
   // its DNS queries to the gateway's stub there.
-  // The agent may hold at most its profile's egress max_connections streams open (each costs
-  // spaced two threads): a guest flooding connects is refused, not served by more threads.
+  // The agent may hold at most its profile's egress max_connections (+ kAgentStreamSlack)
+  // streams open (each costs spaced two threads): a guest flooding connects is refused, not
+  // served by more threads.
   void start_relay(Sandbox& sb);
+  static constexpr size_t kAgentStreamSlack = 16;
   // Stops the egress and DNS relays, then closes the agent channel. Idempotent.
   static void close_agent(Sandbox& sb);
   // Egress (daemon/egress.cc). plan_egress checks a create request's --secret and --allow
