@@ -386,6 +386,11 @@ class CompromisedPerSandboxGatewayTest(CompromisedBase):
         harness.wait_for(lambda: any(r.get("secret") == "neighbour " + a
                                      for r in self.results()),
                          timeout=20, what="the second stand-in's request for A's secret")
+        # Each stand-in also asks for its own secret; B's answer may land after its neighbour
+        # request's (a loaded host showed it): wait for both before reading.
+        harness.wait_for(lambda: len([r for r in self.results()
+                                      if r.get("secret") == "granted"]) >= 2,
+                         timeout=20, what="both stand-ins' own secrets answered")
         res = self.results()
         attaches = [r for r in res if "attach" in r]
         # Two processes, each handed one sandbox only.
