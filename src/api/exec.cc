@@ -200,9 +200,13 @@ bool stream_events(daemon::ExecSession& session, StreamAuth& auth, const std::st
       session.consumed(ev->data.size());
     } else {
       finished = true;
-      if (stopping)
-        return emit(line({{"type", "error"}, {"error", error_body(shutdown_error())["error"]}}))
-            .has_value();
+      if (stopping) {
+        // "reason": "shutdown" is the stable field the SDKs match (DaemonRestartError); the
+        // message is for people and may change.
+        json err = error_body(shutdown_error())["error"];
+        err["reason"] = "shutdown";
+        return emit(line({{"type", "error"}, {"error", err}})).has_value();
+      }
       return emit(line(exit_event_json(ev->exit))).has_value();
     }
   }

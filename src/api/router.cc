@@ -127,6 +127,10 @@ void dispatch(Exchange& ex, ApiContext& ctx) {
                                   "POST /v1/sandboxes/{id}/exec, ...)");
   } else if (auto allowed = authorize(*principal, match->route->op, name); !allowed) {
     r = std::move(allowed);
+  } else if (auto ticket = ctx.token_load ? ctx.token_load->enter(principal->token_id())
+                                          : Result<TokenLoad::Ticket>(TokenLoad::Ticket());
+             !ticket) {
+    r = fail(std::move(ticket.error()));
   } else {
     ex.set_params(std::move(match->params));
     // A token limited to some profiles sees the service through a ScopedService; what the
@@ -138,7 +142,8 @@ void dispatch(Exchange& ex, ApiContext& ctx) {
                     ctx.transport,
                     ctx.tokens,
                     ctx.profiles,
-                    &*principal};
+                    &*principal,
+                    ctx.token_load};
     daemon::CallerScope caller(daemon::Caller{principal->token_id()});
     try {
       r = match->route->handler(ex, hctx);

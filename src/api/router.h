@@ -16,6 +16,7 @@
 #include "api/auth.h"
 #include "api/exchange.h"
 #include "api/metrics.h"
+#include "api/token_load.h"
 #include "daemon/service.h"
 
 namespace space::api {
@@ -27,6 +28,7 @@ struct ApiContext {
   daemon::TokenStore* tokens = nullptr;             // null: no tokens, only the root operator
   const std::set<std::string>* profiles = nullptr;  // the configured profiles
   const Principal* principal = nullptr;             // who is calling; set by dispatch()
+  TokenLoad* token_load = nullptr;                  // null: requests per token not bounded
 };
 
 using Handler = Result<void> (*)(Exchange&, ApiContext&);

@@ -410,7 +410,8 @@ void ApiServer::serve_connection(UniqueFd fd, Transport transport) {
   // Beyond the bound, reads fail with buffer_overflow: 400 and close.
   boost::beast::flat_buffer buffer(
       std::max<size_t>(options_.buffer_limit, 2 * size_t{options_.header_limit}));
-  ApiContext ctx{service_, metrics_, transport, options_.tokens, &options_.profiles};
+  ApiContext ctx{service_,           metrics_, transport,   options_.tokens,
+                 &options_.profiles, nullptr,  &token_load_};
   for (bool first = true;; first = false) {
     RequestParser parser;
     parser.header_limit(options_.header_limit);

@@ -47,6 +47,7 @@
 
 #include "api/auth.h"
 #include "api/metrics.h"
+#include "api/token_load.h"
 #include "common/error.h"
 #include "common/fd.h"
 #include "common/tcp_listen.h"
@@ -86,6 +87,8 @@ class ApiServer {
     daemon::TokenStore* tokens = nullptr;
     // The profiles tokens may be scoped to (the daemon's configured profiles).
     std::set<std::string> profiles;
+    // Requests one API token may have in progress at once, streams included (api/token_load.h).
+    size_t max_requests_per_token = 64;
   };
 
   // Binds and listens (clients may connect from here on; they are served once serve() runs).
@@ -143,6 +146,7 @@ class ApiServer {
   UniqueFd tcp_fd_;  // the TCP listener, if any
   uint16_t tcp_port_ = 0;
   ApiMetrics metrics_;
+  TokenLoad token_load_{options_.max_requests_per_token};
 
   std::mutex mu_;
   std::condition_variable idle_cv_;  // active_, threads_ or tls_threads_ went down

@@ -32,6 +32,9 @@ constexpr FailpointInfo kTable[] = {
     {"rollback.after_start", "rollback: the new instance running, record not yet running"},
     {"pause.after_freeze", "pause: the sandbox frozen, record not yet paused"},
     {"resume.after_thaw", "resume: the sandbox thawed, record not yet running"},
+    {"image.after_unpack", "image import: the archive unpacked in staging, not yet installed"},
+    {"image.after_install", "image import: the directory in place, record not yet written"},
+    {"image.remove_after_record", "image rm: the record deleted, the directory not yet removed"},
 };
 
 struct Armed {

@@ -16,7 +16,7 @@ Result<void> Daemon::start_cluster() {
     cluster::ObjectStoreOptions o;
     o.credentials_file = cfg_.cluster.store_credentials_file.string();
     cluster_store_ = TRY_CTX(cluster::open_object_store(cfg_.cluster.store, o), "cluster.store");
-    if (cfg_.cluster.push_snapshots) pusher_ = std::thread([this] { push_loop(); });
+    pusher_.start([this](const SnapshotRecord& rec) { return push_snapshot_now(rec); });
     spdlog::info("cluster: snapshots go to {}{}", cluster_store_->url(),
                  cfg_.cluster.push_snapshots ? " as they are taken" : " when drained");
   }
@@ -34,12 +34,7 @@ Result<void> Daemon::start_cluster() {
 }
 
 void Daemon::stop_cluster() {
-  {
-    std::lock_guard lock(push_mu_);
-    push_stopping_ = true;
-  }
-  push_cv_.notify_all();
-  if (pusher_.joinable()) pusher_.join();
+  pusher_.stop();
   // A drained node is gone for good: its lease is revoked, so gateways see it go at once. A
   // plain stop (a restart, an upgrade) leaves the lease to run out: its sandboxes run on, and
   // a spaced back within the TTL registers again before gateways think the node lost.
@@ -47,33 +42,18 @@ void Daemon::stop_cluster() {
 }
 
 void Daemon::queue_push(const SnapshotRecord& rec) {
-  if (!cluster_store_ || !cfg_.cluster.push_snapshots) return;
-  std::lock_guard lock(push_mu_);
-  push_queue_.push_back(rec);
-  push_cv_.notify_one();
-}
-
-void Daemon::push_loop() {
-  std::unique_lock lock(push_mu_);
-  for (;;) {
-    push_cv_.wait(lock, [&] { return push_stopping_ || !push_queue_.empty(); });
-    // What was queued is pushed before stopping: a snapshot taken is a snapshot shared.
-    if (push_queue_.empty()) return;
-    SnapshotRecord rec = std::move(push_queue_.front());
-    push_queue_.pop_front();
-    lock.unlock();
-    if (auto r = push_to_cluster(rec); !r)
-      spdlog::warn("cluster: pushing snapshot {} of {}: {} (kept on this node only)", rec.id,
-                   rec.sandbox_id, r.error().message());
-    lock.lock();
-  }
+  if (cluster_store_ && cfg_.cluster.push_snapshots) pusher_.add(rec);
 }
 
 Result<void> Daemon::push_to_cluster(const SnapshotRecord& rec) {
   if (!cluster_store_) return fail(Code::kConflict, "no cluster.store is configured");
+  return pusher_.push_and_wait(rec);
+}
+
+Result<void> Daemon::push_snapshot_now(const SnapshotRecord& rec) {
+  if (!cluster_store_) return fail(Code::kConflict, "no cluster.store is configured");
   auto* store = TRY(snapshot_store(rec.profile));
   auto t0 = std::chrono::steady_clock::now();
-  std::lock_guard lock(push_one_mu_);  // one push at a time: the pusher and a drain
   auto pushed = TRY_CTX(cluster::push_snapshot(*store, rec.profile, rec.id, *cluster_store_),
                         "pushing snapshot " + rec.id + " to " + cluster_store_->url());
   TRY_VOID_CTX(cluster::write_sandbox_pointer(*cluster_store_, {{"sandbox", rec.sandbox_id},

@@ -70,7 +70,7 @@ Result<SandboxInfo> Daemon::create(const CreateRequest& req) {
   return create_sandbox(req, {}, json::object());
 }
 
-bool Daemon::Template::same_kind(const Template& o) const {
+bool Template::same_kind(const Template& o) const {
   return runtime == o.runtime && image == o.image && profile == o.profile &&
          limits.memory_bytes == o.limits.memory_bytes && limits.cpus == o.limits.cpus &&
          limits.pids == o.limits.pids && limits.disk_bytes == o.limits.disk_bytes &&
@@ -219,6 +219,20 @@ Result<Daemon::Prepared> Daemon::prepare_sandbox(
   return p;
 }
 
+Result<Prepared> Daemon::make_pooled(const Template& t) {
+  auto rt_it = runtimes_.find(t.runtime);
+  if (rt_it == runtimes_.end())
+    return fail(Code::kUnavailable,
+                "runtime \"" + t.runtime + "\" is not available in this spaced");
+  StepTimes times;
+  auto made = prepare_sandbox(t, rt_it->second.get(), {}, std::chrono::seconds(365 * 86400),
+                              SandboxState::kPooled, times);
+  if (made)
+    spdlog::debug("warm pool {}/{}: sandbox {} made ({})", t.profile, t.image, made->sb->rec.id,
+                  times.summary());
+  return made;
+}
+
 void Daemon::discard_prepared(Prepared& p, const std::string& why) {
   if (!p.sb) return;
   Sandbox& sb = *p.sb;
@@ -278,19 +292,14 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
           for (auto& p : cfg_.profiles) s += (s.empty() ? "" : ", ") + p;
           return s;
         }());
-  {
-    std::lock_guard lock(mu_);
-    if (stopping_) return fail(Code::kUnavailable, "spaced is shutting down");
-    if (draining_)
-      return fail(Code::kUnavailable,
-                  "node " + (cfg_.node.name.empty() ? std::string("(this host)") : cfg_.node.name) +
-                      " is draining: it takes no new sandboxes; create it through a gateway "
-                      "(another node) or on another host");
-    if (sandboxes_.size() >= cfg_.max_sandboxes)
-      return fail(Code::kResourceExhausted,
-                  "this spaced already runs " + std::to_string(sandboxes_.size()) +
-                      " sandboxes (max_sandboxes); remove some with `space rm`");
-  }
+  if (stop_.stopped()) return fail(Code::kUnavailable, "spaced is shutting down");
+  if (draining_)
+    return fail(Code::kUnavailable,
+                "node " + (cfg_.node.name.empty() ? std::string("(this host)") : cfg_.node.name) +
+                    " is draining: it takes no new sandboxes; create it through a gateway "
+                    "(another node) or on another host");
+  // A place among max_sandboxes, held until the sandbox is registered or the create fails.
+  Registry::Slot slot = TRY(registry_.admit(cfg_.max_sandboxes));
 
   // Everything only this request decides is checked before a sandbox is taken or made.
   SandboxRecord personal;
@@ -315,7 +324,7 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
 
   Template t{req.runtime, req.image, req.profile, req.limits, req.workdir};
   std::optional<Prepared> prepared;
-  if (!populate) prepared = claim_pooled(t);
+  if (!populate) prepared = pools_.claim(t);
   const bool pooled = prepared.has_value();
   if (pooled) {
     times.mark("pool claim");
@@ -391,10 +400,7 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
   create_event.update(audit_extra);
   audit(rec.id, "sandbox.create", std::move(create_event));
   schedule_snapshots(*sb);
-  {
-    std::lock_guard lock(mu_);
-    sandboxes_[rec.id] = sb;
-  }
+  registry_.add(sb, &slot);
   watch(sb);
   times.mark("audit and register");
   auto ns = static_cast<uint64_t>(
@@ -402,7 +408,7 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
           .count());
   metrics_.creates++;
   if (pooled) {
-    pool_cv_.notify_all();  // its replacement
+    pools_.claimed();  // its replacement
     metrics_.creates_pooled++;
     metrics_.pooled_ns_sum += ns;
   } else {

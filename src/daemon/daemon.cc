@@ -66,7 +66,9 @@ Daemon::Daemon(Config cfg, Runtimes runtimes, std::unique_ptr<Store> store)
       runtimes_(std::move(runtimes)),
       store_(std::move(store)),
       images_(cfg_.state_dir / "images", *store_),
-      started_at_(now_s()) {}
+      started_at_(now_s()),
+      snap_stores_(cfg_.state_dir / "snapshots"),
+      pools_(cfg_.pools) {}
 
 Result<std::unique_ptr<Daemon>> Daemon::start(Config cfg, Runtimes runtimes) {
   std::error_code ec;
@@ -112,10 +114,10 @@ Result<std::unique_ptr<Daemon>> Daemon::start(Config cfg, Runtimes runtimes) {
   }
   // The snapshot key before reconcile: finishing an interrupted rollback opens snapshots.
   if (!d->cfg_.cluster.snapshot_key_file.empty()) {
-    d->snap_key_ = TRY(load_cluster_key(d->cfg_.cluster.snapshot_key_file));
+    d->snap_stores_.set_key(TRY(load_cluster_key(d->cfg_.cluster.snapshot_key_file)));
   } else {
-    d->snap_key_ = TRY_CTX(audit::load_or_create_key(d->cfg_.state_dir / "snapshot.key"),
-                           "opening the snapshot key");
+    d->snap_stores_.set_key(TRY_CTX(audit::load_or_create_key(d->cfg_.state_dir / "snapshot.key"),
+                                    "opening the snapshot key"));
   }
   TRY_VOID_CTX(d->reconcile(), "reconciling sandboxes from the previous run");
   (void)d->store_->prune_destroyed(now_s() - d->cfg_.destroyed_retention_s);
@@ -125,41 +127,25 @@ Result<std::unique_ptr<Daemon>> Daemon::start(Config cfg, Runtimes runtimes) {
   TRY_VOID(d->start_cluster());
   d->reaper_ = std::thread([p = d.get()] { p->reaper(); });
   d->snapshotter_ = std::thread([p = d.get()] { p->snapshot_loop(); });
-  for (auto& pc : d->cfg_.pools) {
-    Pool pool;
-    pool.cfg = pc;
-    pool.t = Template{pc.runtime, pc.image, pc.profile, pc.limits, pc.workdir};
-    d->pools_.push_back(std::move(pool));
-  }
-  if (!d->pools_.empty()) d->pool_filler_ = std::thread([p = d.get()] { p->pool_loop(); });
+  d->pools_.start([p = d.get()](const Template& t) { return p->make_pooled(t); },
+                  [p = d.get()](Prepared& prepared, const std::string& why) {
+                    p->discard_prepared(prepared, why);
+                  });
   return d;
 }
 
 Daemon::~Daemon() { shutdown(); }
 
 void Daemon::shutdown() {
-  {
-    std::lock_guard lock(mu_);
-    if (stopping_) return;
-    stopping_ = true;
-  }
-  reaper_cv_.notify_all();
+  if (!stop_.stop()) return;
   if (reaper_.joinable()) reaper_.join();
   if (snapshotter_.joinable()) snapshotter_.join();
   // Pool sandboxes are nobody's state: removed, not left for the next spaced to reattach.
-  drain_pools();
-  std::map<std::string, std::shared_ptr<Sandbox>> all;
-  {
-    std::lock_guard lock(mu_);
-    all = sandboxes_;
-  }
+  pools_.stop();
   shutting_down_ = true;  // read by exec streams the closing channels cut (exec.cc)
-  for (auto& [id, sb] : all) close_agent(*sb);
-  {
-    // Their streams ended with the channels; the detached processes run on in their sandboxes.
-    std::unique_lock lock(pumps_mu_);
-    pumps_cv_.wait(lock, [&] { return pumps_ == 0; });
-  }
+  for (auto& sb : registry_.all()) close_agent(*sb);
+  // Their streams ended with the channels; the detached processes run on in their sandboxes.
+  pumps_.wait();
   if (gateway_) gateway_->stop();
   stop_cluster();
   Janitor::instance().drain();
@@ -243,7 +229,7 @@ void Daemon::watch(const std::shared_ptr<Sandbox>& sb) {
     if (auto s = weak.lock(); s && !s->destroyed) {
       spdlog::warn("sandbox {}: agent lost: {}", s->rec.id, e.message());
       metrics_.agents_lost++;
-      reaper_cv_.notify_all();  // the reaper destroys sandboxes whose agent is gone
+      stop_.wake();  // the reaper destroys sandboxes whose agent is gone
     }
   });
 }
@@ -262,7 +248,7 @@ void Daemon::record_destroyed(SandboxRecord& rec, const std::string& reason,
   move(rec, SandboxState::kDestroyed);
   rec.destroyed_at = now_s();
   rec.reason = reason;
-  (void)store_->put_sandbox(rec);
+  store_->put_sandbox_eventually(rec);  // a full disk: written once there is room
   audit(rec.id, audit_kind, {{"reason", reason}});
 }
 
@@ -325,14 +311,12 @@ void Daemon::close_agent(Sandbox& sb) {
 }
 
 Result<std::shared_ptr<Daemon::Sandbox>> Daemon::live(const std::string& id) {
-  {
-    std::lock_guard lock(mu_);
-    auto it = sandboxes_.find(id);
-    if (it != sandboxes_.end() && !it->second->destroyed) {
-      it->second->touch();
-      return it->second;
+  if (auto sb = registry_.find(id)) {
+    if (!sb->destroyed) {
+      sb->touch();
+      return sb;
     }
-    if (it != sandboxes_.end() && it->second->replacing)
+    if (sb->replacing)
       return fail(Code::kUnavailable,
                   "sandbox " + id + " is being rolled back to a snapshot; try again in a moment");
   }
@@ -388,10 +372,7 @@ Result<SandboxInfo> Daemon::set_timeout(const std::string& id, double timeout_s)
   auto sb = TRY(live(id));
   std::lock_guard lock(sb->mu);
   if (sb->destroyed) return fail(Code::kConflict, "sandbox " + id + " is being destroyed");
-  {
-    std::lock_guard l(mu_);  // the reaper reads expires_at under mu_
-    sb->rec.expires_at = now_s() + timeout_s;
-  }
+  registry_.set_expiry(*sb, now_s() + timeout_s);
   TRY_VOID(store_->put_sandbox(sb->rec));
   audit(id, "sandbox.timeout",
         {{"timeout_s", timeout_s}, {"expires_at", rfc3339(*sb->rec.expires_at)}});
@@ -400,12 +381,7 @@ Result<SandboxInfo> Daemon::set_timeout(const std::string& id, double timeout_s)
 
 Result<std::vector<SandboxInfo>> Daemon::list() {
   std::vector<SandboxInfo> out;
-  std::map<std::string, std::shared_ptr<Sandbox>> all;
-  {
-    std::lock_guard lock(mu_);
-    all = sandboxes_;
-  }
-  for (auto& [id, sb] : all) {
+  for (auto& sb : registry_.all()) {
     std::lock_guard lock(sb->mu);
     if (!sb->destroyed) out.push_back(info(sb->rec, sb.get()));
   }
@@ -413,13 +389,7 @@ Result<std::vector<SandboxInfo>> Daemon::list() {
 }
 
 Result<SandboxInfo> Daemon::inspect(const std::string& id) {
-  std::shared_ptr<Sandbox> sb;
-  {
-    std::lock_guard lock(mu_);
-    auto it = sandboxes_.find(id);
-    if (it != sandboxes_.end()) sb = it->second;
-  }
-  if (sb) {
+  if (auto sb = registry_.find(id)) {
     if (!sb->destroyed) sb->touch();
     std::lock_guard lock(sb->mu);
     return info(sb->rec, sb.get());
@@ -504,10 +474,7 @@ Result<void> Daemon::destroy_sandbox(const std::shared_ptr<Sandbox>& sb,
     fs::remove_all(dir, ec);
   });
   record_destroyed(sb->rec, reason);
-  {
-    std::lock_guard l(mu_);
-    sandboxes_.erase(sb->rec.id);
-  }
+  registry_.remove(sb->rec.id, sb.get());
   metrics_.destroys++;
   spdlog::info("destroyed sandbox {} ({})", sb->rec.id, reason);
   return {};
@@ -551,11 +518,8 @@ Result<void> Daemon::destroy_in_background(const std::shared_ptr<Sandbox>& sb,
       return fail(std::move(r.error()).wrap("destroying sandbox " + sb->rec.id));
     }
   }
-  {
-    std::lock_guard l(mu_);
-    sandboxes_.erase(sb->rec.id);
-    teardowns_pending_++;
-  }
+  registry_.remove(sb->rec.id, sb.get());
+  teardowns_pending_++;
   Janitor::instance().post([this, sb, reason] { finish_teardown(sb, reason); });
   return {};
 }
@@ -607,23 +571,18 @@ Result<void> Daemon::resume(const std::string& id) {
 }
 
 void Daemon::reaper() {
-  std::unique_lock lock(mu_);
   auto next_checkpoint = std::chrono::steady_clock::now();
-  while (!stopping_) {
-    reaper_cv_.wait_for(lock, std::chrono::milliseconds(200));
-    if (stopping_) break;
+  while (!stop_.wait_for(std::chrono::milliseconds(200))) {
     if (auto now = std::chrono::steady_clock::now(); now >= next_checkpoint) {
       next_checkpoint = now + std::chrono::seconds(1);
-      lock.unlock();
       if (auto r = store_->checkpoint(); !r)
         spdlog::warn("database checkpoint: {}", r.error().message());
-      lock.lock();
-      if (stopping_) break;
+      store_->retry_unsaved();
     }
     std::vector<std::pair<std::shared_ptr<Sandbox>, std::string>> doomed;
     double now = now_s();
-    for (auto& [id, sb] : sandboxes_) {
-      if (sb->destroyed) continue;
+    registry_.sweep([&](const std::shared_ptr<Sandbox>& sb) {
+      if (sb->destroyed) return;
       if (sb->rec.expires_at && *sb->rec.expires_at <= now)
         doomed.emplace_back(sb, "lifetime timeout expired");
       else if (sb->idle_timeout_s > 0 && sb->open_execs.load() == 0 &&
@@ -632,13 +591,11 @@ void Daemon::reaper() {
                                     format_duration(sb->idle_timeout_s));
       else if (sb->conn && !sb->conn->alive())
         doomed.emplace_back(sb, "the sandbox's agent exited");
-    }
-    lock.unlock();
+    });
     for (auto& [sb, why] : doomed) {
       if (why.starts_with("lifetime") || why.starts_with("idle")) metrics_.timeouts++;
       (void)destroy_sandbox(sb, why);
     }
-    lock.lock();
   }
 }
 
@@ -663,14 +620,9 @@ Result<nlohmann::json> Daemon::list_images() {
 }
 
 Result<void> Daemon::remove_image(const std::string& name) {
-  {
-    std::lock_guard lock(pool_mu_);
-    for (auto& pool : pools_)
-      if (pool.t.image == name)
-        return fail(Code::kConflict, "image \"" + name + "\" is used by the warm pool of profile " +
-                                         pool.t.profile +
-                                         "; remove that pool from spaced's config first");
-  }
+  if (auto profile = pools_.using_image(name))
+    return fail(Code::kConflict, "image \"" + name + "\" is used by the warm pool of profile " +
+                                     *profile + "; remove that pool from spaced's config first");
   return images_.remove(name);
 }
 

@@ -19,15 +19,18 @@
 #include "cluster/etcd.h"
 #include "cluster/object_store.h"
 #include "common/clock.h"
+#include "common/stop_signal.h"
+#include "common/wait_group.h"
 #include "daemon/agent_conn.h"
 #include "daemon/config.h"
-#include "daemon/dns_relay.h"
 #include "daemon/egress_pool.h"
-#include "daemon/egress_relay.h"
-#include "daemon/exec_log.h"
-#include "daemon/guest_exec_audit.h"
 #include "daemon/images.h"
+#include "daemon/pool.h"
+#include "daemon/push_queue.h"
+#include "daemon/registry.h"
+#include "daemon/sandbox.h"
 #include "daemon/service.h"
+#include "daemon/snapshot_stores.h"
 #include "daemon/store.h"
 #include "egress/gateway.h"
 #include "runtime/runtime.h"
@@ -104,53 +107,8 @@ class Daemon : public SandboxService {
   // only fails once closed at shutdown).
   void audit(const std::string& id, const std::string& kind, nlohmann::json data);
 
-  // A live sandbox. Exec sessions and file transfers hold a shared_ptr so the agent channel
-  // outlives them.
-  struct Sandbox {
-    std::mutex mu;  // serializes lifecycle operations (pause, resume, destroy)
-    SandboxRecord rec;
-    runtime::Runtime* rt = nullptr;
-    runtime::SandboxSpec spec;
-    std::unique_ptr<runtime::Instance> inst;
-    std::unique_ptr<AgentConn> conn;
-    // VMs: carries the agent's egress connections to the gateway (before conn in destruction
-    // order: it uses conn). Stopped by close_agent().
-    std::unique_ptr<EgressRelay> egress_relay;
-    // VMs: carries the guest's DNS queries to the gateway's stub (likewise before conn).
-    std::unique_ptr<DnsRelay> dns_relay;
-    // VMs: turns the agent's guest-reported execs into audit events (daemon/guest_exec_audit.h);
-    // finished (its last drop count written) by close_agent().
-    std::shared_ptr<GuestExecAudit> guest_exec_audit;
-    std::atomic<bool> destroyed{false};
-    std::atomic<bool> paused{false};
-    // Rollback replaces the Sandbox object under the same id: `replacing` while it runs (the
-    // id answers "being rolled back"), `replaced` once the new object is registered.
-    std::atomic<bool> replacing{false}, replaced{false};
-    // Reattached by this spaced after a restart: what the one before kept in memory (detached
-    // commands' output and ends) is gone.
-    bool reattached = false;
-    double next_snapshot_at = 0;  // rolling snapshots; 0 = none scheduled
-    // Idle timeout (CreateRequest::idle_timeout_s; 0 = none): the last API call on it, and
-    // how many exec streams are open (an open stream is activity).
-    double idle_timeout_s = 0;
-    std::atomic<double> last_active{0};
-    std::atomic<int> open_execs{0};
-    // Detached commands: their kept output and end (daemon/exec_log.h).
-    ExecLogs exec_logs;
-    void touch() { last_active = now_s(); }
-    // Why it is being destroyed, set before its agent is cut off, so that an exec it cuts
-    // short can say why (an exec stream reads it without taking `mu`, which the destroy holds).
-    void set_doom(const std::string& why) {
-      std::lock_guard l(doom_mu);
-      doom = why;
-    }
-    std::string doom_reason() {
-      std::lock_guard l(doom_mu);
-      return doom;
-    }
-    std::mutex doom_mu;
-    std::string doom;
-  };
+  // A live sandbox (daemon/sandbox.h).
+  using Sandbox = daemon::Sandbox;
 
  private:
   Daemon(Config cfg, Runtimes runtimes, std::unique_ptr<Store> store);
@@ -166,26 +124,8 @@ class Daemon : public SandboxService {
                                      std::function<Result<void>(int, uint32_t)> populate,
                                      nlohmann::json audit_extra);
 
-  // What a sandbox is made of before any request personalizes it: a warm pool's key.
-  struct Template {
-    std::string runtime, image, profile;
-    runtime::Limits limits;
-    std::string workdir;
-    bool same_kind(const Template& o) const;  // all but the workdir
-  };
-  // A sandbox started up to the user-facing step: its agent runs, its CA is made and (where
-  // the runtime has a writable layer) installed, its gateway listeners are bound but not
-  // served, its workdir exists. Not registered: no API call reaches it until create()
-  // personalizes it (env, placeholders, egress policy, lifetime) and registers it.
-  struct Prepared {
-    std::shared_ptr<Sandbox> sb;
-    std::shared_ptr<egress::SandboxCa> ca;
-    egress::BoundListeners listeners;
-    std::string workdir;        // created already
-    bool ca_installed = false;  // the CA files are in place (writable layer, or via the agent)
-    nlohmann::json installed;   // installed_stats() of them, where taken beforehand (VMs)
-    double prepared_at = 0;
-  };
+  using Template = daemon::Template;  // daemon/sandbox.h
+  using Prepared = daemon::Prepared;
   // The cold path: makes a sandbox of template `t` (state "creating", or "pooled" for a warm
   // pool, recorded so that a restarted spaced can clean it up). On failure nothing is left
   // but a "destroyed" record saying why.
@@ -206,10 +146,8 @@ class Daemon : public SandboxService {
   Error abandon_create(Sandbox& sb, Error e);
   // Removes a prepared sandbox no request got (pool drained at shutdown, refill failed late).
   void discard_prepared(Prepared& p, const std::string& why);
-  // Warm pools (daemon/pool.cc).
-  std::optional<Prepared> claim_pooled(const Template& t);
-  void pool_loop();
-  void drain_pools();
+  // Warm pools (pools_): a pool sandbox made, for the filler.
+  Result<Prepared> make_pooled(const Template& t);
   void pool_metrics(std::ostream& o);
   nlohmann::json pool_report();  // `space doctor`: each pool, its size and what is ready
   // What every sandbox trusts besides its own CA: the host's CA bundle plus sandbox_ca_files
@@ -323,8 +261,6 @@ class Daemon : public SandboxService {
   // Collects `profile`'s store's garbage: counts what it freed, and remembers (for doctor and
   // /metrics) whether a manifest that does not load blocked it.
   void collect_garbage(const std::string& profile, snapshot::Store& store);
-  // Per profile: why its last gc freed nothing ("" when it was not blocked). Guarded by snap_mu_.
-  std::map<std::string, std::string> gc_blocked_;
   // Per profile: doctor's and /metrics' view of the store (quarantined chunks, gc blocked).
   nlohmann::json store_report();
   // Rolling snapshots, retention and garbage collection: one background thread.
@@ -339,8 +275,10 @@ class Daemon : public SandboxService {
   void watch(const std::shared_ptr<Sandbox>& sb);
   // The shared snapshot store (cluster.store, docs/cluster.md), src/daemon/cluster_sync.cc:
   // pushes a snapshot (chunks the store lacks, then its manifest, then the sandbox's pointer
-  // to it), synchronously.
+  // to it) in its turn (pusher_), and waits for it.
   Result<void> push_to_cluster(const SnapshotRecord& rec);
+  // The push itself, on the pusher's thread.
+  Result<void> push_snapshot_now(const SnapshotRecord& rec);
   // Where a snapshot id is unknown here: fetches it from the shared store (manifest checked
   // against the cluster key first, then the chunks this node lacks) and records it, so that a
   // restore on this node works. kNotFound when the store has none either.
@@ -348,7 +286,6 @@ class Daemon : public SandboxService {
   Result<void> start_cluster();  // the shared store, the pusher, the etcd registration
   void stop_cluster();           // pushes what is queued, revokes the registration
   void queue_push(const SnapshotRecord& rec);  // after a snapshot: pushed in the background
-  void push_loop();
   // `id` with this node's name appended ("sb_<hex>-<node>", docs/cluster.md); unchanged on a
   // host with no node name.
   std::string node_id(std::string id) const {
@@ -364,58 +301,34 @@ class Daemon : public SandboxService {
   std::shared_ptr<egress::SecretStore> secrets_;
   std::unique_ptr<EgressPool> gateway_;  // the gateway processes (egress_pool.h)
 
-  std::mutex mu_;  // guards sandboxes_
-  std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
-  std::condition_variable reaper_cv_;
-  bool stopping_ = false;
+  // The components, each with one lock of its own (docs/architecture.md, "Locks").
+  Registry registry_;  // live sandboxes, admission
+  StopSignal stop_;    // the reaper and the snapshot loop sleep on it; set by shutdown()
   std::atomic<bool> draining_{false};  // drain(): no more creates or restores
   std::atomic<bool> shutting_down_{false};
-  // The cluster (cluster_sync.cc).
+  // The cluster (cluster_sync.cc): the shared store, this node's record in etcd, the pusher.
   std::unique_ptr<cluster::ObjectStore> cluster_store_;
   std::unique_ptr<cluster::Registration> registration_;
-  std::thread pusher_;
-  std::mutex push_mu_;  // guards push_queue_, push_stopping_
-  std::condition_variable push_cv_;
-  std::deque<SnapshotRecord> push_queue_;
-  bool push_stopping_ = false;
-  std::mutex push_one_mu_;
+  PushQueue pusher_;
   std::thread reaper_;
   // Detached commands' pump threads (daemon/exec.cc): each moves one command's output into its
   // ExecLog until it ends; shutdown() waits for them once the agent channels are closed.
   void start_pump(std::unique_ptr<ExecSession> session, std::shared_ptr<KeptExecLog> log);
-  std::mutex pumps_mu_;
-  std::condition_variable pumps_cv_;
-  int pumps_ = 0;
-  std::mutex snap_mu_;  // guards snap_stores_
-  std::map<std::string, std::unique_ptr<snapshot::Store>> snap_stores_;
-  std::string snap_key_;
+  WaitGroup pumps_;
+  SnapshotStores snap_stores_;
   // One snapshot is taken at a time: spaced's memory for manifests (proportional to a tree's
-  // entries) is then bounded by one tree, not by the number of sandboxes snapshotting.
+  // entries) is then bounded by one tree, not by the number of sandboxes snapshotting. Held
+  // while a snapshot is taken, inside the sandbox's `mu`.
   std::mutex take_mu_;
   std::thread snapshotter_;
-
-  struct Pool {
-    PoolConfig cfg;
-    Template t;
-    std::deque<Prepared> ready;
-    size_t filling = 0;
-    double retry_at = 0;  // after a failed refill
-    uint64_t hits = 0, misses = 0, refills = 0, refill_failures = 0;
-    int64_t refill_ns = 0;   // sum over refills
-    std::string last_error;  // of the last refill, if it failed
-    unsigned failing = 0;    // refills failed in a row
-  };
-  std::mutex pool_mu_;  // guards pools_ and pools_stopping_
-  std::condition_variable pool_cv_;
-  std::deque<Pool> pools_;  // filled at start, never resized after
-  bool pools_stopping_ = false;
-  std::chrono::steady_clock::time_point last_claim_{};
-  std::thread pool_filler_;
-
-  std::mutex trust_mu_;
-  std::shared_ptr<const TrustBase> trust_base_;
-  struct timespec trust_mtime_ {};
-  off_t trust_size_ = -1;
+  WarmPools pools_;
+  // The host's trust store and sandbox_ca_files, read again when the bundle changes.
+  struct {
+    std::mutex mu;  // a leaf
+    std::shared_ptr<const TrustBase> base;
+    struct timespec mtime {};
+    off_t size = -1;
+  } trust_;
 
  public:
   // Counters for /metrics.

@@ -146,10 +146,10 @@ Result<egress::SandboxEgress> Daemon::egress_of(const SandboxRecord& rec) {
 Result<std::shared_ptr<const Daemon::TrustBase>> Daemon::trust_base() {
   struct stat st;
   if (::stat(kSystemBundle, &st) != 0) st = {};
-  std::lock_guard lock(trust_mu_);
-  if (trust_base_ && trust_size_ == st.st_size && trust_mtime_.tv_sec == st.st_mtim.tv_sec &&
-      trust_mtime_.tv_nsec == st.st_mtim.tv_nsec)
-    return trust_base_;
+  std::lock_guard lock(trust_.mu);
+  if (trust_.base && trust_.size == st.st_size && trust_.mtime.tv_sec == st.st_mtim.tv_sec &&
+      trust_.mtime.tv_nsec == st.st_mtim.tv_nsec)
+    return trust_.base;
   TrustBase base{read_text(kSystemBundle), ""};
   for (auto& f : cfg_.sandbox_ca_files) {
     std::string pem = read_text(f);
@@ -157,10 +157,10 @@ Result<std::shared_ptr<const Daemon::TrustBase>> Daemon::trust_base() {
     base.bundle += "\n" + pem;
     base.extra += pem + "\n";
   }
-  trust_base_ = std::make_shared<const TrustBase>(std::move(base));
-  trust_size_ = st.st_size;
-  trust_mtime_ = st.st_mtim;
-  return trust_base_;
+  trust_.base = std::make_shared<const TrustBase>(std::move(base));
+  trust_.size = st.st_size;
+  trust_.mtime = st.st_mtim;
+  return trust_.base;
 }
 
 namespace {

@@ -343,10 +343,7 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
 }
 
 void Daemon::start_pump(std::unique_ptr<ExecSession> session, std::shared_ptr<KeptExecLog> log) {
-  {
-    std::lock_guard lock(pumps_mu_);
-    pumps_++;
-  }
+  pumps_.add();
   std::thread([this, s = std::move(session), log = std::move(log)]() mutable {
     for (;;) {
       auto ev = s->next();
@@ -366,8 +363,7 @@ void Daemon::start_pump(std::unique_ptr<ExecSession> session, std::shared_ptr<Ke
     }
     s.reset();  // ended: nothing to kill
     log.reset();
-    std::lock_guard lock(pumps_mu_);
-    if (--pumps_ == 0) pumps_cv_.notify_all();
+    pumps_.done();
   }).detach();
 }
 

@@ -14,9 +14,11 @@
 #include <fstream>
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "common/clock.h"
+#include "common/failpoint.h"
 #include "common/subprocess.h"
 #include "daemon/archive_names.h"
 #include "tls/digest.h"
@@ -174,7 +176,42 @@ Result<void> Images::init() {
     if (ec) return fail(Code::kInternal, "installing the host skeleton: " + ec.message());
   }
   ImageRecord r{"host", "host", root.string(), now_s(), 0, 0};
-  return store_.put_image(r);
+  TRY_VOID(store_.put_image(r));
+  sweep();
+  return {};
+}
+
+void Images::sweep() {
+  // What an import, a removal or a VM disk build cut short by a kill left: staging directories,
+  // image directories without a record, temporary disk files. The record is the truth.
+  std::set<std::string> known;
+  if (auto all = store_.images(); all) {
+    for (auto& rec : *all) known.insert(rec.name);
+  } else {
+    spdlog::warn("images: not sweeping leftovers: {}", all.error().message());
+    return;
+  }
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(dir_, ec)) {
+    std::string n = e.path().filename().string();
+    bool staging = n.starts_with(".import-");
+    if (!staging && (!e.is_directory(ec) || known.count(n))) {
+      for (auto& f : fs::directory_iterator(e.path(), ec)) {
+        std::string fn = f.path().filename().string();
+        if (fn.starts_with(".vm.ext4.tmp") || fn.starts_with(".vm.debugfs") ||
+            fn.starts_with("rootfs.v2.tmp")) {
+          std::error_code rm;
+          fs::remove_all(f.path(), rm);
+        }
+      }
+      continue;
+    }
+    if (!staging && !validate_name(n)) continue;  // not a directory spaced makes
+    spdlog::info("images: removing {}, left by an import or removal spaced did not finish",
+                 e.path().string());
+    std::error_code rm;
+    fs::remove_all(e.path(), rm);
+  }
 }
 
 Result<runtime::Image> Images::resolve(const std::string& name) {
@@ -268,12 +305,17 @@ Result<ImageRecord> Images::import(const std::string& name, const ChunkSource& s
   if (auto existing = TRY(store_.get_image(name)); existing)
     return fail(Code::kAlreadyExists,
                 "image \"" + name + "\" exists; `space image rm " + name + "` first");
+  failpoint("image.after_unpack");  // init() removes the staging directory
   fs::remove_all(base, ec);
   fs::rename(tmp, base, ec);
   if (ec) return fail(Code::kInternal, "installing image " + name + ": " + ec.message());
   cleanup.armed = false;
+  failpoint("image.after_install");  // init() removes the directory: it has no record
   ImageRecord rec{name, "imported", (base / "rootfs").string(), now_s(), bytes, files};
-  TRY_VOID(store_.put_image(rec));
+  if (auto r = store_.put_image(rec); !r) {
+    fs::remove_all(base, ec);
+    return fail(std::move(r.error()).wrap("recording image " + name));
+  }
   spdlog::info("imported image {}: {} entries, {} bytes", name, files, bytes);
   return rec;
 }
@@ -288,6 +330,7 @@ Result<void> Images::remove(const std::string& name) {
       return fail(Code::kConflict, "image \"" + name + "\" is used by sandbox " + s.id +
                                        "; remove the sandbox first");
   TRY_VOID(store_.delete_image(name));
+  failpoint("image.remove_after_record");  // init() removes the directory: it has no record
   std::error_code ec;
   fs::remove_all(dir_ / name, ec);
   return {};

@@ -23,6 +23,8 @@ class Images {
 
   // Creates the host skeleton if missing. Called once at start.
   Result<void> init();
+  // Removes what an import, removal or VM disk build cut short by a kill left (init calls it).
+  void sweep();
   Result<runtime::Image> resolve(const std::string& name);
   Result<ImageRecord> import(const std::string& name, const ChunkSource& source);
   Result<void> remove(const std::string& name);

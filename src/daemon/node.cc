@@ -42,13 +42,10 @@ Result<json> Daemon::node_info() {
   double cpus_allocated = 0;
   uint64_t mem_allocated = 0;
   size_t running = 0, paused = 0;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& [id, sb] : sandboxes_) {
-      (sb->paused ? paused : running)++;
-      cpus_allocated += sb->rec.spec.value("cpus", 0.0);
-      mem_allocated += sb->rec.spec.value("memory", uint64_t{0});
-    }
+  for (auto& sb : registry_.all()) {
+    (sb->paused ? paused : running)++;
+    cpus_allocated += sb->rec.spec.value("cpus", 0.0);
+    mem_allocated += sb->rec.spec.value("memory", uint64_t{0});
   }
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
@@ -87,12 +84,9 @@ Result<json> Daemon::drain() {
   spdlog::info("node {}: draining{}", cfg_.node.name.empty() ? "(unnamed)" : cfg_.node.name,
                was ? " (again)" : "");
   audit("", "node.drain", {{"node", cfg_.node.name}});
-  drain_pools();  // warm sandboxes are not work: dropped, not snapshotted
+  pools_.stop();  // warm sandboxes are not work: dropped, not snapshotted
   std::vector<std::string> ids;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& [id, sb] : sandboxes_) ids.push_back(id);
-  }
+  for (auto& sb : registry_.all()) ids.push_back(sb->rec.id);
   json out = json::array();
   size_t left = 0;
   for (const std::string& id : ids) {

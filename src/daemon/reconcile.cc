@@ -133,7 +133,7 @@ Result<void> Daemon::reconcile() {
     sb->rec.runtime_state = sb->inst->persist();
     (void)store_->put_sandbox(sb->rec);
     schedule_snapshots(*sb);
-    sandboxes_[rec.id] = sb;
+    registry_.add(sb);
     watch(sb);
     keep.insert(rec.id);
     metrics_.reattached++;

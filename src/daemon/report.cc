@@ -23,11 +23,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 json Daemon::health() {
-  size_t n;
-  {
-    std::lock_guard lock(mu_);
-    n = sandboxes_.size();
-  }
+  size_t n = registry_.size();
   return {{"status", "ok"}, {"version", SPACE_VERSION},          {"draining", draining_.load()},
           {"sandboxes", n}, {"uptime_s", now_s() - started_at_}, {"pid", ::getpid()}};
 }
@@ -35,10 +31,7 @@ json Daemon::health() {
 std::string Daemon::metrics() {
   std::ostringstream o;
   size_t running = 0, paused = 0;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& [id, sb] : sandboxes_) (sb->paused ? paused : running)++;
-  }
+  for (auto& sb : registry_.all()) (sb->paused ? paused : running)++;
   auto counter = [&](const char* name, const char* help, uint64_t v) {
     o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " counter\n"
       << name << ' ' << v << '\n';
@@ -72,7 +65,10 @@ std::string Daemon::metrics() {
     << "\n# HELP space_db_wal_unchecked_frames Of those, frames not yet copied into space.db "
        "(an old reader holds them).\n# TYPE space_db_wal_unchecked_frames gauge\n"
        "space_db_wal_unchecked_frames "
-    << store_->wal_unchecked() << '\n';
+    << store_->wal_unchecked()
+    << "\n# HELP space_db_unsaved_records Sandbox records whose write failed (a full disk), "
+       "kept to be written again.\n# TYPE space_db_unsaved_records gauge\nspace_db_unsaved_records "
+    << store_->unsaved() << '\n';
   counter("space_sandbox_creates_total", "Sandboxes created.", metrics_.creates);
   counter("space_sandbox_create_failures_total", "Sandbox creations that failed.",
           metrics_.create_failures);
@@ -105,12 +101,10 @@ std::string Daemon::metrics() {
   {
     // 1 where a manifest that does not load kept the last gc from freeing anything (`space
     // doctor` says which, under snapshots.stores).
-    std::lock_guard lock(snap_mu_);
     o << "# HELP space_snapshot_gc_blocked 1 if the profile's last snapshot gc freed nothing "
          "because a manifest does not load.\n# TYPE space_snapshot_gc_blocked gauge\n";
-    for (auto& [profile, why] : gc_blocked_)
-      o << "space_snapshot_gc_blocked{profile=\"" << profile << "\"} " << (why.empty() ? 0 : 1)
-        << '\n';
+    for (auto& [profile, blocked] : snap_stores_.gc_blocked())
+      o << "space_snapshot_gc_blocked{profile=\"" << profile << "\"} " << (blocked ? 1 : 0) << '\n';
   }
   counter("space_execs_total", "Execs started.", metrics_.execs);
   counter("space_exec_failures_total", "Execs that could not be started.", metrics_.exec_failures);
@@ -168,6 +162,57 @@ json host_facts() {
 }
 
 }  // namespace
+
+json Daemon::pool_report() {
+  json out = json::array();
+  for (auto& p : pools_.status()) {
+    json j = {{"runtime", p.t.runtime},
+              {"image", p.t.image},
+              {"profile", p.t.profile},
+              {"memory", p.t.limits.memory_bytes},
+              {"cpus", p.t.limits.cpus},
+              {"pids", p.t.limits.pids},
+              {"disk", p.t.limits.disk_bytes},
+              {"size", p.size},
+              {"ready", p.ready},
+              {"hits", p.hits},
+              {"misses", p.misses},
+              {"refill_failures", p.refill_failures},
+              {"default", p.is_default}};
+    if (!p.last_error.empty()) j["last_error"] = p.last_error;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+void Daemon::pool_metrics(std::ostream& o) {
+  auto pools = pools_.status();
+  if (pools.empty()) return;
+  using Status = WarmPools::Status;
+  auto label = [](const Status& p) {
+    return "{profile=\"" + p.t.profile + "\",image=\"" + p.t.image + "\",runtime=\"" + p.t.runtime +
+           "\",memory=\"" + std::to_string(p.t.limits.memory_bytes) + "\"}";
+  };
+  auto family = [&](const char* name, const char* type, const char* help, auto value) {
+    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+    for (auto& p : pools) o << name << label(p) << ' ' << value(p) << '\n';
+  };
+  family("space_pool_size", "gauge", "Configured size of each warm pool.",
+         [](const Status& p) { return p.size; });
+  family("space_pool_ready", "gauge", "Sandboxes ready to claim in each warm pool.",
+         [](const Status& p) { return p.ready; });
+  family("space_pool_hits_total", "counter", "Creates served from a warm pool.",
+         [](const Status& p) { return p.hits; });
+  family("space_pool_misses_total", "counter",
+         "Creates of a pooled template that found the pool empty (cold path).",
+         [](const Status& p) { return p.misses; });
+  family("space_pool_refills_total", "counter", "Sandboxes the pool filler started.",
+         [](const Status& p) { return p.refills; });
+  family("space_pool_refill_failures_total", "counter", "Refills that failed.",
+         [](const Status& p) { return p.refill_failures; });
+  family("space_pool_refill_seconds_sum", "counter", "Time spent starting pool sandboxes.",
+         [](const Status& p) { return static_cast<double>(p.refill_ns) / 1e9; });
+}
 
 json Daemon::doctor() {
   json rts = json::object();

@@ -66,10 +66,7 @@ void Daemon::finish_rollback(const std::shared_ptr<Sandbox>& sb, const std::stri
     spdlog::error("sandbox {}: recording its rollback: {} (a restart finishes it again)", rec.id,
                   r.error().message());
   schedule_snapshots(*sb);
-  {
-    std::lock_guard l(mu_);
-    sandboxes_[rec.id] = sb;
-  }
+  registry_.add(sb);
   watch(sb);
   audit(rec.id, "sandbox.rollback", std::move(event));
 }
@@ -132,7 +129,7 @@ Result<SandboxInfo> Daemon::rollback(const std::string& id, const std::string& s
     old->replacing = false;
     undo_intent();
     spdlog::error("rollback of {}: stopping it failed: {}", id, r.error().message());
-    reaper_cv_.notify_all();  // its channel is closed: the reaper retires it
+    stop_.wake();  // its channel is closed: the reaper retires it
     return fail(std::move(r.error()).wrap("rolling back sandbox " + id));
   }
   failpoint("rollback.after_stop");
@@ -166,10 +163,7 @@ Result<SandboxInfo> Daemon::rollback(const std::string& id, const std::string& s
   // Neither came up: the sandbox is gone, its state before is kept as a snapshot.
   record_destroyed(old->rec, "rollback to " + rec.id + " failed: " + r.error().message() +
                                  "; its state before is snapshot " + saved->id);
-  {
-    std::lock_guard l(mu_);
-    sandboxes_.erase(id);
-  }
+  registry_.remove(id, old.get());
   old->replacing = false;
   return fail(std::move(r.error()).wrap(
       "rolling back sandbox " + id + " to " + rec.id +

@@ -53,11 +53,6 @@ Result<void> check_name(const std::string& name) {
   return {};
 }
 
-// The key that seals one profile's manifests: HMAC(master, profile).
-std::string profile_key(const std::string& master, const std::string& profile) {
-  return tls::hmac_sha256(master, "space snapshot store v1: " + profile);
-}
-
 Result<UniqueFd> open_upper(runtime::Instance& inst, const std::string& id) {
   UniqueFd layer = TRY_CTX(inst.writable_layer(), "opening the writable layer of " + id);
   int fd = ::openat(layer.get(), "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -72,8 +67,6 @@ uint32_t shift_id(uint32_t id, uint32_t from, uint32_t to) {
   return id;
 }
 
-constexpr uint64_t kMaxSnapshotEntries = 500'000;
-
 // Files the daemon writes into every sandbox (the gateway's trust store, Chromium's policy;
 // Daemon::kInstalledFiles): not the user's changes.
 const std::set<std::string> kInstalled = {"/etc/space",
@@ -87,24 +80,7 @@ const std::set<std::string> kInstalled = {"/etc/space",
 }  // namespace
 
 Result<snapshot::Store*> Daemon::snapshot_store(const std::string& profile) {
-  std::lock_guard lock(snap_mu_);
-  if (auto it = snap_stores_.find(profile); it != snap_stores_.end()) return it->second.get();
-  fs::path dir = cfg_.state_dir / "snapshots";
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return fail(Code::kUnavailable, "creating " + dir.string() + ": " + ec.message());
-  ::chmod(dir.c_str(), 0700);
-  fs::path root = dir / profile;
-  if (::mkdir(root.c_str(), 0700) < 0 && errno != EEXIST) return fail_sys("mkdir", root.string());
-  snapshot::StoreOptions options;
-  // A manifest costs spaced about 1-2 KiB of memory per entry while a snapshot is taken (one
-  // at a time): this bounds it (docs/snapshots.md).
-  options.max_entries = kMaxSnapshotEntries;
-  auto store = TRY_CTX(snapshot::Store::open(root, profile_key(snap_key_, profile), options),
-                       "opening the snapshot store of profile " + profile);
-  auto* p = store.get();
-  snap_stores_[profile] = std::move(store);
-  return p;
+  return snap_stores_.get(profile);
 }
 
 bool Daemon::machine_snapshots(const std::string& runtime) const {
@@ -514,22 +490,16 @@ void Daemon::collect_garbage(const std::string& profile, snapshot::Store& store)
     blocked = g.error().message();
     spdlog::warn("snapshot store of profile {}: gc: {}", profile, blocked);
   }
-  std::lock_guard lock(snap_mu_);
-  gc_blocked_[profile] = blocked;
+  snap_stores_.set_gc_blocked(profile, std::move(blocked));
 }
 
 json Daemon::store_report() {
   json out = json::object();
-  std::lock_guard lock(snap_mu_);
-  for (auto& [profile, store] : snap_stores_) {
-    auto st = store->stats();
-    auto it = gc_blocked_.find(profile);
-    std::string blocked = it == gc_blocked_.end() ? "" : it->second;
-    out[profile] = {{"chunks", st.chunks},
-                    {"stored_bytes", st.stored_bytes},
-                    {"quarantined_chunks", st.quarantined},
-                    {"gc_blocked", blocked.empty() ? json(nullptr) : json(blocked)}};
-  }
+  for (auto& [profile, st] : snap_stores_.status())
+    out[profile] = {{"chunks", st.stats.chunks},
+                    {"stored_bytes", st.stats.stored_bytes},
+                    {"quarantined_chunks", st.stats.quarantined},
+                    {"gc_blocked", st.gc_blocked.empty() ? json(nullptr) : json(st.gc_blocked)}};
   return out;
 }
 
@@ -557,17 +527,10 @@ void Daemon::snapshot_loop() {
   run_retention(true);
   double last_full = now_s();
   double next_retention = now_s() + cfg_.snapshots.gc_interval_s;
-  std::unique_lock lock(mu_);
-  while (!stopping_) {
-    reaper_cv_.wait_for(lock, std::chrono::milliseconds(500));
-    if (stopping_) break;
+  while (!stop_.wait_for(std::chrono::milliseconds(500))) {
     double now = now_s();
-    std::vector<std::shared_ptr<Sandbox>> due;
-    for (auto& [id, sb] : sandboxes_)
-      if (!sb->destroyed && sb->next_snapshot_at > 0 && sb->next_snapshot_at <= now)
-        due.push_back(sb);
-    lock.unlock();
-    for (auto& sb : due) {
+    for (auto& sb : registry_.all()) {
+      if (sb->destroyed || !(sb->next_snapshot_at > 0 && sb->next_snapshot_at <= now)) continue;
       std::lock_guard l(sb->mu);
       if (sb->destroyed) continue;
       double every = sb->rec.spec.value("snapshot_every", 0.0);
@@ -581,7 +544,6 @@ void Daemon::snapshot_loop() {
       run_retention(full);
       next_retention = now_s() + cfg_.snapshots.gc_interval_s;
     }
-    lock.lock();
   }
 }
 

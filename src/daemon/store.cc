@@ -2,6 +2,8 @@
 // migrate(); PRAGMA user_version records how far a database has come.
 #include "daemon/store.h"
 
+#include <spdlog/spdlog.h>
+
 #include <string>
 
 #include "audit/sqlite_stmt.h"
@@ -261,8 +263,7 @@ Result<void> Store::migrate() {
   return {};
 }
 
-Result<void> Store::put_sandbox(const SandboxRecord& r) {
-  std::lock_guard lock(mu_);
+Result<void> Store::write_sandbox(const SandboxRecord& r) {
   Stmt s(db_,
          "INSERT OR REPLACE INTO sandboxes (id, profile, runtime, image, state, spec, "
          "runtime_state, uid_base, created_at, expires_at, destroyed_at, reason, rollback_to, "
@@ -276,6 +277,43 @@ Result<void> Store::put_sandbox(const SandboxRecord& r) {
   s.bind(13, r.rollback_to).bind(14, r.rollback_saved_as);
   if (s.step() != SQLITE_DONE) return fail(s.error("saving sandbox " + r.id));
   return {};
+}
+
+Result<void> Store::put_sandbox(const SandboxRecord& r) {
+  {
+    std::lock_guard lock(mu_);
+    TRY_VOID(write_sandbox(r));
+  }
+  std::lock_guard kept(unsaved_mu_);
+  unsaved_.erase(r.id);  // a newer record landed
+  return {};
+}
+
+void Store::put_sandbox_eventually(const SandboxRecord& r) {
+  if (auto w = put_sandbox(r); !w) {
+    spdlog::warn("sandbox {}: recording it {}: {} (written again once it can be)", r.id,
+                 to_string(r.state), w.error().message());
+    std::lock_guard lock(unsaved_mu_);
+    unsaved_[r.id] = r;
+  }
+}
+
+void Store::retry_unsaved() {
+  std::lock_guard kept(unsaved_mu_);  // before mu_ (put_sandbox never holds both)
+  for (auto it = unsaved_.begin(); it != unsaved_.end();) {
+    {
+      std::lock_guard lock(mu_);
+      if (!write_sandbox(it->second)) return;  // still failing: the next tick tries again
+    }
+    spdlog::info("sandbox {}: recorded {} (the write failed before)", it->first,
+                 to_string(it->second.state));
+    it = unsaved_.erase(it);
+  }
+}
+
+size_t Store::unsaved() const {
+  std::lock_guard lock(unsaved_mu_);
+  return unsaved_.size();
 }
 
 Result<std::optional<SandboxRecord>> Store::get_sandbox(const std::string& id) {

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -70,6 +71,14 @@ class Store {
   ~Store();
 
   Result<void> put_sandbox(const SandboxRecord& r);  // insert or replace
+  // A record that must land (a sandbox recorded destroyed): where the write fails (a full
+  // disk) it is kept in memory and written by retry_unsaved(), unless a later put of the same
+  // sandbox lands first. A spaced killed meanwhile finds the row as it was, and its reconcile
+  // ends it.
+  void put_sandbox_eventually(const SandboxRecord& r);
+  // Writes what put_sandbox_eventually kept (the reaper calls it once a second).
+  void retry_unsaved();
+  size_t unsaved() const;
   Result<std::optional<SandboxRecord>> get_sandbox(const std::string& id);
   // Sandboxes not destroyed, oldest first.
   Result<std::vector<SandboxRecord>> live_sandboxes();
@@ -108,12 +117,15 @@ class Store {
   explicit Store(sqlite3* db) : db_(db) {}
   Result<void> migrate();
   Result<void> exec(const char* sql);
+  Result<void> write_sandbox(const SandboxRecord& r);  // mu_ held
 
   std::mutex mu_;
   sqlite3* db_;
   std::mutex ckpt_mu_;
   sqlite3* ckpt_db_ = nullptr;  // opened on first use
   std::atomic<int> wal_frames_{0}, wal_unchecked_{0};
+  mutable std::mutex unsaved_mu_;  // a leaf; never held with mu_
+  std::map<std::string, SandboxRecord> unsaved_;
 };
 
 }  // namespace space::daemon

@@ -15,11 +15,12 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import threading
 import time
 
-from harness import SPACE, SpaceTestCase, main, wait_for
+from harness import SPACE, SpaceTestCase, cgroup_dirs, main, wait_for
 
 
 class BoundsTest(SpaceTestCase):
@@ -221,6 +222,22 @@ class FullStateDiskTest(SpaceTestCase):
         r = self.api("GET", "/v1/sandboxes/%s/audit?verify=true" % sid)
         self.assertEqual(r.status, 200, r)
         self.assertTrue(r.json["ok"], r.json)
+        # No half-claimed rows: what failed to be recorded destroyed on the full disk is written
+        # once there is room, so every record still "pooled" or "creating" is a sandbox whose
+        # cgroup exists (a ready pool sandbox), not one already torn down.
+        wait_for(lambda: "space_db_unsaved_records 0" in self.api("GET", "/metrics").body.decode(),
+                 timeout=10, what="the records kept in memory to be written")
+        cgroups = "\n".join(cgroup_dirs())
+        db = sqlite3.connect("file:%s?mode=ro" % os.path.join(self.daemon.state_dir, "space.db"),
+                             uri=True, timeout=10)
+        try:
+            pending = db.execute("SELECT id, state FROM sandboxes WHERE state IN "
+                                 "('pooled', 'creating')").fetchall()
+        finally:
+            db.close()
+        for sb_id, state in pending:
+            self.assertIn(sb_id, cgroups,
+                          "sandbox %s is recorded %s but nothing of it runs" % (sb_id, state))
         for other in self.list_ids():
             self.space_ok("rm", "--force", other)
         self.assert_no_leaks(before, timeout=20)

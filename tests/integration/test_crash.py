@@ -12,12 +12,14 @@ is checked against the sources, so a new point without a scenario fails this sui
 crash soak (kills at random moments under concurrent clients) closes it; SPACE_CRASH_SOAK_ROUNDS
 makes it longer (`make crash-soak`)."""
 
+import io
 import json
 import os
 import random
 import re
 import signal
 import subprocess
+import tarfile
 import threading
 import time
 
@@ -258,6 +260,45 @@ class FailpointTest(CrashBase):
         self.assertEqual(self.state(sid), "paused", "the record said paused: it is paused")
         self.space_ok("resume", sid)
         self.check_invariants(self.before, [sid])
+
+    # -- images ---------------------------------------------------------------------------------
+
+    def image_tar(self):
+        path = os.path.join(self.tmp, "img.tar")
+        with tarfile.open(path, "w") as tar:
+            data = b"an image cut short\n"
+            ti = tarfile.TarInfo("etc/marker")
+            ti.size = len(data)
+            tar.addfile(ti, io.BytesIO(data))
+        return path
+
+    def images_dir_entries(self):
+        return sorted(os.listdir(os.path.join(self.daemon.state_dir, "images")))
+
+    def image_cut(self, failpoint, name, remove=False):
+        tar = self.image_tar()
+        if remove:
+            self.space_ok("image", "import", name, tar)
+            self.cut(failpoint, "image", "rm", name)
+        else:
+            self.cut(failpoint, "image", "import", name, tar)
+        images = json.loads(self.space_ok("image", "ls", "--json"))
+        self.assertNotIn(name, [i["name"] for i in images])
+        self.assertEqual(self.images_dir_entries(), ["host"],
+                         "nothing of the cut import or removal is left")
+        # The name is free again.
+        self.space_ok("image", "import", name, tar)
+        self.space_ok("image", "rm", name)
+        self.assertEqual(self.images_dir_entries(), ["host"])
+
+    def test_image_after_unpack(self):
+        self.image_cut("image.after_unpack", "cut-unpack")
+
+    def test_image_after_install(self):
+        self.image_cut("image.after_install", "cut-install")
+
+    def test_image_remove_after_record(self):
+        self.image_cut("image.remove_after_record", "cut-remove", remove=True)
 
     # -- the table ------------------------------------------------------------------------------
 

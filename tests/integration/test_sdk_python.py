@@ -7,9 +7,11 @@ Run by ctest as integration.test_sdk_python; the SDK is imported from the source
 import io
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -18,8 +20,8 @@ from harness import REPO, SpaceTestCase, wait_for
 sys.path.insert(0, os.path.join(REPO, "sdk", "python"))
 import space_sandbox  # noqa: E402
 from space_sandbox import (AuthenticationError, Client, CommandExitError, ConflictError,  # noqa: E402
-                           InvalidArgumentError, NotFoundError, PermissionDeniedError, Sandbox,
-                           SpaceError, UnavailableError)
+                           DaemonRestartError, InvalidArgumentError, NotFoundError,
+                           PermissionDeniedError, Sandbox, SpaceError, UnavailableError)
 
 
 class PythonSdkTest(SpaceTestCase):
@@ -325,6 +327,73 @@ class PythonSdkTest(SpaceTestCase):
         with self.assertRaises(UnavailableError) as cm:
             Sandbox.list(client=nowhere)
         self.assertIn("spaced is not running", str(cm.exception))
+
+    # -- spaced restarts under an attached command ---------------------------------------------
+
+    def run_attached_while_spaced_stops(self, sig):
+        """Runs `echo start; sleep 30` attached (commands.run, in a thread), stops this class's
+        spaced with `sig` once "start" arrived, and starts spaced again for the tests after this
+        one. Returns what run() raised. Then reconnects as the error says: the sandbox outlived
+        spaced and answers; what is left of the command is killed."""
+        out, seen, outcome = [], threading.Event(), {}
+
+        def on_out(text):
+            out.append(text)
+            if "start\n" in "".join(out):
+                seen.set()
+
+        def run():
+            try:
+                outcome["result"] = self.sb.commands.run("echo start; sleep 30", on_stdout=on_out)
+            except BaseException as e:  # noqa: BLE001 - handed to the test
+                outcome["error"] = e
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        try:
+            self.assertTrue(seen.wait(30), "no \"start\" from the command: %r" % outcome)
+            rc = self.daemon.stop(sig)
+            self.assertIn(rc, (-signal.SIGKILL,) if sig == signal.SIGKILL
+                          else (0, -signal.SIGTERM), self.daemon.log_tail())
+            t.join(30)
+            self.assertFalse(t.is_alive(), "commands.run still waits after spaced stopped")
+        finally:
+            if not self.daemon.alive():
+                self.daemon.start()
+        sb = Sandbox.connect(self.sb.id, client=self.client)
+        for p in sb.commands.list():
+            if "sleep 30" in " ".join(p.get("argv", [])):
+                try:
+                    sb.commands.kill(p["pid"], 9)
+                except (NotFoundError, ConflictError):
+                    pass  # gone meanwhile
+        wait_for(lambda: not any("sleep 30" in " ".join(p.get("argv", []))
+                                 for p in sb.commands.list()),
+                 what="the command's sleep to be gone")
+        self.assertEqual(sb.commands.run("echo back").stdout, "back\n")
+        self.assertNotIn("result", outcome, "the command ended normally: %r" % outcome)
+        return outcome.get("error")
+
+    def assert_restart_error(self, e, reason):
+        self.assertIsInstance(e, DaemonRestartError, repr(e))
+        self.assertIsInstance(e, UnavailableError)  # `except UnavailableError` still catches it
+        self.assertEqual((e.code, e.reason, e.sandbox_id), ("unavailable", reason, self.sb.id))
+        self.assertGreater(e.pid or 0, 0)
+        self.assertIn("reconnect with Sandbox.connect(%r)" % self.sb.id, str(e))
+        self.assertIn("commands.list()", str(e))
+
+    def test_spaced_sigterm_under_an_attached_command_raises_daemon_restart_error(self):
+        # spaced's error event carries "reason": "shutdown" (src/api/exec.cc).
+        e = self.run_attached_while_spaced_stops(signal.SIGTERM)
+        self.assert_restart_error(e, "shutdown")
+        self.assertIn("spaced is shutting down", str(e))
+
+    def test_spaced_sigkill_under_an_attached_command_raises_daemon_restart_error(self):
+        # No error event: the connection just closes.
+        e = self.run_attached_while_spaced_stops(signal.SIGKILL)
+        self.assert_restart_error(e, "connection_lost")
+        self.assertIn("the connection to spaced closed before the command", str(e))
+        self.assertIn("may have restarted or crashed", str(e))
 
     def test_tcp_listener_with_tokens(self):
         r = self.api("POST", "/v1/tokens", {"name": "sdk", "profiles": ["test"],

@@ -10,7 +10,8 @@ import os
 import socket
 import time
 
-from harness import Daemon, SpaceTestCase, free_port, main, read_text, safe_rmtree
+from harness import (Daemon, SpaceTestCase, free_port, main, read_text, safe_rmtree,
+                     wait_for)
 
 ALL_SANDBOX_OPS = ["read", "create", "exec", "files", "lifecycle"]
 
@@ -146,6 +147,47 @@ class TokensTest(SpaceTestCase):
         rc, _, err = self.space_as(text, "rm", sid)
         self.assertEqual(rc, 0, err)
         self.assertEqual(self.inspect(sid)["state"], "destroyed")
+
+    def test_one_token_cannot_hold_every_connection(self):
+        """A token's requests in progress are bounded (64, streams included): its holder cannot
+        take all of spaced's connections and threads with followers that never end; other
+        tokens and root are served meanwhile."""
+        text, tid = self.token()
+        other, _ = self.token(name="other")
+        sid = self.create()
+        r, _ = self.api_exec(sid, ["sleep", "60"], detach=True)
+        self.assertEqual(r.status, 202, r)
+        pid = r.json["pid"]
+
+        def follow():
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(20)
+            s.connect(self.daemon.socket)
+            s.sendall(("GET /v1/sandboxes/%s/processes/%d/logs?follow=true HTTP/1.1\r\n"
+                       "Host: x\r\nAuthorization: Bearer %s\r\n\r\n" % (sid, pid, text)).encode())
+            return s
+
+        followers = []
+        try:
+            for _ in range(64):
+                s = follow()
+                followers.append(s)
+                self.assertTrue(s.recv(64).startswith(b"HTTP/1.1 200"), "a follower is served")
+            s = follow()
+            followers.append(s)
+            head = s.recv(4096).decode(errors="replace")
+            self.assertTrue(head.startswith("HTTP/1.1 429"), head[:200])
+            self.assertIn("token %s has 64 requests in progress" % tid, head)
+            r = self.as_token(other, "GET", "/v1/sandboxes/%s" % sid)
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(self.api("GET", "/v1/sandboxes/%s" % sid).status, 200)
+        finally:
+            for s in followers:
+                s.close()
+        # Their requests ended with their connections: the token is served again.
+        wait_for(lambda: self.as_token(text, "GET", "/v1/sandboxes/%s" % sid).status == 200,
+                 timeout=10, what="the token's followers to end")
+        self.space_ok("rm", "--force", sid)
 
     def test_test_token_cannot_create_in_live(self):
         text, _ = self.token()

@@ -11,9 +11,10 @@ from .client import Client
 from .code import CodeContext, Execution, ExecutionError, Result
 from .commands import CommandHandle, CommandResult, Commands
 from .errors import (AlreadyExistsError, AuthenticationError, CommandExitError, ConflictError,
-                     InternalError, InvalidArgumentError, NotFoundError, PayloadTooLargeError,
-                     PermissionDeniedError, ProtocolError, ResourceExhaustedError, SpaceError,
-                     SpaceTimeoutError, UnavailableError, UnimplementedError)
+                     DaemonRestartError, InternalError, InvalidArgumentError, NotFoundError,
+                     PayloadTooLargeError, PermissionDeniedError, ProtocolError,
+                     ResourceExhaustedError, SpaceError, SpaceTimeoutError, UnavailableError,
+                     UnimplementedError)
 from .files import EntryInfo, Files
 from .sandbox import Sandbox, SandboxInfo, SnapshotInfo
 
@@ -24,6 +25,6 @@ __all__ = [
     "CommandHandle", "Files", "EntryInfo", "SpaceError", "InvalidArgumentError", "NotFoundError",
     "AlreadyExistsError", "ConflictError", "AuthenticationError", "PermissionDeniedError",
     "PayloadTooLargeError", "ResourceExhaustedError", "UnimplementedError", "ProtocolError",
-    "UnavailableError", "SpaceTimeoutError", "InternalError", "CommandExitError",
-    "CodeContext", "Execution", "ExecutionError", "Result",
+    "UnavailableError", "DaemonRestartError", "SpaceTimeoutError", "InternalError",
+    "CommandExitError", "CodeContext", "Execution", "ExecutionError", "Result",
 ]

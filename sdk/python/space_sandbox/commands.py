@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import threading
 import time
@@ -10,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Union
 
 from .client import Client, Response
-from .errors import CommandExitError, NotFoundError, ConflictError, SpaceError, error_for
+from .errors import (CommandExitError, ConflictError, DaemonRestartError, NotFoundError,
+                     SpaceError, error_for)
 
 OutputHandler = Callable[[str], None]
 Cmd = Union[str, Sequence[str]]
@@ -74,6 +76,7 @@ class CommandHandle:
         self._result: Optional[CommandResult] = None
         self._failure: Optional[BaseException] = None
         self._disconnected = False
+        self._aborted = False  # this program cut the stream (disconnect, kill)
         self.detached = detached
         self.pid: Optional[int] = pid
         self.snapshot: Optional[str] = snapshot
@@ -85,48 +88,45 @@ class CommandHandle:
                                         daemon=True)
         self._thread.start()
 
+    def _reconnect_hint(self) -> str:
+        return ("reconnect with Sandbox.connect(%r) once spaced is back, then check "
+                "commands.list() or run the command again; commands started detached "
+                "(background=True) survive a restart" % self.sandbox_id)
+
     def _pump(self, lines) -> None:
-        ended: Optional[dict] = None
+        ended: List[dict] = []  # the "exit" event, once read
         try:
-            for line in lines:
-                if not line.strip():
-                    continue
-                ev = json.loads(line)
-                kind = ev.get("type")
-                if kind == "started":
-                    self.pid = ev.get("pid")
-                    self.snapshot = ev.get("snapshot", self.snapshot)
-                    self.dropped += int(ev.get("dropped") or 0)
-                    self._started.set()
-                elif kind in ("stdout", "stderr"):
-                    data = base64.b64decode(ev.get("data", ""))
-                    (self._out if kind == "stdout" else self._err).append(data)
-                    handler = self._on_stdout if kind == "stdout" else self._on_stderr
-                    if handler is not None:
-                        handler(data.decode("utf-8", "replace"))
-                elif kind == "dropped":
-                    self.dropped += int(ev.get("bytes") or 0)
-                elif kind == "exit":
-                    ended = ev
-                elif kind == "error":
-                    err = ev.get("error") or {}
-                    raise error_for(str(err.get("code", "internal")),
-                                    str(err.get("message", "the exec failed")))
-            if ended is None:
+            try:
+                self._read_events(lines, ended)
+            except (http.client.HTTPException, ConnectionError):
+                pass  # the connection broke mid-stream: told below if no "exit" came first
+            except (OSError, ValueError):
+                if not self._aborted:  # else: reading a stream this program cut (abort())
+                    raise
+            if not ended:
                 if self._disconnected:
                     raise error_for("unavailable", "disconnected from the command (pid %s); "
                                     "commands.connect(pid) follows it again" % self.pid)
-                raise error_for("unavailable", "the exec stream of sandbox %s ended without an "
-                                "exit event (the sandbox was destroyed, or spaced stopped)"
-                                % self.sandbox_id)
+                if self._aborted:
+                    raise error_for("unavailable", "the stream of the command (pid %s) in "
+                                    "sandbox %s was cut by kill() before its exit event"
+                                    % (self.pid, self.sandbox_id))
+                # spaced always ends a stream with "exit" or "error": the connection was lost.
+                raise DaemonRestartError(
+                    "the connection to spaced closed before the command (pid %s) in sandbox %s "
+                    "ended: spaced may have restarted or crashed; %s"
+                    % (self.pid, self.sandbox_id, self._reconnect_hint()),
+                    reason="connection_lost", sandbox_id=self.sandbox_id, pid=self.pid,
+                    code="unavailable")
+            exit_event = ended[0]
             out, err = b"".join(self._out), b"".join(self._err)
-            e = ended.get("error")
+            e = exit_event.get("error")
             self._result = CommandResult(
-                exit_code=ended.get("exit_code"), stdout=out.decode("utf-8", "replace"),
+                exit_code=exit_event.get("exit_code"), stdout=out.decode("utf-8", "replace"),
                 stderr=err.decode("utf-8", "replace"), stdout_bytes=out, stderr_bytes=err,
-                signal=ended.get("signal"), timed_out=bool(ended.get("timed_out")),
-                oom_killed=bool(ended.get("oom_killed")),
-                duration_s=float(ended.get("duration_s") or 0.0),
+                signal=exit_event.get("signal"), timed_out=bool(exit_event.get("timed_out")),
+                oom_killed=bool(exit_event.get("oom_killed")),
+                duration_s=float(exit_event.get("duration_s") or 0.0),
                 error=e if isinstance(e, str) else None, pid=self.pid, snapshot=self.snapshot)
         except BaseException as e:  # handed to wait()
             self._failure = e
@@ -135,6 +135,40 @@ class CommandHandle:
                 self._resp.close()
             self._started.set()
             self._done.set()
+
+    def _read_events(self, lines, ended: List[dict]) -> None:
+        """Reads the stream's events until its end: output to the handlers, the "exit" event
+        into ``ended``; an "error" event is raised (``DaemonRestartError`` for spaced's
+        shutdown)."""
+        for line in lines:
+            if not line.strip():
+                continue
+            ev = json.loads(line)
+            kind = ev.get("type")
+            if kind == "started":
+                self.pid = ev.get("pid")
+                self.snapshot = ev.get("snapshot", self.snapshot)
+                self.dropped += int(ev.get("dropped") or 0)
+                self._started.set()
+            elif kind in ("stdout", "stderr"):
+                data = base64.b64decode(ev.get("data", ""))
+                (self._out if kind == "stdout" else self._err).append(data)
+                handler = self._on_stdout if kind == "stdout" else self._on_stderr
+                if handler is not None:
+                    handler(data.decode("utf-8", "replace"))
+            elif kind == "dropped":
+                self.dropped += int(ev.get("bytes") or 0)
+            elif kind == "exit":
+                ended.append(ev)
+            elif kind == "error":
+                err = ev.get("error") or {}
+                code = str(err.get("code", "internal"))
+                message = str(err.get("message", "the exec failed"))
+                if err.get("reason") == "shutdown":  # the stable field, not the message
+                    raise DaemonRestartError("%s; %s" % (message, self._reconnect_hint()),
+                                             reason="shutdown", sandbox_id=self.sandbox_id,
+                                             pid=self.pid, code=code)
+                raise error_for(code, message)
 
     def wait_started(self, timeout: Optional[float] = None) -> Optional[int]:
         """Waits until the process runs; its pid (inside the sandbox)."""
@@ -161,6 +195,7 @@ class CommandHandle:
         """Stops following the command; a detached one runs on (``commands.connect(pid)``)."""
         if self._resp is not None and not self._done.is_set():
             self._disconnected = True
+            self._aborted = True
             self._resp.abort()
             self._done.wait(5)
 
@@ -208,6 +243,7 @@ class CommandHandle:
             if self.detached and pid is not None:
                 self._signal_tree(pid, 9)
             elif self._resp is not None:
+                self._aborted = True
                 self._resp.abort()
             self._done.wait(grace)
 

@@ -78,6 +78,26 @@ class UnavailableError(SpaceError):
     code = "unavailable"
 
 
+class DaemonRestartError(UnavailableError):
+    """spaced went away while a command's stream was attached: it is shutting down (SIGTERM: a
+    restart or an upgrade; ``reason`` ``"shutdown"``: it stopped the command), or the connection
+    closed before the command's end (``reason`` ``"connection_lost"``: spaced was killed or
+    crashed, and the command's end is unknown). The sandbox itself keeps running: reconnect with
+    ``Sandbox.connect(sandbox_id)`` once spaced is back, look with ``commands.list()`` or run the
+    command again. Commands started detached (``background=True``) survive a restart."""
+
+    #: "shutdown" (spaced said so: the error event's "reason") or "connection_lost".
+    reason: str = "connection_lost"
+
+    def __init__(self, message: str, *, reason: str = "connection_lost",
+                 sandbox_id: Optional[str] = None, pid: Optional[int] = None,
+                 code: Optional[str] = None, status: Optional[int] = None) -> None:
+        super().__init__(message, code=code, status=status)
+        self.reason = reason
+        self.sandbox_id = sandbox_id
+        self.pid = pid
+
+
 class SpaceTimeoutError(SpaceError, TimeoutError):
     code = "timeout"
 

@@ -1,7 +1,9 @@
 // Commands in a sandbox: `sandbox.commands.run(...)`.
 
 import { Client, Response } from "./client.js";
-import { CommandExitError, ConflictError, errorFor, NotFoundError } from "./errors.js";
+import {
+  CommandExitError, ConflictError, DaemonRestartError, errorFor, NotFoundError, SpaceError,
+} from "./errors.js";
 
 export type Cmd = string | string[];
 
@@ -71,6 +73,7 @@ export class CommandHandle {
   private err: Buffer[] = [];
   private done = false;
   private disconnected = false;
+  private aborted = false; // this program cut the stream (disconnect, kill)
   private readonly started: Promise<void>;
   private readonly finished: Promise<CommandResult>;
 
@@ -96,35 +99,57 @@ export class CommandHandle {
     this.finished.catch(() => {}); // surfaced by wait()
   }
 
+  private reconnectHint(): string {
+    return `reconnect with Sandbox.connect(${JSON.stringify(this.sandboxId)}) once spaced is back, ` +
+      "then check commands.list() or run the command again; commands started detached " +
+      "(background: true) survive a restart";
+  }
+
   private async pump(lines: AsyncIterable<string>, markStarted: () => void): Promise<CommandResult> {
     let ended: any = null;
-    for await (const line of lines) {
-      if (!line.trim()) continue;
-      const ev = JSON.parse(line);
-      if (ev.type === "started") {
-        this.pid = ev.pid ?? null;
-        this.snapshot = ev.snapshot ?? this.snapshot;
-        this.dropped += Number(ev.dropped ?? 0);
-        markStarted();
-      } else if (ev.type === "dropped") {
-        this.dropped += Number(ev.bytes ?? 0);
-      } else if (ev.type === "stdout" || ev.type === "stderr") {
-        const data = Buffer.from(ev.data ?? "", "base64");
-        (ev.type === "stdout" ? this.out : this.err).push(data);
-        const handler = ev.type === "stdout" ? this.opts.onStdout : this.opts.onStderr;
-        handler?.(data.toString("utf8"));
-      } else if (ev.type === "exit") {
-        ended = ev;
-      } else if (ev.type === "error") {
-        throw errorFor(String(ev.error?.code ?? "internal"), String(ev.error?.message ?? "the exec failed"));
+    try {
+      for await (const line of lines) {
+        if (!line.trim()) continue;
+        const ev = JSON.parse(line);
+        if (ev.type === "started") {
+          this.pid = ev.pid ?? null;
+          this.snapshot = ev.snapshot ?? this.snapshot;
+          this.dropped += Number(ev.dropped ?? 0);
+          markStarted();
+        } else if (ev.type === "dropped") {
+          this.dropped += Number(ev.bytes ?? 0);
+        } else if (ev.type === "stdout" || ev.type === "stderr") {
+          const data = Buffer.from(ev.data ?? "", "base64");
+          (ev.type === "stdout" ? this.out : this.err).push(data);
+          const handler = ev.type === "stdout" ? this.opts.onStdout : this.opts.onStderr;
+          handler?.(data.toString("utf8"));
+        } else if (ev.type === "exit") {
+          ended = ev;
+        } else if (ev.type === "error") {
+          const code = String(ev.error?.code ?? "internal");
+          const message = String(ev.error?.message ?? "the exec failed");
+          if (ev.error?.reason === "shutdown") // the stable field, not the message
+            throw new DaemonRestartError(`${message}; ${this.reconnectHint()}`,
+              { reason: "shutdown", sandboxId: this.sandboxId, pid: this.pid, code });
+          throw errorFor(code, message);
+        }
       }
+    } catch (e) {
+      // The connection broke mid-stream ("aborted", ECONNRESET): told below if no "exit" came
+      // first. Errors of the stream's own ("error" events) and bad JSON are thrown on.
+      if (e instanceof SpaceError || e instanceof SyntaxError) throw e;
     }
     if (!ended) {
       if (this.disconnected)
         throw errorFor("unavailable", `disconnected from the command (pid ${this.pid}); ` +
           "commands.connect(pid) follows it again");
-      throw errorFor("unavailable", `the exec stream of sandbox ${this.sandboxId} ended without an exit ` +
-        "event (the sandbox was destroyed, or spaced stopped)");
+      if (this.aborted)
+        throw errorFor("unavailable", `the stream of the command (pid ${this.pid}) in sandbox ` +
+          `${this.sandboxId} was cut by kill() before its exit event`);
+      // spaced always ends a stream with "exit" or "error": the connection was lost.
+      throw new DaemonRestartError(`the connection to spaced closed before the command (pid ${this.pid}) ` +
+        `in sandbox ${this.sandboxId} ended: spaced may have restarted or crashed; ${this.reconnectHint()}`,
+        { reason: "connection_lost", sandboxId: this.sandboxId, pid: this.pid });
     }
     const out = Buffer.concat(this.out), err = Buffer.concat(this.err);
     return {
@@ -181,6 +206,7 @@ export class CommandHandle {
   async disconnect(): Promise<void> {
     if (!this.resp || this.done) return;
     this.disconnected = true;
+    this.aborted = true;
     this.resp.abort();
     await this.finished.then(() => {}, () => {});
   }
@@ -227,7 +253,10 @@ export class CommandHandle {
       Promise.race([settled(), new Promise<boolean>((r) => setTimeout(() => r(false), ms))]);
     if (await within(graceMs)) return;
     if (this.detached && pid !== null) await this.signalTree(pid, 9);
-    else this.resp?.abort();
+    else if (this.resp) {
+      this.aborted = true;
+      this.resp.abort();
+    }
     await within(graceMs);
   }
 }

@@ -28,6 +28,25 @@ export class UnimplementedError extends SpaceError {}
 export class ProtocolError extends SpaceError {}
 /** spaced cannot be reached, or is shutting down or overloaded; retry later. */
 export class UnavailableError extends SpaceError {}
+/** spaced went away while a command's stream was attached: it is shutting down (SIGTERM: a
+ * restart or an upgrade; `reason` "shutdown": it stopped the command), or the connection closed
+ * before the command's end (`reason` "connection_lost": spaced was killed or crashed, and the
+ * command's end is unknown). The sandbox keeps running: reconnect with
+ * `Sandbox.connect(sandboxId)` once spaced is back, look with `commands.list()` or run the
+ * command again. Commands started detached (`background: true` without `stdin`) survive a
+ * restart. */
+export class DaemonRestartError extends UnavailableError {
+  readonly reason: "shutdown" | "connection_lost";
+  readonly sandboxId?: string;
+  readonly pid: number | null;
+  constructor(message: string, opts: { reason?: "shutdown" | "connection_lost"; sandboxId?: string;
+                                       pid?: number | null; code?: string } = {}) {
+    super(message, opts.code ?? "unavailable");
+    this.reason = opts.reason ?? "connection_lost";
+    this.sandboxId = opts.sandboxId;
+    this.pid = opts.pid ?? null;
+  }
+}
 export class SpaceTimeoutError extends SpaceError {}
 export class InternalError extends SpaceError {}
 
