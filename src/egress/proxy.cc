@@ -44,10 +44,26 @@ std::string path_only(std::string_view target) {
   return p;
 }
 
+// The status line's reason phrase of a response the gateway gives: the standard phrase and
+// why, since that line is all that many clients print of a refused CONNECT (curl: "CONNECT
+// tunnel failed, response 403"; pip and urllib: "Tunnel connection failed: 403 <phrase>").
+// Visible ASCII only (RFC 9112 allows no CR or LF there), at most 240 bytes.
+std::string reason_phrase(std::string_view standard, std::string_view why) {
+  std::string out = std::string(standard) + " (SPACE egress: ";
+  for (char c : why) {
+    if (out.size() >= 240) {
+      out += "...";
+      break;
+    }
+    out += c >= 0x20 && c < 0x7f ? c : ' ';
+  }
+  return out + ")";
+}
+
 // A minimal response the gateway itself gives (refusals, errors); always closes.
 void respond(AnyStream& s, int status, std::string_view reason, const std::string& message) {
   std::string body = "SPACE egress gateway: " + message + "\n";
-  std::string out = "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason) +
+  std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(reason, message) +
                     "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
                     std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
   (void)s.write_all(out);
@@ -310,11 +326,15 @@ class Connection {
   void pass_through(const Host& host, uint16_t port, const std::string& via) {
     auto up = dial(g_, *st_, host, port);
     if (!up) {
-      if (up.error().code() == Code::kPermissionDenied)
+      if (up.error().code() == Code::kPermissionDenied) {
         deny(via, host.name, port, up.error().message());
-      else
+        // The host resolves only to addresses the profile refuses (private, link-local, ...):
+        // a refusal the client can read, like a denied host's, rather than a bare reset.
+        refuse_inside_tls(host, up.error().message());
+      } else {
         g_.audit(*st_, "egress.error",
                  {{"host", host.name}, {"port", port}, {"error", up.error().message()}});
+      }
       return;
     }
     auto start = std::chrono::steady_clock::now();

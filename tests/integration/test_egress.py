@@ -248,6 +248,26 @@ class EgressTest(EgressBase):
                   and e["data"].get("host") == "rebind.example.test"]
         self.assertTrue(denied and "loopback" in denied[-1]["data"]["reason"], denied)
 
+    def test_refusal_reasons_reach_common_clients(self):
+        # A refused CONNECT: the status line carries why, which is what curl -v, pip and
+        # urllib print of it.
+        rc, out, err = self.sh("curl -sS -v --max-time 20 https://other.example.test/echo")
+        self.assertNotEqual(rc, 0)
+        self.assertRegex(err, r"HTTP/1.1 403 Forbidden \(SPACE egress: [^)]*other\.example\.test",
+                         err[-2000:])
+        rc, out, err = self.sh(
+            "python3 -c \"import urllib.request; "
+            "urllib.request.urlopen('https://other.example.test/echo', timeout=20)\"")
+        self.assertNotEqual(rc, 0)
+        self.assertIn("SPACE egress: ", err[-2000:])
+        self.assertIn("other.example.test", err[-2000:])
+        # An allowed name that resolves only to a refused address (loopback): a 403 that says
+        # so, not a reset.
+        rc, out, err = self.sh("curl -sS --max-time 20 -w '\\n%{http_code}' "
+                               "https://rebind.example.test/echo")
+        self.assertEqual(out.strip().splitlines()[-1], "403", (rc, out, err))
+        self.assertIn("resolves only to refused addresses", out)
+
     def test_sni_and_host_mismatch(self):
         # CONNECT to an allowed host, then a TLS ClientHello naming another.
         script = r'''
