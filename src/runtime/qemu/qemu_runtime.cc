@@ -424,15 +424,31 @@ Result<UniqueFd> connect_port(const fs::path& path, int pidfd, Clock::time_point
 // --- The runtime.
 
 QemuRuntime::QemuRuntime(Config config)
-    : config_(std::move(config)), layout_(linux::detect_cgroups(config_.cgroup_root)) {
-  auto q = vm::find_in_path(config_.qemu);
-  if (q)
-    config_.qemu = *q;
-  else
-    qemu_error_ = Error(Code::kUnavailable,
-                        config_.qemu.string() +
-                            " not found: install QEMU (apt-get install qemu-system-x86) or set "
-                            "vm.qemu in spaced's config");
+    : config_(std::move(config)),
+      qemu_wanted_(config_.qemu),
+      layout_(linux::detect_cgroups(config_.cgroup_root)) {
+  std::lock_guard lock(probe_mu_);
+  probe_tools();
+}
+
+void QemuRuntime::probe_tools() const {
+  // QEMU and the guest kernel may be installed after spaced started: each create looks again
+  // while they are missing (a found QEMU is kept; config_.qemu changes once, from its name to
+  // its path, before any VM can start).
+  if (!qemu_found_) {
+    if (auto q = vm::find_in_path(qemu_wanted_)) {
+      if (qemu_error_) spdlog::info("qemu runtime: found {}", q->string());
+      const_cast<fs::path&>(config_.qemu) = *q;
+      qemu_found_ = true;
+      qemu_error_.reset();
+    } else {
+      qemu_error_ = Error(Code::kUnavailable,
+                          qemu_wanted_.string() +
+                              " not found: install QEMU (apt-get install qemu-system-x86) or set "
+                              "vm.qemu in spaced's config");
+    }
+  }
+  kernel_error_.reset();
   for (auto* p : {&config_.kernel, &config_.initrd}) {
     if (p->empty() || ::access(p->c_str(), R_OK) != 0) {
       kernel_error_ = Error(
@@ -484,8 +500,12 @@ Result<std::string> QemuRuntime::accelerator() const {
 }
 
 Result<void> QemuRuntime::usable() const {
-  if (qemu_error_) return fail(Error(*qemu_error_));
-  if (kernel_error_) return fail(Error(*kernel_error_));
+  {
+    std::lock_guard lock(probe_mu_);
+    if (qemu_error_ || kernel_error_) probe_tools();
+    if (qemu_error_) return fail(Error(*qemu_error_));
+    if (kernel_error_) return fail(Error(*kernel_error_));
+  }
   TRY_VOID(accelerator());
   return {};
 }
@@ -1015,11 +1035,12 @@ std::string QemuRuntime::tcg_note() const {
 }
 
 json QemuRuntime::doctor() const {
+  auto r = usable();  // first: it may find a QEMU installed since (config_.qemu)
   json j = {{"qemu", config_.qemu.string()},
             {"kernel", config_.kernel.string()},
             {"initrd", config_.initrd.string()},
             {"accel_config", config_.accel}};
-  if (auto r = usable(); !r) {
+  if (!r) {
     j["available"] = false;
     j["reason"] = r.error().message();
     return j;

@@ -116,8 +116,14 @@ class QemuRuntime final : public Runtime {
   std::string tcg_note() const;
   Result<const linux::CgroupLayout*> cgroup_layout() const;
 
+  // Looks for QEMU (where not found yet) and the guest kernel and initramfs; probe_mu_ held.
+  void probe_tools() const;
+
   Config config_;
-  std::optional<Error> qemu_error_, kernel_error_;
+  const std::filesystem::path qemu_wanted_;  // vm.qemu as configured (a name or a path)
+  mutable std::mutex probe_mu_;              // guards the two below, and config_.qemu's change
+  mutable std::optional<Error> qemu_error_, kernel_error_;
+  mutable bool qemu_found_ = false;
   mutable std::once_flag kvm_once_;
   mutable AccelVerdict kvm_;
   Result<linux::CgroupLayout> layout_;

@@ -177,5 +177,32 @@ TEST(QemuAccel, AutoFallsBackKvmFailsClearly) {
   fs::remove_all(dir);
 }
 
+// QEMU and the guest kernel installed after spaced started are found by the next create or
+// doctor, without a restart.
+TEST(QemuAccel, ToolsInstalledLaterAreFound) {
+  fs::path dir = temp_dir();
+  QemuRuntime::Config c;
+  c.qemu = dir / "bin" / "qemu-system-x86_64";
+  c.kernel = dir / "vmlinux";
+  c.initrd = dir / "initrd";
+  c.accel = "tcg";
+  auto rt = QemuRuntime::create(c);
+  auto doc = rt->doctor();
+  EXPECT_EQ(doc["available"], false);
+  EXPECT_NE(doc["reason"].get<std::string>().find("not found: install QEMU"), std::string::npos)
+      << doc.dump();
+  fs::create_directories(dir / "bin");
+  fs::copy_file("/bin/true", c.qemu);  // "installed"
+  doc = rt->doctor();
+  EXPECT_EQ(doc["available"], false);
+  EXPECT_NE(doc["reason"].get<std::string>().find("guest kernel"), std::string::npos) << doc.dump();
+  std::ofstream(dir / "vmlinux") << "k";
+  std::ofstream(dir / "initrd") << "i";
+  doc = rt->doctor();
+  EXPECT_EQ(doc["available"], true) << doc.dump();
+  EXPECT_EQ(doc["qemu"], c.qemu.string());
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace space::runtime::qemu
