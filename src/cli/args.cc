@@ -283,6 +283,8 @@ Commands define_commands(Args& a, const std::string& only) {
   if (want("doctor")) {
     auto* doctor = app.add_subcommand("doctor", "what this host supports");
     doctor->add_flag("--json", a.json, "print the raw JSON report");
+    doctor->add_flag("--all", a.all,
+                     "print every check (the seccomp table included), not the summary");
   }
 
   if (want("image")) {

@@ -38,6 +38,7 @@ struct Args {
   std::vector<std::string> env;    // exec --env
   std::vector<std::string> cmd;    // run/exec: the command after `--`
   bool json = false, force = false, detach = false, snapshot = false, verify = false;
+  bool all = false;                       // doctor: every check, not the summary
   bool follow = false;                    // audit --follow, logs --follow
   bool tty = false, interactive = false;  // exec -t, -i
   bool keep = false;                      // mcp --keep

@@ -56,6 +56,74 @@ void render_report(const json& j, int indent, std::string& out) {
   }
 }
 
+// `space doctor` without --all: a dozen lines saying what works and, where something does not,
+// why; every check is in --all and --json.
+void render_doctor_summary(const json& r, std::string& out) {
+  auto str = [](const json& j, const char* key) {
+    return j.is_object() && j.contains(key) && !j[key].is_null() ? escape_text(cell(j[key]))
+                                                                 : std::string();
+  };
+  out += "spaced " + str(r, "version") + ", state " + str(r, "state_dir") + "\n";
+  out += "runtimes:\n";
+  const json rts = r.value("runtimes", json::object());
+  for (const auto& [name, rt] : rts.items()) {
+    std::string line =
+        "  " + escape_text(name) + std::string(name.size() < 12 ? 12 - name.size() : 1, ' ');
+    if (name == "linux") {
+      // Each facility a linux sandbox needs, and whether the host has it.
+      std::vector<std::string> bad;
+      for (const auto& [check, v] : rt.items())
+        if (v.is_object() && v.contains("ok") && v["ok"].is_boolean() && !v["ok"].get<bool>())
+          bad.push_back(escape_text(check) +
+                        (v.contains("reason") ? " (" + str(v, "reason") + ")" : ""));
+      if (rt.contains("agent") && !rt["agent"].value("found", true))
+        bad.push_back("space-agent not found");
+      const json cg = rt.value("cgroups", json::object());
+      line += bad.empty() ? "available" : "NOT available";
+      line += ": kernel " + str(rt, "kernel") + ", cgroups " + str(cg, "mode") +
+              ", user namespaces, Landlock ABI " + str(rt.value("landlock", json::object()), "abi");
+      for (auto& b : bad) line += "; missing: " + b;
+    } else if (rt.value("available", false)) {
+      line += "available";
+      // Under TCG the KVM line below says why.
+      if (std::string acc = str(rt, "accelerator"); !acc.empty())
+        line += acc == "tcg" ? " (TCG emulation: correct but slow; KVM below says why)"
+                             : " (" + acc + ")";
+    } else {
+      line += "not available: " + str(rt, "reason");
+    }
+    out += line + "\n";
+  }
+  const json kvm = r.value("host", json::object()).value("kvm", json::object());
+  out += std::string("KVM: ") +
+         (kvm.value("usable", false) ? "usable" : "not usable: " + str(kvm, "reason")) + "\n";
+  const json snaps = r.value("snapshots", json::object());
+  const json by_runtime = snaps.value("by_runtime", json::object());
+  const json stores = snaps.value("stores", json::object());
+  const json criu = r.value("host", json::object()).value("criu", json::object());
+  out += "snapshots:";
+  for (const auto& [name, sn] : by_runtime.items())
+    out += " " + escape_text(name) + " " + str(sn, "contents") + " (processes " +
+           str(sn, "processes") + ");";
+  out +=
+      criu.value("found", false) ? " CRIU " + str(criu, "version") + "\n" : " CRIU not installed\n";
+  for (const auto& [profile, st] : stores.items()) {
+    if (st.value("quarantined_chunks", 0) > 0 || !st.value("gc_blocked", json()).is_null())
+      out += "  store of profile " + escape_text(profile) + ": " +
+             std::to_string(st.value("quarantined_chunks", 0)) + " corrupt chunks moved aside" +
+             (st["gc_blocked"].is_null() ? "" : "; gc blocked: " + str(st, "gc_blocked")) + "\n";
+  }
+  const json pools = r.value("pools", json::array());
+  if (pools.empty()) out += "warm pools: none\n";
+  for (const auto& p : pools) {
+    out += "warm pool " + str(p, "profile") + "/" + str(p, "image") + " (" + str(p, "runtime") +
+           "): " + str(p, "ready") + " of " + str(p, "size") + " ready";
+    if (std::string e = str(p, "last_error"); !e.empty()) out += "; last refill failed: " + e;
+    out += "\n";
+  }
+  out += "(`space doctor --all` shows every check, `--json` the report as JSON)\n";
+}
+
 }  // namespace
 
 Result<int> cmd_create(const Args& a, const Client& c) {
@@ -183,7 +251,10 @@ Result<int> cmd_doctor(const Args& a, const Client& c) {
     return 0;
   }
   std::string out;
-  render_report(report, 0, out);
+  if (a.all)
+    render_report(report, 0, out);
+  else
+    render_doctor_summary(report, out);
   print(out);
   return 0;
 }

@@ -234,6 +234,11 @@ class DoctorTest(SpaceTestCase):
         low = out.lower()
         self.assertIn("namespace", low)
         self.assertIn("cgroup", low)
+        self.assertRegex(out, r"\n  linux +available: kernel ")
+        self.assertIn("space doctor --all", out)
+        rc, out, err = self.space("doctor", "--all")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("seccomp", out.lower())
         rc, out, err = self.space("doctor", "--json")
         if rc == 0:
             json.loads(out)

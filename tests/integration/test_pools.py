@@ -228,8 +228,11 @@ class DefaultPoolTest(SpaceTestCase):
         self.assertEqual((pool["runtime"], pool["image"], pool["profile"], pool["size"]),
                          ("linux", "host", "test", size))
         self.assertIn('"pools": []', doctor["pools_note"])
-        text = self.space_ok("doctor")
+        text = self.space_ok("doctor", "--all")
         self.assertRegex(text, r"\npools:\n  - cpus: .*\n(    .*\n)*    default: yes\n")
+        summary = self.space_ok("doctor")
+        self.assertRegex(summary, r"\nwarm pool test/host \(linux\): \d+ of %d ready\n" % size)
+        self.assertLess(len(summary.splitlines()), 20, summary)
         # "pools": [] turns it off: the cold spaced has no pool.
         self.assertIsNone(metric(self.metrics(self.cold), "space_pool_size"))
         cold_doctor = json.loads(self.space_ok("doctor", "--json", daemon=self.cold))
