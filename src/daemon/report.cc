@@ -22,14 +22,18 @@ namespace space::daemon {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-json Daemon::health() {
+Health Daemon::health() {
   size_t n;
   {
     std::lock_guard lock(mu_);
     n = sandboxes_.size();
   }
-  return {{"status", "ok"}, {"version", SPACE_VERSION},          {"draining", draining_.load()},
-          {"sandboxes", n}, {"uptime_s", now_s() - started_at_}, {"pid", ::getpid()}};
+  return {.status = "ok",
+          .version = SPACE_VERSION,
+          .draining = draining_.load(),
+          .sandboxes = n,
+          .uptime_s = now_s() - started_at_,
+          .pid = ::getpid()};
 }
 
 std::string Daemon::metrics() {
