@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "api/handlers.h"
+#include "api/views.h"
 
 namespace space::api::handlers {
 namespace {
@@ -29,10 +30,10 @@ Result<int64_t> int_param(const Target& t, const std::string& key, int64_t fallb
   return n;
 }
 
-std::string jsonl(const nlohmann::json& events) {
+std::string jsonl(const std::vector<daemon::AuditEvent>& events) {
   std::string out;
   for (auto& e : events) {
-    out += json_text(e);
+    out += json_text(to_json(e));
     out += '\n';
   }
   return out;
@@ -53,20 +54,20 @@ Result<void> get_audit(Exchange& ex, ApiContext& ctx) {
     return fail(Code::kInvalidArgument, "query parameter format must be json or jsonl");
 
   if (verify) {
-    nlohmann::json rep = TRY(ctx.service.audit_verify(id));
-    return ex.respond_json(http::status::ok, rep);
+    daemon::AuditVerdict rep = TRY(ctx.service.audit_verify(id));
+    return ex.respond_json(http::status::ok, to_json(rep));
   }
   if (!follow) {
-    nlohmann::json events = TRY(ctx.service.audit_events(id, after, static_cast<size_t>(limit)));
+    std::vector<daemon::AuditEvent> events =
+        TRY(ctx.service.audit_events(id, after, static_cast<size_t>(limit)));
     if (format == "jsonl") return ex.respond(http::status::ok, "application/jsonl", jsonl(events));
-    return ex.respond_json(http::status::ok, {{"events", std::move(events)}});
+    return ex.respond_json(http::status::ok, {{"events", to_json(events)}});
   }
   // follow: JSON Lines, polled from the log, until sandbox.destroy, the client leaves, or the
   // caller's token is no longer valid (checked on every poll, at most once a second).
   StreamAuth auth(ctx.principal, ctx.tokens);
-  nlohmann::json first = TRY(ctx.service.audit_events(id, after, kMaxPage));
+  std::vector<daemon::AuditEvent> batch = TRY(ctx.service.audit_events(id, after, kMaxPage));
   TRY_VOID(ex.begin_chunked(http::status::ok, "application/jsonl"));
-  nlohmann::json batch = std::move(first);
   auto last_write = std::chrono::steady_clock::now();
   for (;;) {
     if (auto valid = auth.check(); !valid) {
@@ -78,8 +79,8 @@ Result<void> get_audit(Exchange& ex, ApiContext& ctx) {
     bool ended = false;
     if (!batch.empty()) {
       for (auto& e : batch)
-        if (e.value("kind", "") == "sandbox.destroy") ended = true;
-      after = batch.back().value("seq", after);
+        if (e.kind == "sandbox.destroy") ended = true;
+      after = batch.back().seq;
       TRY_VOID(ex.write_chunk(jsonl(batch)));
       last_write = std::chrono::steady_clock::now();
     } else if (std::chrono::steady_clock::now() - last_write > std::chrono::seconds(5)) {

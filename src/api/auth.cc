@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "api/views.h"
 #include "common/clock.h"
 #include "common/units.h"
 #include "daemon/daemon.h"  // rfc3339
@@ -353,18 +354,18 @@ json token_json(const daemon::TokenRecord& r, double now) {
 Result<daemon::SandboxInfo> ScopedService::visible(const std::string& id, Missing how) {
   auto info = inner_.inspect(id);
   if (info) {
-    if (principal_.allows_profile(info->value("profile", ""))) return info;
+    if (principal_.allows_profile(info->profile)) return info;
   } else if (info.error().code() != Code::kNotFound) {
     return info;
   } else if (how == Missing::kAuditLog) {
     // A destroyed sandbox whose record was pruned still has its audit log; the first event
     // (sandbox.create) names its profile.
     auto events = inner_.audit_events(id, 0, 1);
-    if (events && events->is_array() && !events->empty()) {
-      const json& data = (*events)[0].value("data", json::object());
+    if (events && !events->empty()) {
+      json data = audit_data(events->front());
       std::string profile = data.is_object() ? data.value("profile", "") : "";
       if (!profile.empty() && principal_.allows_profile(profile))
-        return json{{"id", id}, {"profile", profile}};
+        return daemon::SandboxInfo{.id = id, .profile = profile};
     }
   }
   // Exactly what the daemon answers for an id it never saw.
@@ -377,7 +378,7 @@ Result<daemon::SnapshotInfo> ScopedService::visible_snapshot(const std::string& 
   if (snap.starts_with("snap_")) {
     auto info = inner_.get_snapshot(snap);
     if (info) {
-      if (principal_.allows_profile(info->value("profile", ""))) return info;
+      if (principal_.allows_profile(info->profile)) return info;
     } else if (info.error().code() != Code::kNotFound) {
       return info;
     }
@@ -385,15 +386,15 @@ Result<daemon::SnapshotInfo> ScopedService::visible_snapshot(const std::string& 
   }
   // A name: the same name may exist in another profile, which must neither be found nor
   // shadow this token's own snapshot.
-  json all = TRY(inner_.all_snapshots());
-  std::optional<json> found;
+  std::vector<daemon::SnapshotInfo> all = TRY(inner_.all_snapshots());
+  std::optional<daemon::SnapshotInfo> found;
   for (auto& s : all) {
-    if (!s.is_object() || s.value("name", json()) != snap) continue;
-    if (!principal_.allows_profile(s.value("profile", ""))) continue;
-    if (found && found->value("profile", "") != s.value("profile", ""))
-      return fail(Code::kInvalidArgument,
-                  "snapshot name " + snap + " is taken in profiles " + found->value("profile", "") +
-                      " and " + s.value("profile", "") + "; give the snapshot's id instead");
+    if (s.name != snap) continue;
+    if (!principal_.allows_profile(s.profile)) continue;
+    if (found && found->profile != s.profile)
+      return fail(Code::kInvalidArgument, "snapshot name " + snap + " is taken in profiles " +
+                                              found->profile + " and " + s.profile +
+                                              "; give the snapshot's id instead");
     if (!found) found = std::move(s);
   }
   if (!found) return unknown_snapshot(snap);
@@ -412,7 +413,7 @@ Result<std::vector<daemon::SandboxInfo>> ScopedService::list() {
   std::vector<daemon::SandboxInfo> all = TRY(inner_.list());
   std::vector<daemon::SandboxInfo> out;
   for (auto& s : all)
-    if (principal_.allows_profile(s.value("profile", ""))) out.push_back(std::move(s));
+    if (principal_.allows_profile(s.profile)) out.push_back(std::move(s));
   return out;
 }
 
@@ -431,7 +432,7 @@ Result<std::unique_ptr<daemon::ExecSession>> ScopedService::exec(const std::stri
   return inner_.exec(id, req);
 }
 
-Result<json> ScopedService::processes(const std::string& id) {
+Result<std::vector<daemon::ProcessInfo>> ScopedService::processes(const std::string& id) {
   TRY_VOID(visible(id, Missing::kSandbox));
   return inner_.processes(id);
 }
@@ -497,7 +498,7 @@ Result<void> ScopedService::remove(const std::string& id, const std::string& pat
   return inner_.remove(id, path, recursive);
 }
 
-Result<json> ScopedService::diff(const std::string& id) {
+Result<daemon::Diff> ScopedService::diff(const std::string& id) {
   TRY_VOID(visible(id, Missing::kSandbox));
   return inner_.diff(id);
 }
@@ -518,38 +519,31 @@ Result<daemon::SnapshotInfo> ScopedService::snapshot(const std::string& id,
   return inner_.snapshot(id, req);
 }
 
-Result<json> ScopedService::list_snapshots(const std::string& id) {
-  auto keep_visible = [this](json list) {
-    json out = json::array();
-    if (!list.is_array()) return out;
-    for (auto& s : list)
-      if (s.is_object() && principal_.allows_profile(s.value("profile", "")))
-        out.push_back(std::move(s));
-    return out;
+Result<std::vector<daemon::SnapshotInfo>> ScopedService::list_snapshots(const std::string& id) {
+  auto keep_visible = [this](std::vector<daemon::SnapshotInfo> list) {
+    std::erase_if(list, [this](const daemon::SnapshotInfo& s) {
+      return !principal_.allows_profile(s.profile);
+    });
+    return list;
   };
   auto info = inner_.inspect(id);
   if (info) {
-    if (!principal_.allows_profile(info->value("profile", ""))) return unknown_sandbox(id);
-    json list = TRY(inner_.list_snapshots(id));
-    return keep_visible(std::move(list));
+    if (!principal_.allows_profile(info->profile)) return unknown_sandbox(id);
+    return keep_visible(TRY(inner_.list_snapshots(id)));
   }
   if (info.error().code() != Code::kNotFound) return fail(std::move(info.error()));
   // A destroyed sandbox whose record was pruned: its snapshots outlive it and name its profile.
   auto list = inner_.list_snapshots(id);
-  if (list && list->is_array() && !list->empty() && (*list)[0].is_object() &&
-      principal_.allows_profile((*list)[0].value("profile", "")))
+  if (list && !list->empty() && principal_.allows_profile(list->front().profile))
     return keep_visible(std::move(*list));
   return unknown_sandbox(id);
 }
 
-Result<json> ScopedService::all_snapshots() {
-  json all = TRY(inner_.all_snapshots());
-  json out = json::array();
-  if (!all.is_array()) return out;
-  for (auto& s : all)
-    if (s.is_object() && principal_.allows_profile(s.value("profile", "")))
-      out.push_back(std::move(s));
-  return out;
+Result<std::vector<daemon::SnapshotInfo>> ScopedService::all_snapshots() {
+  std::vector<daemon::SnapshotInfo> all = TRY(inner_.all_snapshots());
+  std::erase_if(
+      all, [this](const daemon::SnapshotInfo& s) { return !principal_.allows_profile(s.profile); });
+  return all;
 }
 
 Result<daemon::SnapshotInfo> ScopedService::get_snapshot(const std::string& snap) {
@@ -557,63 +551,64 @@ Result<daemon::SnapshotInfo> ScopedService::get_snapshot(const std::string& snap
 }
 
 Result<void> ScopedService::delete_snapshot(const std::string& snap) {
-  json s = TRY(visible_snapshot(snap));
-  return inner_.delete_snapshot(s.value("id", snap));
+  daemon::SnapshotInfo s = TRY(visible_snapshot(snap));
+  return inner_.delete_snapshot(s.id);
 }
 
 Result<daemon::SandboxInfo> ScopedService::rollback(const std::string& id,
                                                     const std::string& snap) {
   TRY_VOID(visible(id, Missing::kSandbox));
-  json s = TRY(visible_snapshot(snap));
-  return inner_.rollback(id, s.value("id", snap));
+  daemon::SnapshotInfo s = TRY(visible_snapshot(snap));
+  return inner_.rollback(id, s.id);
 }
 
 Result<daemon::SandboxInfo> ScopedService::restore(const std::string& snap,
                                                    const std::optional<std::string>& profile) {
   // A visible snapshot is of a profile this token may use, so it may create there; a profile
   // named explicitly must be one too (the daemon then refuses any but the snapshot's own).
-  json s = TRY(visible_snapshot(snap));
+  daemon::SnapshotInfo s = TRY(visible_snapshot(snap));
   if (profile && !principal_.allows_profile(*profile))
     return fail(Code::kPermissionDenied, principal_.describe() + " may not use profile " +
                                              profile->substr(0, 64) + " (it is limited to " +
                                              join(principal_.token.profiles) + ")");
-  return inner_.restore(s.value("id", snap), profile);
+  return inner_.restore(s.id, profile);
 }
 
-Result<json> ScopedService::diff_since(const std::string& id, const std::string& snap) {
+Result<daemon::Diff> ScopedService::diff_since(const std::string& id, const std::string& snap) {
   TRY_VOID(visible(id, Missing::kSandbox));
-  json s = TRY(visible_snapshot(snap));
-  return inner_.diff_since(id, s.value("id", snap));
+  daemon::SnapshotInfo s = TRY(visible_snapshot(snap));
+  return inner_.diff_since(id, s.id);
 }
 
-Result<json> ScopedService::audit_events(const std::string& id, int64_t after, size_t limit) {
+Result<std::vector<daemon::AuditEvent>> ScopedService::audit_events(const std::string& id,
+                                                                    int64_t after, size_t limit) {
   TRY_VOID(visible(id, Missing::kAuditLog));
   return inner_.audit_events(id, after, limit);
 }
 
-Result<json> ScopedService::audit_verify(const std::string& id) {
+Result<daemon::AuditVerdict> ScopedService::audit_verify(const std::string& id) {
   TRY_VOID(visible(id, Missing::kAuditLog));
   return inner_.audit_verify(id);
 }
 
 // Images and the daemon itself are not per profile: the route's operation is the whole check.
-Result<json> ScopedService::import_image(const std::string& name,
-                                         const daemon::ChunkSource& source) {
+Result<daemon::ImageInfo> ScopedService::import_image(const std::string& name,
+                                                      const daemon::ChunkSource& source) {
   return inner_.import_image(name, source);
 }
-Result<json> ScopedService::list_images() { return inner_.list_images(); }
+Result<std::vector<daemon::ImageInfo>> ScopedService::list_images() { return inner_.list_images(); }
 Result<void> ScopedService::remove_image(const std::string& name) {
   return inner_.remove_image(name);
 }
-json ScopedService::health() {
+daemon::Health ScopedService::health() {
   // The sandbox count, too, is of the sandboxes this token can see.
-  json h = inner_.health();
-  if (auto l = list(); l && h.is_object() && h.contains("sandboxes")) h["sandboxes"] = l->size();
+  daemon::Health h = inner_.health();
+  if (auto l = list(); l) h.sandboxes = l->size();
   return h;
 }
 std::string ScopedService::metrics() { return inner_.metrics(); }
 json ScopedService::doctor() { return inner_.doctor(); }
-Result<json> ScopedService::drain() {
+Result<daemon::DrainResult> ScopedService::drain() {
   // A drain ends sandboxes of every profile: only a caller who sees them all may ask.
   return fail(Code::kPermissionDenied,
               principal_.describe() +

@@ -146,7 +146,7 @@ class ScopedService : public daemon::SandboxService {
   Result<void> destroy(const std::string& id, bool force, bool wait = true) override;
   Result<std::unique_ptr<daemon::ExecSession>> exec(const std::string& id,
                                                     const daemon::ExecRequest& req) override;
-  Result<nlohmann::json> processes(const std::string& id) override;
+  Result<std::vector<daemon::ProcessInfo>> processes(const std::string& id) override;
   Result<void> kill(const std::string& id, int pid, int sig) override;
   Result<std::shared_ptr<daemon::ExecLog>> exec_log(const std::string& id, int pid) override;
   Result<daemon::FileStat> stat(const std::string& id, const std::string& path) override;
@@ -163,34 +163,35 @@ class ScopedService : public daemon::SandboxService {
   Result<void> write_tar(const std::string& id, const std::string& path,
                          const daemon::ChunkSource& source) override;
   Result<void> remove(const std::string& id, const std::string& path, bool recursive) override;
-  Result<nlohmann::json> diff(const std::string& id) override;
+  Result<daemon::Diff> diff(const std::string& id) override;
   Result<void> pause(const std::string& id) override;
   Result<void> resume(const std::string& id) override;
   Result<daemon::SnapshotInfo> snapshot(const std::string& id,
                                         const daemon::SnapshotRequest& req) override;
-  Result<nlohmann::json> list_snapshots(const std::string& id) override;
-  Result<nlohmann::json> all_snapshots() override;
+  Result<std::vector<daemon::SnapshotInfo>> list_snapshots(const std::string& id) override;
+  Result<std::vector<daemon::SnapshotInfo>> all_snapshots() override;
   Result<daemon::SnapshotInfo> get_snapshot(const std::string& snap) override;
   Result<void> delete_snapshot(const std::string& snap) override;
   Result<daemon::SandboxInfo> rollback(const std::string& id, const std::string& snap) override;
   Result<daemon::SandboxInfo> restore(const std::string& snap,
                                       const std::optional<std::string>& profile) override;
-  Result<nlohmann::json> diff_since(const std::string& id, const std::string& snap) override;
-  Result<nlohmann::json> import_image(const std::string& name,
-                                      const daemon::ChunkSource& source) override;
-  Result<nlohmann::json> list_images() override;
+  Result<daemon::Diff> diff_since(const std::string& id, const std::string& snap) override;
+  Result<daemon::ImageInfo> import_image(const std::string& name,
+                                         const daemon::ChunkSource& source) override;
+  Result<std::vector<daemon::ImageInfo>> list_images() override;
   Result<void> remove_image(const std::string& name) override;
-  Result<nlohmann::json> build_image_vm(
+  Result<daemon::VmDiskInfo> build_image_vm(
       const std::string& name, const std::function<void(const std::string&)>& progress) override {
     return inner_.build_image_vm(name, progress);
   }
-  Result<nlohmann::json> audit_events(const std::string& id, int64_t after, size_t limit) override;
-  Result<nlohmann::json> audit_verify(const std::string& id) override;
-  nlohmann::json health() override;
+  Result<std::vector<daemon::AuditEvent>> audit_events(const std::string& id, int64_t after,
+                                                       size_t limit) override;
+  Result<daemon::AuditVerdict> audit_verify(const std::string& id) override;
+  daemon::Health health() override;
   std::string metrics() override;
   nlohmann::json doctor() override;
-  Result<nlohmann::json> node_info() override { return inner_.node_info(); }
-  Result<nlohmann::json> drain() override;
+  Result<daemon::NodeInfo> node_info() override { return inner_.node_info(); }
+  Result<daemon::DrainResult> drain() override;
 
  private:
   enum class Missing { kSandbox, kAuditLog };

@@ -4,6 +4,7 @@
 // build's progress stream ends with an "error" event (the build itself goes on and is cached,
 // as when a client leaves).
 #include "api/handlers.h"
+#include "api/views.h"
 
 namespace space::api::handlers {
 
@@ -16,12 +17,12 @@ Result<void> import_image(Exchange& ex, ApiContext& ctx) {
   auto image = ctx.service.import_image(name, body);
   if (refused) return fail(std::move(*refused).wrap("importing image " + name));
   if (!image) return fail(std::move(image.error()).wrap("importing image " + name));
-  return ex.respond_json(http::status::created, *image);
+  return ex.respond_json(http::status::created, to_json(*image));
 }
 
 Result<void> list_images(Exchange& ex, ApiContext& ctx) {
-  nlohmann::json images = TRY(ctx.service.list_images());
-  return ex.respond_json(http::status::ok, {{"images", std::move(images)}});
+  std::vector<daemon::ImageInfo> images = TRY(ctx.service.list_images());
+  return ex.respond_json(http::status::ok, {{"images", to_json(images)}});
 }
 
 Result<void> delete_image(Exchange& ex, ApiContext& ctx) {
@@ -72,7 +73,7 @@ Result<void> build_image_vm(Exchange& ex, ApiContext& ctx) {
     if (!streaming) return fail(std::move(e));
     emit({{"type", "error"}, {"error", error_body(e)["error"]}});
   } else {
-    emit({{"type", "done"}, {"disk", *disk}});
+    emit({{"type", "done"}, {"disk", to_json(*disk)}});
   }
   if (refused) return fail(std::move(*refused));
   if (broken) {

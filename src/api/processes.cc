@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "api/handlers.h"
+#include "api/views.h"
 #include "common/base64.h"
 
 namespace space::api::handlers {
@@ -67,8 +68,8 @@ Result<std::optional<double>> timeout_param(const Target& t) {
 
 Result<void> list_processes(Exchange& ex, ApiContext& ctx) {
   std::string id = TRY(sandbox_id(ex));
-  nlohmann::json procs = TRY(ctx.service.processes(id));
-  return ex.respond_json(http::status::ok, {{"processes", std::move(procs)}});
+  std::vector<daemon::ProcessInfo> procs = TRY(ctx.service.processes(id));
+  return ex.respond_json(http::status::ok, {{"processes", to_json(procs)}});
 }
 
 Result<void> kill_process(Exchange& ex, ApiContext& ctx) {

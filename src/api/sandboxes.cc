@@ -4,6 +4,7 @@
 
 #include "api/auth.h"
 #include "api/handlers.h"
+#include "api/views.h"
 
 namespace space::api::handlers {
 
@@ -17,20 +18,18 @@ Result<void> create_sandbox(Exchange& ex, ApiContext& ctx) {
   nlohmann::json body = TRY(ex.read_json(nlohmann::json::object()));
   daemon::CreateRequest req = TRY(parse_create_request(body));
   daemon::SandboxInfo info = TRY(ctx.service.create(req));
-  return ex.respond_json(http::status::created, info);
+  return ex.respond_json(http::status::created, to_json(info));
 }
 
 Result<void> list_sandboxes(Exchange& ex, ApiContext& ctx) {
   std::vector<daemon::SandboxInfo> list = TRY(ctx.service.list());
-  nlohmann::json arr = nlohmann::json::array();
-  for (auto& s : list) arr.push_back(std::move(s));
-  return ex.respond_json(http::status::ok, {{"sandboxes", std::move(arr)}});
+  return ex.respond_json(http::status::ok, {{"sandboxes", to_json(list)}});
 }
 
 Result<void> get_sandbox(Exchange& ex, ApiContext& ctx) {
   std::string id = TRY(sandbox_id(ex));
   daemon::SandboxInfo info = TRY(ctx.service.inspect(id));
-  return ex.respond_json(http::status::ok, info);
+  return ex.respond_json(http::status::ok, to_json(info));
 }
 
 Result<void> delete_sandbox(Exchange& ex, ApiContext& ctx) {
@@ -50,7 +49,7 @@ Result<void> set_sandbox_timeout(Exchange& ex, ApiContext& ctx) {
                 "sandbox then expires that long from now");
   double t = TRY(parse_duration_value(body["timeout"], "timeout"));
   daemon::SandboxInfo info = TRY(ctx.service.set_timeout(id, t));
-  return ex.respond_json(http::status::ok, info);
+  return ex.respond_json(http::status::ok, to_json(info));
 }
 
 Result<void> connect_port(Exchange& ex, ApiContext& ctx) {
@@ -74,14 +73,14 @@ Result<void> pause_sandbox(Exchange& ex, ApiContext& ctx) {
   std::string id = TRY(sandbox_id(ex));
   TRY_VOID(ctx.service.pause(id));
   daemon::SandboxInfo info = TRY(ctx.service.inspect(id));
-  return ex.respond_json(http::status::ok, info);
+  return ex.respond_json(http::status::ok, to_json(info));
 }
 
 Result<void> resume_sandbox(Exchange& ex, ApiContext& ctx) {
   std::string id = TRY(sandbox_id(ex));
   TRY_VOID(ctx.service.resume(id));
   daemon::SandboxInfo info = TRY(ctx.service.inspect(id));
-  return ex.respond_json(http::status::ok, info);
+  return ex.respond_json(http::status::ok, to_json(info));
 }
 
 // ?since=SNAP: against a snapshot (id or name) instead of the sandbox's creation.
@@ -89,12 +88,12 @@ Result<void> diff_sandbox(Exchange& ex, ApiContext& ctx) {
   std::string id = TRY(sandbox_id(ex));
   auto since = ex.target().query.find("since");
   if (since == ex.target().query.end()) {
-    nlohmann::json diff = TRY(ctx.service.diff(id));
-    return ex.respond_json(http::status::ok, diff);
+    daemon::Diff diff = TRY(ctx.service.diff(id));
+    return ex.respond_json(http::status::ok, to_json(diff));
   }
   TRY_VOID(check_snapshot_ref(since->second, "query parameter since"));
-  nlohmann::json diff = TRY(ctx.service.diff_since(id, since->second));
-  return ex.respond_json(http::status::ok, diff);
+  daemon::Diff diff = TRY(ctx.service.diff_since(id, since->second));
+  return ex.respond_json(http::status::ok, to_json(diff));
 }
 
 }  // namespace space::api::handlers

@@ -4,6 +4,7 @@
 // the caller may see a snapshot is the service's business (ScopedService for tokens); the
 // handlers only validate and render.
 #include "api/handlers.h"
+#include "api/views.h"
 
 namespace space::api::handlers {
 namespace {
@@ -15,9 +16,8 @@ Result<std::string> snapshot_ref(const Exchange& ex) {
   return snap;
 }
 
-nlohmann::json snapshot_list(nlohmann::json list) {
-  if (!list.is_array()) list = nlohmann::json::array();
-  return {{"snapshots", std::move(list)}};
+nlohmann::json snapshot_list(const std::vector<daemon::SnapshotInfo>& list) {
+  return {{"snapshots", to_json(list)}};
 }
 
 }  // namespace
@@ -27,13 +27,13 @@ Result<void> create_snapshot(Exchange& ex, ApiContext& ctx) {
   nlohmann::json body = TRY(ex.read_json(nlohmann::json::object()));
   daemon::SnapshotRequest req = TRY(parse_snapshot_request(body));
   daemon::SnapshotInfo info = TRY(ctx.service.snapshot(id, req));
-  return ex.respond_json(http::status::created, info);
+  return ex.respond_json(http::status::created, to_json(info));
 }
 
 Result<void> list_sandbox_snapshots(Exchange& ex, ApiContext& ctx) {
   std::string id = TRY(sandbox_id(ex));
-  nlohmann::json list = TRY(ctx.service.list_snapshots(id));
-  return ex.respond_json(http::status::ok, snapshot_list(std::move(list)));
+  std::vector<daemon::SnapshotInfo> list = TRY(ctx.service.list_snapshots(id));
+  return ex.respond_json(http::status::ok, snapshot_list(list));
 }
 
 Result<void> rollback_sandbox(Exchange& ex, ApiContext& ctx) {
@@ -41,18 +41,18 @@ Result<void> rollback_sandbox(Exchange& ex, ApiContext& ctx) {
   nlohmann::json body = TRY(ex.read_json(nlohmann::json::object()));
   std::string snap = TRY(parse_rollback_request(body));
   daemon::SandboxInfo info = TRY(ctx.service.rollback(id, snap));
-  return ex.respond_json(http::status::ok, info);
+  return ex.respond_json(http::status::ok, to_json(info));
 }
 
 Result<void> list_snapshots(Exchange& ex, ApiContext& ctx) {
-  nlohmann::json list = TRY(ctx.service.all_snapshots());
-  return ex.respond_json(http::status::ok, snapshot_list(std::move(list)));
+  std::vector<daemon::SnapshotInfo> list = TRY(ctx.service.all_snapshots());
+  return ex.respond_json(http::status::ok, snapshot_list(list));
 }
 
 Result<void> get_snapshot(Exchange& ex, ApiContext& ctx) {
   std::string snap = TRY(snapshot_ref(ex));
   daemon::SnapshotInfo info = TRY(ctx.service.get_snapshot(snap));
-  return ex.respond_json(http::status::ok, info);
+  return ex.respond_json(http::status::ok, to_json(info));
 }
 
 Result<void> delete_snapshot(Exchange& ex, ApiContext& ctx) {
@@ -66,7 +66,7 @@ Result<void> restore_snapshot(Exchange& ex, ApiContext& ctx) {
   nlohmann::json body = TRY(ex.read_json(nlohmann::json::object()));
   std::optional<std::string> profile = TRY(parse_restore_request(body));
   daemon::SandboxInfo info = TRY(ctx.service.restore(snap, profile));
-  return ex.respond_json(http::status::created, info);
+  return ex.respond_json(http::status::created, to_json(info));
 }
 
 }  // namespace space::api::handlers

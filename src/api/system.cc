@@ -5,12 +5,13 @@
 
 #include "api/handlers.h"
 #include "api/request.h"
+#include "api/views.h"
 
 namespace space::api::handlers {
 using nlohmann::json;
 
 Result<void> health(Exchange& ex, ApiContext& ctx) {
-  return ex.respond_json(http::status::ok, ctx.service.health());
+  return ex.respond_json(http::status::ok, to_json(ctx.service.health()));
 }
 
 Result<void> doctor(Exchange& ex, ApiContext& ctx) {
@@ -18,7 +19,7 @@ Result<void> doctor(Exchange& ex, ApiContext& ctx) {
 }
 
 Result<void> node_info(Exchange& ex, ApiContext& ctx) {
-  return ex.respond_json(http::status::ok, TRY(ctx.service.node_info()));
+  return ex.respond_json(http::status::ok, to_json(TRY(ctx.service.node_info())));
 }
 
 // POST /v1/node/drain[?exit=true]: the drain report; with exit, spaced then stops (SIGTERM to
@@ -26,7 +27,7 @@ Result<void> node_info(Exchange& ex, ApiContext& ctx) {
 Result<void> drain_node(Exchange& ex, ApiContext& ctx) {
   bool exit_after = TRY(parse_bool_param(ex.target(), "exit", false));
   (void)TRY(ex.read_body(0));
-  json report = TRY(ctx.service.drain());
+  json report = to_json(TRY(ctx.service.drain()));
   report["exiting"] = exit_after;
   auto r = ex.respond_json(http::status::ok, report);
   if (exit_after) ::kill(::getpid(), SIGTERM);

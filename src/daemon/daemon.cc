@@ -162,7 +162,8 @@ void Daemon::audit(const std::string& id, const std::string& kind, json data) {
                   r.error().message());
 }
 
-Result<json> Daemon::audit_events(const std::string& id, int64_t after, size_t limit) {
+Result<std::vector<AuditEvent>> Daemon::audit_events(const std::string& id, int64_t after,
+                                                     size_t limit) {
   TRY_VOID(audit_->flush(kAuditReadWait));
   auto events = TRY(audit_->read(id, after, limit));
   if (events.empty() && after == 0) {
@@ -170,24 +171,27 @@ Result<json> Daemon::audit_events(const std::string& id, int64_t after, size_t l
     if (!rec && !TRY(audit_->has_events(id)))
       return fail(Code::kNotFound, "no sandbox " + id + " (and no audit log for it)");
   }
-  json out = json::array();
-  for (auto& e : events) {
-    json j = e.to_json();
-    j["time"] = rfc3339(e.ts);
-    out.push_back(std::move(j));
-  }
+  std::vector<AuditEvent> out;
+  out.reserve(events.size());
+  for (auto& e : events)
+    out.push_back({.sandbox_id = std::move(e.sandbox_id),
+                   .seq = e.seq,
+                   .ts = e.ts,
+                   .kind = std::move(e.kind),
+                   // Invalid UTF-8 (a path, an argv) becomes U+FFFD, as json_text would.
+                   .data_json = e.data.dump(-1, ' ', false, json::error_handler_t::replace),
+                   .hash = std::move(e.hash)});
   return out;
 }
 
-Result<json> Daemon::audit_verify(const std::string& id) {
+Result<AuditVerdict> Daemon::audit_verify(const std::string& id) {
   TRY_VOID(audit_->flush(kAuditReadWait));
   if (!TRY(audit_->has_events(id)) && !TRY(store_->get_sandbox(id)))
     return fail(Code::kNotFound, "no sandbox " + id + " (and no audit log for it)");
   auto rep = TRY(audit_->verify(id));
-  json j = {{"ok", rep.ok}, {"events", rep.events}};
-  j["first_bad_seq"] = rep.first_bad_seq ? json(*rep.first_bad_seq) : json(nullptr);
-  if (!rep.problem.empty()) j["problem"] = rep.problem;
-  return j;
+  AuditVerdict v{.ok = rep.ok, .events = rep.events, .first_bad_seq = rep.first_bad_seq};
+  if (!rep.problem.empty()) v.problem = rep.problem;
+  return v;
 }
 
 Result<runtime::SandboxSpec> Daemon::spec_for(const SandboxRecord& rec) {
@@ -402,45 +406,38 @@ Result<SandboxInfo> Daemon::inspect(const std::string& id) {
 }
 
 SandboxInfo Daemon::info(const SandboxRecord& rec, const Sandbox* sb, bool usage) {
-  json j = {{"id", rec.id},
-            {"state", to_string(rec.state)},
-            {"runtime", rec.runtime},
-            {"image", rec.image},
-            {"profile", rec.profile},
-            {"created_at", rfc3339(rec.created_at)},
-            {"expires_at", rec.expires_at ? json(rfc3339(*rec.expires_at)) : json(nullptr)},
-            {"limits",
-             {{"memory", rec.spec.value("memory", uint64_t{0})},
-              {"cpus", rec.spec.value("cpus", 0.0)},
-              {"pids", rec.spec.value("pids", 0)},
-              {"disk", rec.spec.value("disk", uint64_t{0})}}},
-            {"workdir", rec.spec.value("workdir", std::string("/"))},
-            {"uid_base", rec.uid_base}};
-  json env = json::object();
+  SandboxInfo i;
+  i.id = rec.id;
+  i.state = rec.state;
+  i.runtime = rec.runtime;
+  i.image = rec.image;
+  i.profile = rec.profile;
+  i.created_at = rec.created_at;
+  i.expires_at = rec.expires_at;
+  i.limits = {.memory = rec.spec.value("memory", uint64_t{0}),
+              .cpus = rec.spec.value("cpus", 0.0),
+              .pids = rec.spec.value("pids", 0),
+              .disk = rec.spec.value("disk", uint64_t{0})};
+  i.workdir = rec.spec.value("workdir", std::string("/"));
+  i.uid_base = rec.uid_base;
   for (auto& kv : rec.spec.value("env", std::vector<std::string>{})) {
     auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    if (eq != std::string::npos) i.env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  j["env"] = env;
-  j["egress"] = {{"allow", rec.spec.value("allow", std::vector<std::string>{})},
-                 {"secrets", rec.spec.value("secrets", std::vector<std::string>{})}};
+  i.egress.allow = rec.spec.value("allow", std::vector<std::string>{});
+  i.egress.secrets = rec.spec.value("secrets", std::vector<std::string>{});
   if (rec.destroyed_at) {
-    j["destroyed_at"] = rfc3339(*rec.destroyed_at);
-    j["reason"] = rec.reason;
+    i.destroyed_at = rec.destroyed_at;
+    i.reason = rec.reason;
   }
   if (sb && sb->inst && !sb->destroyed) {
-    j["host_pid"] = sb->inst->agent_pid();
-    if (json d = sb->inst->details(); !d.is_null()) j["vm"] = std::move(d);
-    if (auto u = usage ? sb->inst->usage() : Result<runtime::Usage>(fail(Code::kUnavailable, ""));
-        u) {
-      j["usage"] = {{"memory_bytes", u->memory_bytes},
-                    {"memory_limit", u->memory_limit},
-                    {"oom_kills", u->oom_kills},
-                    {"pids", u->pids},
-                    {"cpu_usage_ns", u->cpu_usage_ns}};
-    }
+    i.host_pid = sb->inst->agent_pid();
+    if (json d = sb->inst->details(); !d.is_null())
+      i.vm_json = d.dump(-1, ' ', false, json::error_handler_t::replace);
+    if (usage)
+      if (auto u = sb->inst->usage(); u) i.usage = *u;
   }
-  return j;
+  return i;
 }
 
 Result<void> Daemon::destroy_sandbox(const std::shared_ptr<Sandbox>& sb,
@@ -599,23 +596,25 @@ void Daemon::reaper() {
   }
 }
 
-Result<nlohmann::json> Daemon::import_image(const std::string& name, const ChunkSource& source) {
-  auto rec = TRY(images_.import(name, source));
-  return json{{"name", rec.name},
-              {"kind", rec.kind},
-              {"created_at", rfc3339(rec.created_at)},
-              {"size_bytes", rec.size_bytes},
-              {"files", rec.files}};
+namespace {
+
+ImageInfo image_info(const ImageRecord& rec) {
+  return {.name = rec.name,
+          .kind = rec.kind,
+          .created_at = rec.created_at,
+          .size_bytes = rec.size_bytes,
+          .files = rec.files};
 }
 
-Result<nlohmann::json> Daemon::list_images() {
-  json out = json::array();
-  for (auto& rec : TRY(images_.list()))
-    out.push_back({{"name", rec.name},
-                   {"kind", rec.kind},
-                   {"created_at", rfc3339(rec.created_at)},
-                   {"size_bytes", rec.size_bytes},
-                   {"files", rec.files}});
+}  // namespace
+
+Result<ImageInfo> Daemon::import_image(const std::string& name, const ChunkSource& source) {
+  return image_info(TRY(images_.import(name, source)));
+}
+
+Result<std::vector<ImageInfo>> Daemon::list_images() {
+  std::vector<ImageInfo> out;
+  for (auto& rec : TRY(images_.list())) out.push_back(image_info(rec));
   return out;
 }
 
@@ -626,13 +625,13 @@ Result<void> Daemon::remove_image(const std::string& name) {
   return images_.remove(name);
 }
 
-Result<nlohmann::json> Daemon::build_image_vm(
-    const std::string& name, const std::function<void(const std::string&)>& progress) {
+Result<VmDiskInfo> Daemon::build_image_vm(const std::string& name,
+                                          const std::function<void(const std::string&)>& progress) {
   auto disk = TRY(images_.build_vm(name, cfg_.agent, progress));
-  return json{{"name", name},
-              {"path", disk.path.string()},
-              {"size_bytes", disk.size_bytes},
-              {"cached", disk.cached}};
+  return VmDiskInfo{.name = name,
+                    .path = disk.path.string(),
+                    .size_bytes = disk.size_bytes,
+                    .cached = disk.cached};
 }
 
 }  // namespace space::daemon

@@ -55,7 +55,7 @@ class Daemon : public SandboxService {
   Result<SandboxInfo> inspect(const std::string& id) override;
   Result<void> destroy(const std::string& id, bool force, bool wait = true) override;
   Result<std::unique_ptr<ExecSession>> exec(const std::string& id, const ExecRequest& req) override;
-  Result<nlohmann::json> processes(const std::string& id) override;
+  Result<std::vector<ProcessInfo>> processes(const std::string& id) override;
   Result<void> kill(const std::string& id, int pid, int sig) override;
   Result<std::shared_ptr<ExecLog>> exec_log(const std::string& id, int pid) override;
   Result<FileStat> stat(const std::string& id, const std::string& path) override;
@@ -71,30 +71,31 @@ class Daemon : public SandboxService {
   Result<void> write_tar(const std::string& id, const std::string& path,
                          const ChunkSource& source) override;
   Result<void> remove(const std::string& id, const std::string& path, bool recursive) override;
-  Result<nlohmann::json> diff(const std::string& id) override;
+  Result<Diff> diff(const std::string& id) override;
   Result<void> pause(const std::string& id) override;
   Result<void> resume(const std::string& id) override;
   Result<SnapshotInfo> snapshot(const std::string& id, const SnapshotRequest& req) override;
-  Result<nlohmann::json> list_snapshots(const std::string& id) override;
-  Result<nlohmann::json> all_snapshots() override;
+  Result<std::vector<SnapshotInfo>> list_snapshots(const std::string& id) override;
+  Result<std::vector<SnapshotInfo>> all_snapshots() override;
   Result<SnapshotInfo> get_snapshot(const std::string& snap) override;
   Result<void> delete_snapshot(const std::string& snap) override;
   Result<SandboxInfo> rollback(const std::string& id, const std::string& snap) override;
   Result<SandboxInfo> restore(const std::string& snap,
                               const std::optional<std::string>& profile) override;
-  Result<nlohmann::json> diff_since(const std::string& id, const std::string& snap) override;
-  Result<nlohmann::json> import_image(const std::string& name, const ChunkSource& source) override;
-  Result<nlohmann::json> list_images() override;
+  Result<Diff> diff_since(const std::string& id, const std::string& snap) override;
+  Result<ImageInfo> import_image(const std::string& name, const ChunkSource& source) override;
+  Result<std::vector<ImageInfo>> list_images() override;
   Result<void> remove_image(const std::string& name) override;
-  Result<nlohmann::json> build_image_vm(
+  Result<VmDiskInfo> build_image_vm(
       const std::string& name, const std::function<void(const std::string&)>& progress) override;
-  Result<nlohmann::json> audit_events(const std::string& id, int64_t after, size_t limit) override;
-  Result<nlohmann::json> audit_verify(const std::string& id) override;
-  nlohmann::json health() override;
+  Result<std::vector<AuditEvent>> audit_events(const std::string& id, int64_t after,
+                                               size_t limit) override;
+  Result<AuditVerdict> audit_verify(const std::string& id) override;
+  Health health() override;
   std::string metrics() override;
   nlohmann::json doctor() override;
-  Result<nlohmann::json> node_info() override;
-  Result<nlohmann::json> drain() override;
+  Result<NodeInfo> node_info() override;
+  Result<DrainResult> drain() override;
   bool draining() const { return draining_.load(); }
   // Set once shutdown() starts closing agent channels: an exec stream cut then was cut by the
   // shutdown, not lost (its audit event says so).

@@ -5,7 +5,7 @@
 //  * microVMs: the upper layer is a directory on the VM's own ext4 disk, which the host never
 //    mounts. The agent syncs the guest's file system, the runtime stops the VM, and a confined
 //    space-upper-reader lists the disk's `upper` (runtime/vm_diff.h).
-// Both give UpperEntry lists that classify() turns into {"added","changed","deleted"}: a
+// Both give UpperEntry lists that classify() turns into a Diff (added, changed, deleted): a
 // whiteout is a deletion; a directory is added if the image lacks it and changed if it is
 // opaque (its lower contents hidden); anything else is changed if the image has it, else added.
 // What the daemon or the runtime made at creation (the `installed` record) is not a change.
@@ -86,7 +86,7 @@ Result<std::vector<UpperEntry>> walk_host_upper(int upper_fd) {
   return out;
 }
 
-json classify(const std::vector<UpperEntry>& entries,
+Diff classify(const std::vector<UpperEntry>& entries,
               const std::function<bool(const std::string&)>& in_lower, const json& installed) {
   std::set<std::string> added, changed, deleted;
   for (const UpperEntry& e : entries) {
@@ -112,13 +112,13 @@ json classify(const std::vector<UpperEntry>& entries,
       (existed ? changed : added).insert(abs);
     }
   }
-  auto list = [](const std::set<std::string>& s) { return json(std::vector(s.begin(), s.end())); };
-  return json{{"added", list(added)}, {"changed", list(changed)}, {"deleted", list(deleted)}};
+  auto list = [](const std::set<std::string>& s) { return std::vector(s.begin(), s.end()); };
+  return Diff{.added = list(added), .changed = list(changed), .deleted = list(deleted)};
 }
 
 }  // namespace
 
-Result<json> Daemon::diff(const std::string& id) {
+Result<Diff> Daemon::diff(const std::string& id) {
   auto sb = TRY(live(id));
   std::vector<UpperEntry> entries;
   std::set<std::string> lower_extras;

@@ -386,24 +386,30 @@ Result<std::shared_ptr<ExecLog>> Daemon::exec_log(const std::string& id, int pid
   return std::shared_ptr<ExecLog>(std::move(log));
 }
 
-Result<json> Daemon::processes(const std::string& id) {
+Result<std::vector<ProcessInfo>> Daemon::processes(const std::string& id) {
   auto sb = TRY(running(id));
   auto r = TRY_CTX(sb->conn->request({{"op", "ps"}}), "listing processes of " + id);
   if (!r.contains("processes") || !r["processes"].is_array())
     return fail(Code::kProtocol, "the agent sent a malformed process list");
-  json out = json::array();
+  // The agent's list is untrusted input: malformed entries are skipped, fields it got wrong
+  // are null.
+  auto integer = [](const json& p, const char* k) -> std::optional<int64_t> {
+    if (!p.contains(k) || !p[k].is_number_integer()) return std::nullopt;
+    return p[k].get<int64_t>();
+  };
+  std::vector<ProcessInfo> out;
   for (auto& p : r["processes"]) {
     if (!p.is_object() || !p.contains("pid") || !p["pid"].is_number_integer()) continue;
-    json q = {{"pid", p["pid"]}};
-    for (const char* k : {"ppid", "uid"})
-      q[k] = p.contains(k) && p[k].is_number_integer() ? p[k] : json(nullptr);
-    q["state"] = p.contains("state") && p["state"].is_string() ? p["state"] : json("?");
-    q["argv"] = json::array();
+    ProcessInfo q{.pid = p["pid"].get<int64_t>(),
+                  .ppid = integer(p, "ppid"),
+                  .uid = integer(p, "uid"),
+                  .state = p.contains("state") && p["state"].is_string()
+                               ? p["state"].get<std::string>()
+                               : "?",
+                  .stream = integer(p, "stream")};
     if (p.contains("argv") && p["argv"].is_array())
       for (auto& a : p["argv"])
-        if (a.is_string()) q["argv"].push_back(a.get<std::string>().substr(0, 4096));
-    q["stream"] =
-        p.contains("stream") && p["stream"].is_number_integer() ? p["stream"] : json(nullptr);
+        if (a.is_string()) q.argv.push_back(a.get<std::string>().substr(0, 4096));
     out.push_back(std::move(q));
     if (out.size() >= 100000) break;
   }

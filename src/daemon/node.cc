@@ -38,48 +38,37 @@ bool node_kvm_usable(const Daemon::Runtimes& runtimes) {
 
 }  // namespace
 
-Result<json> Daemon::node_info() {
-  double cpus_allocated = 0;
-  uint64_t mem_allocated = 0;
-  size_t running = 0, paused = 0;
+Result<NodeInfo> Daemon::node_info() {
+  NodeInfo n{.name = cfg_.node.name,
+             .url = cfg_.node.url,
+             .labels = cfg_.node.labels,
+             .draining = draining_.load(),
+             .kvm = node_kvm_usable(runtimes_),
+             .version = SPACE_VERSION};
   for (auto& sb : registry_.all()) {
-    (sb->paused ? paused : running)++;
-    cpus_allocated += sb->rec.spec.value("cpus", 0.0);
-    mem_allocated += sb->rec.spec.value("memory", uint64_t{0});
+    (sb->paused ? n.sandboxes.paused : n.sandboxes.running)++;
+    n.cpus.allocated += sb->rec.spec.value("cpus", 0.0);
+    n.memory.allocated_bytes += sb->rec.spec.value("memory", uint64_t{0});
   }
+  n.sandboxes.max = cfg_.max_sandboxes;
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  json rts = json::array();
-  for (auto& [name, rt] : runtimes_) rts.push_back(name);
-  json warm = json::array();
-  for (auto& p : pool_report())
-    warm.push_back({{"runtime", p["runtime"]},
-                    {"image", p["image"]},
-                    {"profile", p["profile"]},
-                    {"memory", p["memory"]},
-                    {"cpus", p["cpus"]},
-                    {"ready", p["ready"]}});
-  json labels = json::object();
-  for (auto& [k, v] : cfg_.node.labels) labels[k] = v;
-  return json{
-      {"name", cfg_.node.name},
-      {"url", cfg_.node.url},
-      {"labels", labels},
-      {"draining", draining_.load()},
-      {"runtimes", rts},
-      {"kvm", node_kvm_usable(runtimes_)},
-      {"cpus", json{{"total", cpus > 0 ? cpus : 0L}, {"allocated", cpus_allocated}}},
-      {"memory", json{{"total_bytes", pages > 0 && page > 0 ? static_cast<uint64_t>(pages) *
-                                                                  static_cast<uint64_t>(page)
-                                                            : 0},
-                      {"allocated_bytes", mem_allocated}}},
-      {"sandboxes", json{{"running", running}, {"paused", paused}, {"max", cfg_.max_sandboxes}}},
-      {"warm", warm},
-      {"snapshot_store", cfg_.cluster.store.empty() ? json(nullptr) : json(cfg_.cluster.store)},
-      {"version", SPACE_VERSION}};
+  n.cpus.total = cpus > 0 ? cpus : 0;
+  if (pages > 0 && page > 0)
+    n.memory.total_bytes = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+  for (auto& [name, rt] : runtimes_) n.runtimes.push_back(name);
+  for (auto& p : pools_.status())
+    n.warm.push_back({.runtime = p.t.runtime,
+                      .image = p.t.image,
+                      .profile = p.t.profile,
+                      .memory = p.t.limits.memory_bytes,
+                      .cpus = p.t.limits.cpus,
+                      .ready = p.ready});
+  if (!cfg_.cluster.store.empty()) n.snapshot_store = cfg_.cluster.store;
+  return n;
 }
 
-Result<json> Daemon::drain() {
+Result<DrainResult> Daemon::drain() {
   bool was = draining_.exchange(true);
   spdlog::info("node {}: draining{}", cfg_.node.name.empty() ? "(unnamed)" : cfg_.node.name,
                was ? " (again)" : "");
@@ -87,10 +76,9 @@ Result<json> Daemon::drain() {
   pools_.stop();  // warm sandboxes are not work: dropped, not snapshotted
   std::vector<std::string> ids;
   for (auto& sb : registry_.all()) ids.push_back(sb->rec.id);
-  json out = json::array();
-  size_t left = 0;
+  DrainResult out{.node = cfg_.node.name};
   for (const std::string& id : ids) {
-    json item = {{"id", id}};
+    DrainResult::Item item{.id = id};
     auto sb = live(id);
     if (!sb) continue;  // went away meanwhile
     Result<std::optional<SnapshotRecord>> rec = [&]() -> Result<std::optional<SnapshotRecord>> {
@@ -99,38 +87,37 @@ Result<json> Daemon::drain() {
       return take_snapshot(**sb, "manual", "");
     }();
     if (!rec) {
-      item["error"] = rec.error().message();
-      item["destroyed"] = false;
-      ++left;
+      item.error = rec.error().message();
+      ++out.left_running;
       spdlog::warn("drain: sandbox {} left running: {}", id, rec.error().message());
-      out.push_back(std::move(item));
+      out.sandboxes.push_back(std::move(item));
       continue;
     }
     if (!*rec) continue;  // destroyed meanwhile
-    item["snapshot"] = (*rec)->id;
+    item.snapshot = (*rec)->id;
     if (!cfg_.cluster.store.empty()) {
       auto pushed = push_to_cluster(**rec);
-      item["pushed"] = static_cast<bool>(pushed);
+      item.pushed = static_cast<bool>(pushed);
       if (!pushed) {
         // Destroying it now would lose it: the snapshot is on this node only.
-        item["error"] = pushed.error().message();
-        item["destroyed"] = false;
-        ++left;
+        item.error = pushed.error().message();
+        ++out.left_running;
         spdlog::warn("drain: sandbox {} left running: {}", id, pushed.error().message());
-        out.push_back(std::move(item));
+        out.sandboxes.push_back(std::move(item));
         continue;
       }
     }
     auto gone = destroy_sandbox(*sb, "drained: its files are in snapshot " + (*rec)->id);
-    item["destroyed"] = static_cast<bool>(gone);
+    item.destroyed = static_cast<bool>(gone);
     if (!gone) {
-      item["error"] = gone.error().message();
-      ++left;
+      item.error = gone.error().message();
+      ++out.left_running;
     }
-    out.push_back(std::move(item));
+    out.sandboxes.push_back(std::move(item));
   }
-  spdlog::info("node {}: drained {} sandboxes, {} left", cfg_.node.name, out.size() - left, left);
-  return json{{"node", cfg_.node.name}, {"sandboxes", out}, {"left_running", left}};
+  spdlog::info("node {}: drained {} sandboxes, {} left", cfg_.node.name,
+               out.sandboxes.size() - out.left_running, out.left_running);
+  return out;
 }
 
 }  // namespace space::daemon

@@ -22,10 +22,13 @@ namespace space::daemon {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-json Daemon::health() {
-  size_t n = registry_.size();
-  return {{"status", "ok"}, {"version", SPACE_VERSION},          {"draining", draining_.load()},
-          {"sandboxes", n}, {"uptime_s", now_s() - started_at_}, {"pid", ::getpid()}};
+Health Daemon::health() {
+  return {.status = "ok",
+          .version = SPACE_VERSION,
+          .draining = draining_.load(),
+          .sandboxes = registry_.size(),
+          .uptime_s = now_s() - started_at_,
+          .pid = ::getpid()};
 }
 
 std::string Daemon::metrics() {

@@ -146,9 +146,10 @@ Result<SandboxInfo> Daemon::rollback(const std::string& id, const std::string& s
     metrics_.rollbacks++;
     spdlog::info("sandbox {}: rolled back to {} (the state before is {})", id, rec.id, saved->id);
     SandboxInfo out = info(fresh->rec, fresh.get());
-    out["rollback"] = {{"snapshot", rec.id},
-                       {"saved_as", saved->id},
-                       {"processes", machine_snapshots(rec.runtime) ? "resumed" : "restarted"}};
+    out.rollback = SandboxInfo::Rollback{
+        .snapshot = rec.id,
+        .saved_as = saved->id,
+        .processes = machine_snapshots(rec.runtime) ? "resumed" : "restarted"};
     return out;
   }
   spdlog::error("rollback of {} to {} failed: {}; going back to {}", id, rec.id,

@@ -1,7 +1,8 @@
 // The sandbox service: everything the REST API (src/api) can ask of the daemon. The API layer
 // parses and validates HTTP requests into these types, calls the service, and renders results
-// and errors; the daemon (src/daemon/daemon.cc) implements it. Keeping the interface here lets
-// the API be tested against a test double and lets a second front end (gRPC, say) reuse it.
+// and errors; the daemon (src/daemon/daemon.cc) implements it. Results are typed structs
+// (views.h); their JSON is made in src/api/views.cc, once. Keeping the interface here lets the
+// API be tested against a test double and lets a second front end (gRPC, say) reuse it.
 #pragma once
 
 #include <array>
@@ -17,6 +18,7 @@
 
 #include "common/error.h"
 #include "common/fd.h"
+#include "daemon/views.h"
 #include "runtime/runtime.h"
 
 namespace space::daemon {
@@ -41,10 +43,6 @@ struct CreateRequest {
   // profile's default ("snapshot_every" in the config); 0 = never.
   std::optional<double> snapshot_every_s;
 };
-
-// A sandbox as the API shows it (GET /v1/sandboxes/{id}). JSON shape documented in
-// api/openapi.yaml (schema Sandbox).
-using SandboxInfo = nlohmann::json;
 
 struct ExecRequest {
   std::vector<std::string> argv;    // non-empty
@@ -167,14 +165,6 @@ struct SnapshotRequest {
   std::string name;  // "" = unnamed
 };
 
-// A snapshot as the API shows it (schema Snapshot in api/openapi.yaml):
-//   {"id": "snap_<hex>", "sandbox", "profile", "name" (null if unnamed),
-//    "kind": "manual" | "scheduled" | "exec" | "rollback" (taken just before a rollback),
-//    "created_at", "expires_at" (when retention will drop it; null = never),
-//    "parent" (id or null), "runtime", "image", "files", "logical_bytes", "new_bytes",
-//    "reused_files", "contents": "filesystem", "processes": "restarted", "skipped": [...]}
-using SnapshotInfo = nlohmann::json;
-
 class SandboxService {
  public:
   virtual ~SandboxService() = default;
@@ -196,8 +186,8 @@ class SandboxService {
 
   virtual Result<std::unique_ptr<ExecSession>> exec(const std::string& id,
                                                     const ExecRequest& req) = 0;
-  // Processes inside the sandbox (JSON array, schema Process in the OpenAPI file).
-  virtual Result<nlohmann::json> processes(const std::string& id) = 0;
+  // Processes inside the sandbox.
+  virtual Result<std::vector<ProcessInfo>> processes(const std::string& id) = 0;
   virtual Result<void> kill(const std::string& id, int pid, int sig) = 0;
   // The kept output and end of the detached command `pid` (ExecRequest::detach).
   virtual Result<std::shared_ptr<ExecLog>> exec_log(const std::string& id, int pid) {
@@ -224,9 +214,8 @@ class SandboxService {
                                  const ChunkSource& source) = 0;
   virtual Result<void> remove(const std::string& id, const std::string& path, bool recursive) = 0;
 
-  // Files added, changed and deleted since creation (JSON object {"added":[],"changed":[],
-  // "deleted":[]} of absolute paths, sorted).
-  virtual Result<nlohmann::json> diff(const std::string& id) = 0;
+  // Files added, changed and deleted since creation.
+  virtual Result<Diff> diff(const std::string& id) = 0;
 
   virtual Result<void> pause(const std::string& id) = 0;
   virtual Result<void> resume(const std::string& id) = 0;
@@ -238,12 +227,12 @@ class SandboxService {
   virtual Result<SnapshotInfo> snapshot(const std::string& id, const SnapshotRequest& req) {
     return fail(Code::kUnimplemented, "this service keeps no snapshots");
   }
-  // The snapshots of a sandbox, live or destroyed, newest first (JSON array of Snapshot).
-  virtual Result<nlohmann::json> list_snapshots(const std::string& id) {
+  // The snapshots of a sandbox, live or destroyed, newest first.
+  virtual Result<std::vector<SnapshotInfo>> list_snapshots(const std::string& id) {
     return fail(Code::kUnimplemented, "this service keeps no snapshots");
   }
-  // Every snapshot the service keeps, newest first (JSON array of Snapshot).
-  virtual Result<nlohmann::json> all_snapshots() {
+  // Every snapshot the service keeps, newest first.
+  virtual Result<std::vector<SnapshotInfo>> all_snapshots() {
     return fail(Code::kUnimplemented, "this service keeps no snapshots");
   }
   virtual Result<SnapshotInfo> get_snapshot(const std::string& snap) {
@@ -254,60 +243,60 @@ class SandboxService {
   }
   // Puts a live sandbox back to a snapshot of the same profile and image, in place under the
   // same id: its processes are stopped, its writable layer replaced, its agent restarted.
-  // Returns the sandbox (SandboxInfo) with "rollback": {"snapshot", "saved_as"}, where
-  // saved_as is the snapshot of the state just before the rollback (null if none was taken).
+  // Returns the sandbox with its `rollback` set: the snapshot rolled back to and the one
+  // saved of the state just before.
   virtual Result<SandboxInfo> rollback(const std::string& id, const std::string& snap) {
     return fail(Code::kUnimplemented, "this service keeps no snapshots");
   }
   // A new sandbox of the snapshot's profile, image and settings, holding its files. `profile`,
   // if set, must be the snapshot's own (a snapshot never restores into another profile).
+  // Returns the new sandbox with its `restored_from` set.
   virtual Result<SandboxInfo> restore(const std::string& snap,
                                       const std::optional<std::string>& profile) {
     return fail(Code::kUnimplemented, "this service keeps no snapshots");
   }
   // Like diff(), but against a snapshot of the sandbox's profile instead of its creation.
-  virtual Result<nlohmann::json> diff_since(const std::string& id, const std::string& snap) {
+  virtual Result<Diff> diff_since(const std::string& id, const std::string& snap) {
     return fail(Code::kUnimplemented, "this service keeps no snapshots");
   }
 
   // Images. import_image reads a tar archive (plain, gzip, xz or zstd) of a root filesystem.
-  virtual Result<nlohmann::json> import_image(const std::string& name,
-                                              const ChunkSource& source) = 0;
-  virtual Result<nlohmann::json> list_images() = 0;  // JSON array, schema Image
+  virtual Result<ImageInfo> import_image(const std::string& name, const ChunkSource& source) = 0;
+  virtual Result<std::vector<ImageInfo>> list_images() = 0;
   virtual Result<void> remove_image(const std::string& name) = 0;
   // Builds (or reuses) the image's ext4 disk for VM runtimes (Images::build_vm); `progress`
-  // gets one line per step, on the calling thread. Returns {"name", "path", "size_bytes",
-  // "cached"}.
-  virtual Result<nlohmann::json> build_image_vm(
+  // gets one line per step, on the calling thread.
+  virtual Result<VmDiskInfo> build_image_vm(
       const std::string& name, const std::function<void(const std::string&)>& progress) {
     return fail(Code::kUnimplemented, "building VM disks is not supported by this service");
   }
 
   // The audit log of a sandbox, live or destroyed (docs/audit.md): events with seq > after,
-  // oldest first, at most `limit` (JSON array of schema AuditEvent); and a verification of
-  // its hash chain ({"ok","events","first_bad_seq","problem"}). Services without an audit log
-  // answer kUnimplemented.
-  virtual Result<nlohmann::json> audit_events(const std::string& id, int64_t after, size_t limit) {
+  // oldest first, at most `limit`; and a verification of its hash chain. Services without an
+  // audit log answer kUnimplemented.
+  virtual Result<std::vector<AuditEvent>> audit_events(const std::string& id, int64_t after,
+                                                       size_t limit) {
     return fail(Code::kUnimplemented, "this service keeps no audit log");
   }
-  virtual Result<nlohmann::json> audit_verify(const std::string& id) {
+  virtual Result<AuditVerdict> audit_verify(const std::string& id) {
     return fail(Code::kUnimplemented, "this service keeps no audit log");
   }
 
-  virtual nlohmann::json health() = 0;
+  virtual Health health() = 0;
   virtual std::string metrics() = 0;  // Prometheus text exposition format
+  // The one result left as JSON: a free-form report assembled from each runtime's doctor() JSON.
   virtual nlohmann::json doctor() = 0;
 
   // This host as a cluster node (docs/cluster.md, GET /v1/node): name, url, labels, draining,
   // runtimes, kvm, cpus/memory allocated and total, sandboxes running and max, warm sandboxes
-  // per template (schema Node).
-  virtual Result<nlohmann::json> node_info() {
+  // per template.
+  virtual Result<NodeInfo> node_info() {
     return fail(Code::kUnimplemented, "this service is not a cluster node");
   }
   // Stops admitting creates and restores, snapshots every sandbox (pushing each to the shared
-  // store when one is configured) and destroys it; answers what became of each (schema
-  // DrainReport). Sandboxes that could not be snapshotted are left running and listed.
-  virtual Result<nlohmann::json> drain() {
+  // store when one is configured) and destroys it; answers what became of each. Sandboxes
+  // that could not be snapshotted are left running and listed.
+  virtual Result<DrainResult> drain() {
     return fail(Code::kUnimplemented, "this service is not a cluster node");
   }
 };

@@ -89,24 +89,26 @@ bool Daemon::machine_snapshots(const std::string& runtime) const {
 }
 
 SnapshotInfo Daemon::snapshot_info(const SnapshotRecord& r) const {
-  double deadline = retention_deadline(r.kind == "manual", r.created_at, cfg_.snapshots);
-  return {{"id", r.id},
-          {"sandbox", r.sandbox_id},
-          {"profile", r.profile},
-          {"name", r.name.empty() ? json(nullptr) : json(r.name)},
-          {"kind", r.kind},
-          {"created_at", rfc3339(r.created_at)},
-          {"expires_at", rfc3339(deadline)},
-          {"parent", r.parent.empty() ? json(nullptr) : json(r.parent)},
-          {"runtime", r.runtime},
-          {"image", r.image},
-          {"files", r.files},
-          {"logical_bytes", r.logical_bytes},
-          {"new_bytes", r.new_bytes},
-          {"reused_files", r.reused_files},
-          {"contents", machine_snapshots(r.runtime) ? "machine" : "filesystem"},
-          {"processes", machine_snapshots(r.runtime) ? "resumed" : "restarted"},
-          {"skipped", r.skipped}};
+  const bool machine = machine_snapshots(r.runtime);
+  SnapshotInfo i{.id = r.id,
+                 .sandbox = r.sandbox_id,
+                 .profile = r.profile,
+                 .kind = r.kind,
+                 .created_at = r.created_at,
+                 .expires_at = retention_deadline(r.kind == "manual", r.created_at, cfg_.snapshots),
+                 .runtime = r.runtime,
+                 .image = r.image,
+                 .files = r.files,
+                 .logical_bytes = r.logical_bytes,
+                 .new_bytes = r.new_bytes,
+                 .reused_files = r.reused_files,
+                 .contents = machine ? "machine" : "filesystem",
+                 .processes = machine ? "resumed" : "restarted"};
+  if (!r.name.empty()) i.name = r.name;
+  if (!r.parent.empty()) i.parent = r.parent;
+  for (auto& s : r.skipped)
+    if (s.is_string()) i.skipped.push_back(s.get<std::string>());
+  return i;
 }
 
 Result<std::optional<SnapshotRecord>> Daemon::take_snapshot(Sandbox& sb, const std::string& kind,
@@ -335,17 +337,17 @@ Result<SnapshotInfo> Daemon::snapshot(const std::string& id, const SnapshotReque
   return snapshot_info(*rec);
 }
 
-Result<json> Daemon::list_snapshots(const std::string& id) {
+Result<std::vector<SnapshotInfo>> Daemon::list_snapshots(const std::string& id) {
   if (!TRY(store_->get_sandbox(id)) && TRY(store_->snapshots(id, "")).empty())
     return fail(Code::kNotFound,
                 "unknown sandbox " + id.substr(0, 80) + "; `space ls` lists sandboxes");
-  json out = json::array();
+  std::vector<SnapshotInfo> out;
   for (auto& r : TRY(store_->snapshots(id, ""))) out.push_back(snapshot_info(r));
   return out;
 }
 
-Result<json> Daemon::all_snapshots() {
-  json out = json::array();
+Result<std::vector<SnapshotInfo>> Daemon::all_snapshots() {
+  std::vector<SnapshotInfo> out;
   for (auto& r : TRY(store_->snapshots("", ""))) out.push_back(snapshot_info(r));
   return out;
 }
@@ -363,7 +365,7 @@ Result<void> Daemon::delete_snapshot(const std::string& snap) {
   return {};
 }
 
-Result<json> Daemon::diff_since(const std::string& id, const std::string& snap) {
+Result<Diff> Daemon::diff_since(const std::string& id, const std::string& snap) {
   auto sb = TRY(live(id));
   auto rec = TRY(find_snapshot(snap, ""));
   if (rec.profile != sb->rec.profile)
@@ -390,7 +392,8 @@ Result<json> Daemon::diff_since(const std::string& id, const std::string& snap) 
     (!in_snapshot.count(p) && in_lower(p) ? changed : added).push_back(p);
   std::erase_if(changed, [](const std::string& p) { return kInstalled.count(p) > 0; });
   std::sort(changed.begin(), changed.end());
-  return json{{"added", added}, {"changed", changed}, {"deleted", deleted}};
+  return Diff{
+      .added = std::move(added), .changed = std::move(changed), .deleted = std::move(deleted)};
 }
 
 Result<SandboxInfo> Daemon::restore(const std::string& snap,
@@ -438,7 +441,7 @@ Result<SandboxInfo> Daemon::restore(const std::string& snap,
   auto info = TRY_CTX(create_sandbox(req, populate, {{"from_snapshot", rec.id}}),
                       "restoring snapshot " + rec.id);
   metrics_.restores++;
-  info["restored_from"] = rec.id;
+  info.restored_from = rec.id;
   return info;
 }
 

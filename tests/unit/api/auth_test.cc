@@ -259,9 +259,9 @@ TEST(ScopedService, OtherProfilesDoNotExist) {
   FakeService fake;
   daemon::CreateRequest live;
   live.profile = "live";
-  std::string live_id = fake.create(live)->value("id", "");
+  std::string live_id = fake.create(live)->id;
   daemon::CreateRequest test;
-  std::string test_id = fake.create(test)->value("id", "");
+  std::string test_id = fake.create(test)->id;
 
   Principal p = token_principal({"test"}, {"read"});
   ScopedService scoped(fake, p);
@@ -273,7 +273,7 @@ TEST(ScopedService, OtherProfilesDoNotExist) {
 
   auto list = scoped.list();
   ASSERT_TRUE(list);
-  for (const auto& s : *list) EXPECT_EQ(s["profile"], "test");
+  for (const auto& s : *list) EXPECT_EQ(s.profile, "test");
   EXPECT_EQ(list->size(), 2u);
 
   EXPECT_TRUE(scoped.inspect(test_id));
@@ -293,19 +293,19 @@ TEST(ScopedService, OtherProfilesDoNotExist) {
   }
   EXPECT_FALSE(scoped.exec(live_id, daemon::ExecRequest{{"echo"}}));
   EXPECT_FALSE(scoped.diff(live_id));
-  EXPECT_EQ(fake.inspect(live_id)->value("state", ""), "running") << "nothing reached it";
+  EXPECT_EQ(fake.inspect(live_id)->state, daemon::SandboxState::kRunning) << "nothing reached it";
 }
 
 TEST(ScopedService, SnapshotsOfOtherProfilesDoNotExist) {
   FakeService fake;
   daemon::CreateRequest live;
   live.profile = "live";
-  std::string live_id = fake.create(live)->value("id", "");
-  std::string test_id = fake.create(daemon::CreateRequest{})->value("id", "");
+  std::string live_id = fake.create(live)->id;
+  std::string test_id = fake.create(daemon::CreateRequest{})->id;
   // The same name in both profiles: the token must find its own, never the other.
-  std::string live_snap = fake.snapshot(live_id, {"base"})->value("id", "");
-  std::string live_only = fake.snapshot(live_id, {"live-only"})->value("id", "");
-  std::string test_snap = fake.snapshot(test_id, {"base"})->value("id", "");
+  std::string live_snap = fake.snapshot(live_id, {"base"})->id;
+  std::string live_only = fake.snapshot(live_id, {"live-only"})->id;
+  std::string test_snap = fake.snapshot(test_id, {"base"})->id;
 
   Principal p = token_principal({"test"}, {"read", "create", "lifecycle"});
   ScopedService scoped(fake, p);
@@ -333,11 +333,11 @@ TEST(ScopedService, SnapshotsOfOtherProfilesDoNotExist) {
   // By name, the token's own snapshot.
   auto own = scoped.get_snapshot("base");
   ASSERT_TRUE(own) << own.error().message();
-  EXPECT_EQ((*own)["id"], test_snap);
+  EXPECT_EQ(own->id, test_snap);
   auto all = scoped.all_snapshots();
   ASSERT_TRUE(all);
-  ASSERT_EQ(all->size(), 1u) << all->dump();
-  EXPECT_EQ((*all)[0]["id"], test_snap);
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ((*all)[0].id, test_snap);
   EXPECT_EQ(fake.all_snapshots()->size(), 3u);
 
   // Sandboxes: the live one's snapshots cannot be listed, taken or rolled back.
@@ -355,7 +355,8 @@ TEST(ScopedService, SnapshotsOfOtherProfilesDoNotExist) {
   EXPECT_EQ(scoped.list_snapshots(test_id)->size(), 1u);
   auto rb = scoped.rollback(test_id, "base");
   ASSERT_TRUE(rb) << rb.error().message();
-  EXPECT_EQ((*rb)["rollback"]["snapshot"], test_snap);
+  ASSERT_TRUE(rb->rollback);
+  EXPECT_EQ(rb->rollback->snapshot, test_snap);
   EXPECT_TRUE(scoped.diff_since(test_id, "base"));
   auto into_live = scoped.restore("base", "live");
   ASSERT_FALSE(into_live);
@@ -363,7 +364,7 @@ TEST(ScopedService, SnapshotsOfOtherProfilesDoNotExist) {
   EXPECT_NE(into_live.error().message().find("may not use profile live"), std::string::npos);
   auto restored = scoped.restore("base", std::nullopt);
   ASSERT_TRUE(restored) << restored.error().message();
-  EXPECT_EQ((*restored)["profile"], "test");
+  EXPECT_EQ(restored->profile, "test");
   EXPECT_EQ(fake.restored_from, test_snap);
 
   // A destroyed sandbox: its snapshots stay listable for its profile only, also once its
@@ -386,8 +387,8 @@ TEST(ScopedService, SnapshotNameInTwoOfTheTokensProfiles) {
   FakeService fake;
   daemon::CreateRequest ci;
   ci.profile = "ci";
-  std::string ci_id = fake.create(ci)->value("id", "");
-  std::string test_id = fake.create(daemon::CreateRequest{})->value("id", "");
+  std::string ci_id = fake.create(ci)->id;
+  std::string test_id = fake.create(daemon::CreateRequest{})->id;
   ASSERT_TRUE(fake.snapshot(ci_id, {"base"}));
   ASSERT_TRUE(fake.snapshot(test_id, {"base"}));
   Principal p = token_principal({"ci", "test"}, {"read"});

@@ -1,9 +1,9 @@
-// An in-memory SandboxService test double for the API server tests: sandboxes are JSON objects
-// in a map, files a map of path -> bytes, and exec runs a few scripted "programs" (echo, both,
-// cat, sleep, missing, flood) whose events the tests check over a real socket. It records what
-// the server asked of it (last create request, signals, killed sessions) so tests can assert on
-// it. Snapshots are JSON records (no files behind them). Not a model of the real daemon: only
-// what the API layer needs.
+// An in-memory SandboxService test double for the API server tests: sandboxes are
+// daemon::SandboxInfo structs in a map, files a map of path -> bytes, and exec runs a few scripted
+// "programs" (echo, both, cat, sleep, missing, flood) whose events the tests check over a real
+// socket. It records what the server asked of it (last create request, signals, killed sessions) so
+// tests can assert on it. Snapshots are SnapshotInfo records (no files behind them). Not a model of
+// the real daemon: only what the API layer needs.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/clock.h"
 #include "daemon/service.h"
 
 namespace space::api::testing {
@@ -176,18 +177,16 @@ class FakeService : public daemon::SandboxService {
     std::lock_guard lock(mu_);
     last_create = req;
     std::string id = "sb_" + std::to_string(1000 + sandboxes_.size());
-    json info = {{"id", id},
-                 {"state", "running"},
-                 {"runtime", req.runtime},
-                 {"image", req.image},
-                 {"profile", req.profile},
-                 {"created_at", "2026-12-02T10:00:00Z"},
-                 {"expires_at", nullptr},
-                 {"limits",
-                  {{"memory", req.limits.memory_bytes},
-                   {"cpus", req.limits.cpus},
-                   {"pids", req.limits.pids},
-                   {"disk", req.limits.disk_bytes}}}};
+    daemon::SandboxInfo info{.id = id,
+                             .state = daemon::SandboxState::kRunning,
+                             .runtime = req.runtime,
+                             .image = req.image,
+                             .profile = req.profile,
+                             .created_at = kCreatedAt,
+                             .limits = {.memory = req.limits.memory_bytes,
+                                        .cpus = req.limits.cpus,
+                                        .pids = req.limits.pids,
+                                        .disk = req.limits.disk_bytes}};
     sandboxes_[id] = info;
     return info;
   }
@@ -213,17 +212,13 @@ class FakeService : public daemon::SandboxService {
                                             const daemon::ExecRequest& req) override {
     TRY(inspect(id));
     std::string snap;
-    if (req.snapshot) snap = TRY(take(id, "", "exec"))["id"].get<std::string>();
+    if (req.snapshot) snap = TRY(take(id, "", "exec")).id;
     return std::unique_ptr<ExecSession>(new FakeSession(req.argv, req.stdin, stats, snap));
   }
-  Result<json> processes(const std::string& id) override {
+  Result<std::vector<daemon::ProcessInfo>> processes(const std::string& id) override {
     TRY(inspect(id));
-    return json::array({{{"pid", 1},
-                         {"ppid", 0},
-                         {"uid", 0},
-                         {"state", "S"},
-                         {"argv", {"space-agent"}},
-                         {"stream", nullptr}}});
+    return std::vector<daemon::ProcessInfo>{
+        {.pid = 1, .ppid = 0, .uid = 0, .state = "S", .argv = {"space-agent"}}};
   }
   Result<void> kill(const std::string& id, int pid, int sig) override {
     TRY(inspect(id));
@@ -247,7 +242,7 @@ class FakeService : public daemon::SandboxService {
   }
   Result<daemon::SandboxInfo> set_timeout(const std::string& id, double timeout_s) override {
     auto info = TRY(inspect(id));
-    info["expires_at"] = std::to_string(timeout_s);
+    info.expires_at = kCreatedAt + timeout_s;
     return info;
   }
   Result<std::vector<daemon::DirEntry>> list_dir(const std::string& id,
@@ -307,12 +302,12 @@ class FakeService : public daemon::SandboxService {
     if (files.erase(path) == 0) return fail(Code::kNotFound, path + ": no such file");
     return {};
   }
-  Result<json> diff(const std::string& id) override {
+  Result<daemon::Diff> diff(const std::string& id) override {
     TRY(inspect(id));
-    return json{{"added", {"/root/new"}}, {"changed", {"/etc/hosts"}}, {"deleted", {"/tmp/x"}}};
+    return daemon::Diff{.added = {"/root/new"}, .changed = {"/etc/hosts"}, .deleted = {"/tmp/x"}};
   }
 
-  // Snapshots: JSON objects in a list, newest last; a snapshot outlives its sandbox. With
+  // Snapshots: records in a list, newest last; a snapshot outlives its sandbox. With
   // keeps_snapshots false the service answers as one without a snapshot store does.
   bool keeps_snapshots = true;
   Result<daemon::SnapshotInfo> snapshot(const std::string& id,
@@ -320,20 +315,20 @@ class FakeService : public daemon::SandboxService {
     if (!keeps_snapshots) return SandboxService::snapshot(id, req);
     return take(id, req.name, "manual");
   }
-  Result<json> list_snapshots(const std::string& id) override {
+  Result<std::vector<daemon::SnapshotInfo>> list_snapshots(const std::string& id) override {
     if (!keeps_snapshots) return SandboxService::list_snapshots(id);
     bool live = inspect(id).has_value();
     std::lock_guard lock(mu_);
-    json out = json::array();
+    std::vector<daemon::SnapshotInfo> out;
     for (auto it = snapshots_.rbegin(); it != snapshots_.rend(); ++it)
-      if ((*it)["sandbox"] == id) out.push_back(*it);
+      if (it->sandbox == id) out.push_back(*it);
     if (!live && out.empty()) return unknown(id);
     return out;
   }
-  Result<json> all_snapshots() override {
+  Result<std::vector<daemon::SnapshotInfo>> all_snapshots() override {
     if (!keeps_snapshots) return SandboxService::all_snapshots();
     std::lock_guard lock(mu_);
-    return json(std::vector<json>(snapshots_.rbegin(), snapshots_.rend()));
+    return std::vector<daemon::SnapshotInfo>(snapshots_.rbegin(), snapshots_.rend());
   }
   Result<daemon::SnapshotInfo> get_snapshot(const std::string& snap) override {
     if (!keeps_snapshots) return SandboxService::get_snapshot(snap);
@@ -343,68 +338,76 @@ class FakeService : public daemon::SandboxService {
   Result<void> delete_snapshot(const std::string& snap) override {
     if (!keeps_snapshots) return SandboxService::delete_snapshot(snap);
     std::lock_guard lock(mu_);
-    json s = TRY(find_snapshot(snap));
-    std::erase_if(snapshots_, [&](const json& x) { return x["id"] == s["id"]; });
+    daemon::SnapshotInfo s = TRY(find_snapshot(snap));
+    std::erase_if(snapshots_, [&](const daemon::SnapshotInfo& x) { return x.id == s.id; });
     return {};
   }
   Result<daemon::SandboxInfo> rollback(const std::string& id, const std::string& snap) override {
     if (!keeps_snapshots) return SandboxService::rollback(id, snap);
-    json sandbox = TRY(inspect(id));
-    json s;
+    daemon::SandboxInfo sandbox = TRY(inspect(id));
+    daemon::SnapshotInfo s;
     {
       std::lock_guard lock(mu_);
       s = TRY(find_snapshot(snap));
     }
-    if (s["profile"] != sandbox["profile"])
+    if (s.profile != sandbox.profile)
       return fail(Code::kPermissionDenied, "a snapshot never restores into another profile");
-    if (s["image"] != sandbox["image"])
+    if (s.image != sandbox.image)
       return fail(Code::kInvalidArgument, "the snapshot is of another image");
-    json saved = TRY(take(id, "", "rollback"));
-    sandbox["rollback"] = {
-        {"snapshot", s["id"]}, {"saved_as", saved["id"]}, {"processes", "restarted"}};
+    daemon::SnapshotInfo saved = TRY(take(id, "", "rollback"));
+    sandbox.rollback = daemon::SandboxInfo::Rollback{
+        .snapshot = s.id, .saved_as = saved.id, .processes = "restarted"};
     return sandbox;
   }
   Result<daemon::SandboxInfo> restore(const std::string& snap,
                                       const std::optional<std::string>& profile) override {
     if (!keeps_snapshots) return SandboxService::restore(snap, profile);
-    json s;
+    daemon::SnapshotInfo s;
     {
       std::lock_guard lock(mu_);
       s = TRY(find_snapshot(snap));
     }
-    if (profile && *profile != s["profile"])
+    if (profile && *profile != s.profile)
       return fail(Code::kPermissionDenied, "a snapshot never restores into another profile");
     daemon::CreateRequest req;
-    req.profile = s["profile"].get<std::string>();
-    req.image = s["image"].get<std::string>();
-    json info = TRY(create(req));
-    restored_from = s["id"].get<std::string>();
+    req.profile = s.profile;
+    req.image = s.image;
+    daemon::SandboxInfo info = TRY(create(req));
+    restored_from = s.id;
+    info.restored_from = s.id;
     return info;
   }
-  Result<json> diff_since(const std::string& id, const std::string& snap) override {
+  Result<daemon::Diff> diff_since(const std::string& id, const std::string& snap) override {
     if (!keeps_snapshots) return SandboxService::diff_since(id, snap);
     TRY(inspect(id));
     std::lock_guard lock(mu_);
-    json s = TRY(find_snapshot(snap));
-    return json{{"added", {"/since/" + s["id"].get<std::string>()}},
-                {"changed", json::array()},
-                {"deleted", json::array()}};
+    daemon::SnapshotInfo s = TRY(find_snapshot(snap));
+    return daemon::Diff{.added = {"/since/" + s.id}};
   }
   std::string restored_from;  // the snapshot id of the last restore
 
-  Result<void> pause(const std::string& id) override { return set_state(id, "paused"); }
-  Result<void> resume(const std::string& id) override { return set_state(id, "running"); }
-  Result<json> import_image(const std::string& name, const daemon::ChunkSource& source) override {
+  Result<void> pause(const std::string& id) override {
+    return set_state(id, daemon::SandboxState::kPaused);
+  }
+  Result<void> resume(const std::string& id) override {
+    return set_state(id, daemon::SandboxState::kRunning);
+  }
+  Result<daemon::ImageInfo> import_image(const std::string& name,
+                                         const daemon::ChunkSource& source) override {
     std::string all = TRY(drain(source));
     image_bytes = all.size();
-    return json{{"name", name}, {"size_bytes", all.size()}};
+    return daemon::ImageInfo{.name = name, .kind = "imported", .size_bytes = all.size()};
   }
-  Result<json> list_images() override { return json::array({{{"name", "host"}}}); }
+  Result<std::vector<daemon::ImageInfo>> list_images() override {
+    // Made three and a half days ago, as `space image ls` shows it ("3d ago").
+    return std::vector<daemon::ImageInfo>{
+        {.name = "host", .kind = "host", .created_at = now_s() - 3.5 * 86400}};
+  }
   Result<void> remove_image(const std::string& name) override {
     if (name != "host") return fail(Code::kNotFound, "unknown image " + name);
     return fail(Code::kConflict, "the host image is built in");
   }
-  json health() override { return {{"status", "ok"}}; }
+  daemon::Health health() override { return {.status = "ok"}; }
   std::string metrics() override { return "space_sandboxes 0\n"; }
   json doctor() override {
     return {{"namespaces", {{"user", true}}},
@@ -415,38 +418,39 @@ class FakeService : public daemon::SandboxService {
   static std::unexpected<Error> unknown(const std::string& id) {
     return fail(Code::kNotFound, "unknown sandbox " + id + "; `space ls` lists sandboxes");
   }
+  static constexpr double kCreatedAt = 1796205600;  // 2026-12-02T10:00:00Z
+
   // Call with mu_ held.
-  Result<json> find_snapshot(const std::string& ref) {
+  Result<daemon::SnapshotInfo> find_snapshot(const std::string& ref) {
     for (auto it = snapshots_.rbegin(); it != snapshots_.rend(); ++it)
-      if ((*it)["id"] == ref || (*it)["name"] == ref) return *it;
+      if (it->id == ref || it->name == ref) return *it;
     return fail(Code::kNotFound, "unknown snapshot " + ref.substr(0, 80) +
                                      "; `space snapshots ID` lists a sandbox's snapshots");
   }
-  Result<json> take(const std::string& id, const std::string& name, const char* kind) {
-    json sandbox = TRY(inspect(id));
+  Result<daemon::SnapshotInfo> take(const std::string& id, const std::string& name,
+                                    const char* kind) {
+    daemon::SandboxInfo sandbox = TRY(inspect(id));
     std::lock_guard lock(mu_);
     for (const auto& s : snapshots_)
-      if (!name.empty() && s["name"] == name && s["profile"] == sandbox["profile"])
+      if (!name.empty() && s.name == name && s.profile == sandbox.profile)
         return fail(Code::kAlreadyExists, "a snapshot named " + name + " exists");
     char hex[32];
     std::snprintf(hex, sizeof hex, "%024x", static_cast<unsigned>(++snapshot_seq_));
-    json snap = {{"id", std::string("snap_") + hex},
-                 {"sandbox", id},
-                 {"profile", sandbox["profile"]},
-                 {"name", name.empty() ? json(nullptr) : json(name)},
-                 {"kind", kind},
-                 {"created_at", "2026-12-02T10:00:00Z"},
-                 {"expires_at", nullptr},
-                 {"parent", snapshots_.empty() ? json(nullptr) : snapshots_.back()["id"]},
-                 {"runtime", sandbox["runtime"]},
-                 {"image", sandbox["image"]},
-                 {"files", 3},
-                 {"logical_bytes", 3u << 20},
-                 {"new_bytes", 1u << 20},
-                 {"reused_files", 2},
-                 {"contents", "filesystem"},
-                 {"processes", "restarted"},
-                 {"skipped", json::array()}};
+    daemon::SnapshotInfo snap{.id = std::string("snap_") + hex,
+                              .sandbox = id,
+                              .profile = sandbox.profile,
+                              .kind = kind,
+                              .created_at = kCreatedAt,
+                              .runtime = sandbox.runtime,
+                              .image = sandbox.image,
+                              .files = 3,
+                              .logical_bytes = 3u << 20,
+                              .new_bytes = 1u << 20,
+                              .reused_files = 2,
+                              .contents = "filesystem",
+                              .processes = "restarted"};
+    if (!name.empty()) snap.name = name;
+    if (!snapshots_.empty()) snap.parent = snapshots_.back().id;
     snapshots_.push_back(snap);
     return snap;
   }
@@ -458,17 +462,17 @@ class FakeService : public daemon::SandboxService {
       all += chunk;
     }
   }
-  Result<void> set_state(const std::string& id, const char* state) {
+  Result<void> set_state(const std::string& id, daemon::SandboxState state) {
     std::lock_guard lock(mu_);
     auto it = sandboxes_.find(id);
     if (it == sandboxes_.end()) return unknown(id);
-    it->second["state"] = state;
+    it->second.state = state;
     return {};
   }
 
   std::mutex mu_;
-  std::map<std::string, json> sandboxes_;
-  std::vector<json> snapshots_;
+  std::map<std::string, daemon::SandboxInfo> sandboxes_;
+  std::vector<daemon::SnapshotInfo> snapshots_;
   int snapshot_seq_ = 0;
 };
 

@@ -28,11 +28,12 @@ using testing::Conn;
 // ends ("/endless": 64 KiB chunks until the sink gives up).
 class StreamingService : public testing::FakeService {
  public:
-  Result<json> audit_events(const std::string& id, int64_t after, size_t limit) override {
+  Result<std::vector<daemon::AuditEvent>> audit_events(const std::string& id, int64_t after,
+                                                       size_t limit) override {
     TRY(inspect(id));
     int64_t seq = ++last_seq_;
-    if (seq <= after) return json::array();
-    return json::array({{{"seq", seq}, {"kind", "exec.start"}, {"data", json::object()}}});
+    if (seq <= after) return std::vector<daemon::AuditEvent>{};
+    return std::vector<daemon::AuditEvent>{{.seq = seq, .kind = "exec.start"}};
   }
   Result<void> read_file(const std::string& id, const std::string& path,
                          const daemon::ChunkSink& sink) override {

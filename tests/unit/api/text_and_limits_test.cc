@@ -25,15 +25,16 @@ using testing::Conn;
 // dumps JSON holding them (as daemon code that builds an agent frame or an audit event would).
 class Utf8Service : public testing::FakeService {
  public:
-  Result<json> processes(const std::string& id) override {
+  Result<std::vector<daemon::ProcessInfo>> processes(const std::string& id) override {
     TRY(inspect(id));
-    return json::array({{{"pid", 7}, {"argv", {"cat", std::string("/tmp/\xFF\xFE")}}}});
+    return std::vector<daemon::ProcessInfo>{
+        {.pid = 7, .argv = {"cat", std::string("/tmp/\xFF\xFE")}}};
   }
-  Result<json> diff(const std::string& id) override {
+  Result<daemon::Diff> diff(const std::string& id) override {
     TRY(inspect(id));
     json frame = {{"path", std::string("/x\xC3")}};
     (void)frame.dump();  // throws type_error 316
-    return json::object();
+    return daemon::Diff{};
   }
   Result<daemon::FileStat> stat(const std::string& id, const std::string& path) override {
     stat_paths.push_back(path);

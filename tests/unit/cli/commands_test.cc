@@ -109,8 +109,8 @@ TEST_F(CommandsTest, ExecDetachAndSnapshotFlag) {
   auto snaps = svc_.list_snapshots(id);
   ASSERT_TRUE(snaps);
   ASSERT_EQ(snaps->size(), 1u);
-  std::string snap = (*snaps)[0]["id"];
-  EXPECT_EQ((*snaps)[0]["kind"], "exec");
+  std::string snap = (*snaps)[0].id;
+  EXPECT_EQ((*snaps)[0].kind, "exec");
   EXPECT_EQ(s.err, "space: snapshot " + snap + " taken before this command\n");
 
   auto sd = run({"exec", id, "--snapshot", "--detach", "--", "sleep"});
@@ -175,7 +175,7 @@ TEST_F(CommandsTest, Snapshots) {
 
   auto rb = run({"rollback", id, "before-migrate"});
   ASSERT_TRUE(rb.result) << rb.result.error().message();
-  std::string saved = svc_.list_snapshots(id)->at(0)["id"];
+  std::string saved = svc_.list_snapshots(id)->at(0).id;
   EXPECT_EQ(rb.out, "rolled back " + id + " to " + snap + "; the state before is snapshot " +
                         saved + "; processes were restarted\n");
   auto rb_json = json::parse(run({"rollback", id, snap, "--json"}).out);
@@ -315,7 +315,7 @@ TEST_F(CommandsTest, Images) {
   EXPECT_EQ(*run({"image", "import", "tree", tree.native()}).result, 0);
   EXPECT_GT(svc_.image_bytes, 512u);
 
-  EXPECT_EQ(run({"image", "ls"}).out, "NAME  SIZE  CREATED\nhost  -     -\n");
+  EXPECT_EQ(run({"image", "ls"}).out, "NAME  SIZE  CREATED\nhost  0B    3d ago\n");
   auto rm = run({"image", "rm", "host"});
   ASSERT_FALSE(rm.result);
   EXPECT_EQ(rm.result.error().code(), Code::kConflict);

@@ -321,28 +321,21 @@ const std::string kHostile =
 
 class HostileService : public api::testing::FakeService {
  public:
-  Result<json> processes(const std::string& id) override {
+  Result<std::vector<daemon::ProcessInfo>> processes(const std::string& id) override {
     TRY(inspect(id));
-    return json::array({{{"pid", 7},
-                         {"ppid", 1},
-                         {"uid", 0},
-                         {"state", "S"},
-                         {"argv", {"sleep", kHostile}},
-                         {"stream", nullptr}}});
+    return std::vector<daemon::ProcessInfo>{
+        {.pid = 7, .ppid = 1, .uid = 0, .state = "S", .argv = {"sleep", kHostile}}};
   }
-  Result<json> diff(const std::string& id) override {
+  Result<daemon::Diff> diff(const std::string& id) override {
     TRY(inspect(id));
-    return json{
-        {"added", {"/root/" + kHostile}}, {"changed", json::array()}, {"deleted", json::array()}};
+    return daemon::Diff{.added = {"/root/" + kHostile}};
   }
-  Result<json> audit_events(const std::string& id, int64_t after, size_t limit) override {
-    if (after >= 1) return json::array();
-    return json::array(
-        {{{"sandbox_id", id},
-          {"seq", 1},
-          {"ts", 0.0},
-          {"kind", "proc.exec"},
-          {"data", {{"pid", 7}, {"path", "/bin/sleep"}, {"argv", {"sleep", kHostile}}}}}});
+  Result<std::vector<daemon::AuditEvent>> audit_events(const std::string& id, int64_t after,
+                                                       size_t limit) override {
+    if (after >= 1) return std::vector<daemon::AuditEvent>{};
+    json data = {{"pid", 7}, {"path", "/bin/sleep"}, {"argv", {"sleep", kHostile}}};
+    return std::vector<daemon::AuditEvent>{
+        {.sandbox_id = id, .seq = 1, .ts = 0.0, .kind = "proc.exec", .data_json = data.dump()}};
   }
 };
 
