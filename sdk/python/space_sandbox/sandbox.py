@@ -10,6 +10,8 @@ from .code import CodeContext, CodeInterpreter, Execution, Result
 from .commands import Commands
 from .errors import ConflictError, NotFoundError
 from .files import Files
+from .ports import Ports
+from .pty import Pty
 
 Size = Union[int, str]
 
@@ -73,6 +75,9 @@ class Sandbox:
         self.commands = Commands(self.id, client)
         self.files = Files(self.id, client)
         self._code = CodeInterpreter(self, client)
+        #: Commands on a terminal: ``sandbox.pty.create("bash", on_data=...)``.
+        self.pty = Pty(self.id, client)
+        self._ports = Ports(self.id, client)
 
     # ---- life cycle ------------------------------------------------------------------------
 
@@ -144,6 +149,7 @@ class Sandbox:
     def destroy(self, *, wait: bool = True) -> None:
         """Destroys the sandbox (idempotent). With ``wait=False`` spaced answers as soon as the
         sandbox is unreachable and finishes the teardown in the background."""
+        self.close()
         try:
             self._client.request("DELETE", "/v1/sandboxes/%s" % self.id,
                                  query={"force": True, "wait": wait})
@@ -172,6 +178,29 @@ class Sandbox:
     def resume(self) -> SandboxInfo:
         self.info = SandboxInfo.from_api(self._client.call("POST", "/v1/sandboxes/%s/resume" % self.id))
         return self.info
+
+    # ---- ports -------------------------------------------------------------------------------
+
+    def get_host(self, port: int) -> str:
+        """``127.0.0.1:PORT`` on this machine, forwarded to ``port`` inside the sandbox (a
+        listener of this Sandbox object, started on first use; each connection to it is
+        tunneled through spaced). A connection made while nothing listens there is reset."""
+        return self._ports.forward(port).host
+
+    def get_url(self, port: int) -> str:
+        """``http://127.0.0.1:PORT``, forwarded to ``port`` inside the sandbox (see
+        :meth:`get_host`)."""
+        return "http://" + self.get_host(port)
+
+    def wait_for_port(self, port: int, timeout: float = 60.0) -> None:
+        """Waits until something listens on ``port`` inside the sandbox; ``SpaceTimeoutError``
+        if nothing did within ``timeout`` seconds."""
+        self._ports.wait_for(port, timeout)
+
+    def close(self) -> None:
+        """Stops this object's port forwards (the sandbox runs on; ``destroy`` closes them
+        too)."""
+        self._ports.close()
 
     # ---- code interpreter --------------------------------------------------------------------
 
