@@ -1,7 +1,8 @@
 """The TypeScript SDK (sdk/typescript) against a real spaced: builds it with the TypeScript
 compiler from npm (`npm ci`, pinned by package-lock.json), runs its node:test suite
 (sdk/typescript/test/) against this class's daemon, over the Unix socket and over the TCP
-listener with tokens, and runs the README's quick start as pasted; and stops the class's spaced
+listener with tokens (test/*.test.mjs: ports and terminals too), and runs the README's quick
+start and its ports and terminals example as pasted; and stops the class's spaced
 (SIGTERM, SIGKILL) under a command attached through the SDK, which throws DaemonRestartError.
 """
 
@@ -168,6 +169,23 @@ class TypeScriptSdkTest(SpaceTestCase):
                                text=True, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stdout.splitlines(), ["42", "hello.py"])
+
+    def test_readme_ports_and_terminals_run_as_pasted(self):
+        with open(os.path.join(SDK, "README.md")) as fh:
+            text = fh.read()
+        section = text[text.index("## Ports and terminals"):]
+        block = re.search(r"```js\n(.*?)```", section, re.S).group(1)
+        with tempfile.TemporaryDirectory() as app:
+            os.makedirs(os.path.join(app, "node_modules"))
+            os.symlink(SDK, os.path.join(app, "node_modules", "space-sandbox"))
+            with open(os.path.join(app, "main.mjs"), "w") as fh:
+                fh.write(block)
+            env = dict(os.environ, SPACE_SOCKET=self.daemon.socket)
+            env.pop("SPACE_API", None)
+            p = subprocess.run(["node", "main.mjs"], cwd=app, env=env, capture_output=True,
+                               text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.splitlines(), ["hello from the sandbox", "3 true"])
 
 
 if __name__ == "__main__":

@@ -91,7 +91,8 @@ export class Client {
   readonly token?: string;
   readonly timeoutMs: number;
   readonly caFile?: string;
-  private readonly ca?: string | Buffer;
+  /** https: the CA(s) trusted instead of Node's roots (upgraded connections use it too). */
+  readonly ca?: string | Buffer;
 
   constructor(opts: ClientOptions = {}) {
     let { socketPath, apiUrl } = opts;
