@@ -9,6 +9,7 @@ import io
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -18,7 +19,7 @@ import unittest
 import urllib.error
 import urllib.request
 
-from harness import REPO, SpaceTestCase, wait_for
+from harness import REPO, SpaceTestCase, free_port, wait_for
 
 sys.path.insert(0, os.path.join(REPO, "sdk", "python"))
 import space_sandbox  # noqa: E402
@@ -148,6 +149,76 @@ class PythonSdkTest(SpaceTestCase):
         self.assertEqual(r.exit_code, 127)
         with self.assertRaises(NotFoundError):
             self.sb.commands.connect(1)
+
+    def test_a_command_that_cannot_start_says_why_in_stderr(self):
+        # A missing cwd (126), an unknown user (125), a missing program (127): the reason is
+        # result.error, and stderr (empty otherwise) carries it as a line, where agents read.
+        for cmd, kw, code, named in ((["true"], {"cwd": "/no/such/dir"}, 126, "/no/such/dir"),
+                                     (["true"], {"user": "nosuchuser"}, 125, "nosuchuser"),
+                                     (["/no/such/program"], {}, 127, "/no/such/program")):
+            r = self.sb.commands.run(cmd, **kw)
+            self.assertEqual(r.exit_code, code, r)
+            self.assertIn(named, r.error or "")
+            self.assertEqual(r.stderr, r.error + "\n")
+            self.assertEqual(r.stderr_bytes, r.stderr.encode())
+            with self.assertRaises(CommandExitError) as cm:
+                self.sb.commands.run(cmd, check=True, **kw)
+            self.assertIn(r.error, str(cm.exception))
+            detached = self.sb.commands.run(cmd, background=True, **kw).wait(timeout=10)
+            self.assertEqual((detached.exit_code, detached.stderr), (code, r.stderr))
+        # A shell that started says it itself; its stderr is left as it is.
+        r = self.sb.commands.run("no-such-command-here")
+        self.assertEqual(r.exit_code, 127)
+        self.assertIsNone(r.error)
+        self.assertIn("no-such-command-here: not found", r.stderr)
+
+    # -- long, silent commands ----------------------------------------------------------------
+
+    def test_silent_commands_run_past_a_minute_without_a_timeout(self):
+        # Without timeout= nothing bounds a command's stream: not the Client's timeout (60 s) nor
+        # spaced's idle timeout between requests (60 s). At once, each silent for 75 s: run(),
+        # run(on_stdout=), a background command's wait(), run_code(), and run() over TCP.
+        sb = self.sb
+        token = self.api("POST", "/v1/tokens", {"name": "long", "profiles": ["test"],
+                                                "ops": ["read", "exec"], "ttl": "1h"}).json["token"]
+        remote = Sandbox.connect(sb.id, client=Client(api_url="http://127.0.0.1:%d" % self.port,
+                                                      token=token))
+        context = sb.create_code_context()
+        seen = []
+        handle = sb.commands.run("sleep 75; echo done", background=True)
+        calls = {
+            "run": lambda: sb.commands.run("sleep 75; echo done"),
+            "on_stdout": lambda: sb.commands.run("sleep 75; echo done", on_stdout=seen.append),
+            "wait": handle.wait,
+            "run_code": lambda: sb.run_code("import time\ntime.sleep(75)\nprint('done')",
+                                            context=context),
+            "tcp": lambda: remote.commands.run("sleep 75; echo done"),
+        }
+        outcome = {}
+
+        def call(name):
+            try:
+                outcome[name] = calls[name]()
+            except BaseException as e:  # noqa: BLE001 - handed to the test
+                outcome[name] = e
+
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=call, args=(n,), daemon=True) for n in calls]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(180)
+        self.assertGreater(time.monotonic() - t0, 74)
+        self.assertEqual(sorted(outcome), sorted(calls), "still waiting: %r" % outcome)
+        for name in ("run", "on_stdout", "wait", "tcp"):
+            r = outcome[name]
+            self.assertIsInstance(r, space_sandbox.CommandResult, "%s: %r" % (name, r))
+            self.assertEqual((r.exit_code, r.stdout), (0, "done\n"), name)
+        self.assertEqual("".join(seen), "done\n")
+        ex = outcome["run_code"]
+        self.assertIsInstance(ex, space_sandbox.Execution, repr(ex))
+        self.assertIsNone(ex.error, ex.error)
+        self.assertEqual(ex.stdout, ["done", "\n"])
 
     # -- code interpreter ---------------------------------------------------------------------
 
@@ -446,6 +517,57 @@ class PythonSdkTest(SpaceTestCase):
         with self.assertRaises(UnavailableError) as cm:
             Sandbox.list(client=nowhere)
         self.assertIn("spaced is not running", str(cm.exception))
+
+    def test_malformed_ids_are_typed_errors_that_say_what_an_id_looks_like(self):
+        for bad in ("hello world", "a/b", "..", "", "sb_\u00e9", "sb_1\r\nHost: x", "%zz", None):
+            with self.assertRaises(InvalidArgumentError, msg=repr(bad)) as cm:
+                Sandbox.connect(bad, client=self.client)
+            self.assertIn("sandbox ids look like sb_0123abcd", str(cm.exception))
+        with self.assertRaises(InvalidArgumentError) as cm:
+            Sandbox.restore("no such/snapshot", client=self.client)
+        self.assertIn("snapshot id (snap_...) or name", str(cm.exception))
+        with self.assertRaises(NotFoundError):  # well formed, unknown: spaced says so
+            Sandbox.connect("sb_000000000000", client=self.client)
+
+    def test_connection_failures_are_typed_errors(self):
+        # Whatever the connection does, the SDK raises its own errors, never the stdlib's.
+        def listen(name, answer):
+            path = os.path.join(self.tmp, name + ".sock")
+            srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            srv.bind(path)
+            srv.listen(4)
+            self.addCleanup(srv.close)
+
+            def serve():
+                while True:
+                    try:
+                        c, _ = srv.accept()
+                    except OSError:
+                        return
+                    with c:
+                        c.recv(65536)
+                        answer(c)
+            threading.Thread(target=serve, daemon=True).start()
+            return Client(socket_path=path, timeout=0.5)
+
+        cases = [
+            ("closes", lambda c: None, UnavailableError, "broke"),
+            ("not-http", lambda c: c.sendall(b"SSH-2.0-x\r\n\r\n"), space_sandbox.ProtocolError,
+             "not spaced"),
+            ("cut", lambda c: c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n{"),
+             UnavailableError, "broke"),
+            ("not-json", lambda c: c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi"),
+             space_sandbox.ProtocolError, "not JSON"),
+            ("silent", lambda c: time.sleep(2), SpaceTimeoutError, "sent nothing for 0.5s"),
+        ]
+        for name, answer, cls, words in cases:
+            with self.assertRaises(cls, msg=name) as cm:
+                Sandbox.list(client=listen(name, answer))
+            self.assertIn(words, str(cm.exception))
+        self.assertIsInstance(cm.exception, TimeoutError)  # SpaceTimeoutError is one
+        with self.assertRaises(UnavailableError) as cm:
+            Sandbox.list(client=Client(api_url="http://127.0.0.1:%d" % free_port()))
+        self.assertIn("refused the connection", str(cm.exception))
 
     # -- spaced restarts under an attached command ---------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Union
 
-from .client import Client
+from .client import Client, segment
 from .code import CodeContext, CodeInterpreter, Execution, Result
 from .commands import Commands
 from .errors import ConflictError, NotFoundError
@@ -115,9 +115,12 @@ class Sandbox:
 
     @classmethod
     def connect(cls, sandbox_id: str, *, client: Optional[Client] = None) -> "Sandbox":
-        """The existing sandbox ``sandbox_id`` (``NotFoundError`` if there is none)."""
+        """The existing sandbox ``sandbox_id`` (``NotFoundError`` if there is none,
+        ``InvalidArgumentError`` for a string that is no sandbox id: they look like
+        ``sb_0123abcd``)."""
         client = client or Client()
-        return cls(SandboxInfo.from_api(client.call("GET", "/v1/sandboxes/%s" % sandbox_id)), client)
+        j = client.call("GET", "/v1/sandboxes/%s" % segment(sandbox_id))
+        return cls(SandboxInfo.from_api(j), client)
 
     @classmethod
     def list(cls, *, client: Optional[Client] = None) -> List[SandboxInfo]:
@@ -131,8 +134,8 @@ class Sandbox:
         """A new sandbox holding the files of ``snapshot`` (an id, a name or a SnapshotInfo)."""
         client = client or Client()
         ref = snapshot.id if isinstance(snapshot, SnapshotInfo) else snapshot
-        j = client.call("POST", "/v1/snapshots/%s/restore" % ref, json_body={},
-                        timeout=max(client.timeout, 300))
+        j = client.call("POST", "/v1/snapshots/%s/restore" % segment(ref, "snapshot"),
+                        json_body={}, timeout=max(client.timeout, 300))
         return cls(SandboxInfo.from_api(j), client)
 
     def get_info(self) -> SandboxInfo:
