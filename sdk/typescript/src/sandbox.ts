@@ -1,6 +1,6 @@
 // Sandboxes: create, connect, pause, snapshot, roll back, destroy.
 
-import { Client } from "./client.js";
+import { Client, segment } from "./client.js";
 import { CodeContext, CodeInterpreter, Execution, RunCodeOptions } from "./code.js";
 import { Commands } from "./commands.js";
 import { ConflictError, NotFoundError } from "./errors.js";
@@ -140,10 +140,11 @@ export class Sandbox {
     return new Sandbox(sandboxInfo(j), client);
   }
 
-  /** The existing sandbox `id` (NotFoundError if there is none). */
+  /** The existing sandbox `id` (NotFoundError if there is none, InvalidArgumentError for a
+   * string that is no sandbox id: they look like sb_0123abcd). */
   static async connect(id: string, opts: { client?: Client } = {}): Promise<Sandbox> {
     const client = opts.client ?? new Client();
-    return new Sandbox(sandboxInfo(await client.call("GET", `/v1/sandboxes/${id}`)), client);
+    return new Sandbox(sandboxInfo(await client.call("GET", `/v1/sandboxes/${segment(id)}`)), client);
   }
 
   /** Every sandbox the caller may see. */
@@ -156,7 +157,8 @@ export class Sandbox {
   static async restore(snapshot: string | SnapshotInfo, opts: { client?: Client } = {}): Promise<Sandbox> {
     const client = opts.client ?? new Client();
     const ref = typeof snapshot === "string" ? snapshot : snapshot.id;
-    const j = await client.call("POST", `/v1/snapshots/${ref}/restore`, { json: {}, timeoutMs: Math.max(client.timeoutMs, 300_000) });
+    const j = await client.call("POST", `/v1/snapshots/${segment(ref, "snapshot")}/restore`,
+      { json: {}, timeoutMs: Math.max(client.timeoutMs, 300_000) });
     return new Sandbox(sandboxInfo(j), client);
   }
 
