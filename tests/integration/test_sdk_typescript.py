@@ -2,8 +2,9 @@
 compiler from npm (`npm ci`, pinned by package-lock.json), runs its node:test suite
 (sdk/typescript/test/) against this class's daemon, over the Unix socket and over the TCP
 listener with tokens (test/*.test.mjs: ports and terminals too), and runs the README's quick
-start and its ports and terminals example as pasted; and stops the class's spaced
-(SIGTERM, SIGKILL) under a command attached through the SDK, which throws DaemonRestartError.
+start and its ports and terminals example as pasted, and its install line on a fresh copy; and
+stops the class's spaced (SIGTERM, SIGKILL) under a command attached through the SDK, which throws
+DaemonRestartError.
 """
 
 import json
