@@ -4,24 +4,29 @@ surface, its errors, and the README's quick start pasted as is.
 Run by ctest as integration.test_sdk_python; the SDK is imported from the source tree.
 """
 
+import dataclasses
 import io
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import unittest
+import urllib.error
+import urllib.request
 
-from harness import REPO, SpaceTestCase, wait_for
+from harness import REPO, SpaceTestCase, free_port, wait_for
 
 sys.path.insert(0, os.path.join(REPO, "sdk", "python"))
 import space_sandbox  # noqa: E402
 from space_sandbox import (AuthenticationError, Client, CommandExitError, ConflictError,  # noqa: E402
                            DaemonRestartError, InvalidArgumentError, NotFoundError,
-                           PermissionDeniedError, Sandbox, SpaceError, UnavailableError)
+                           PermissionDeniedError, Sandbox, SpaceError, SpaceTimeoutError,
+                           UnavailableError)
 
 
 class PythonSdkTest(SpaceTestCase):
@@ -144,6 +149,76 @@ class PythonSdkTest(SpaceTestCase):
         self.assertEqual(r.exit_code, 127)
         with self.assertRaises(NotFoundError):
             self.sb.commands.connect(1)
+
+    def test_a_command_that_cannot_start_says_why_in_stderr(self):
+        # A missing cwd (126), an unknown user (125), a missing program (127): the reason is
+        # result.error, and stderr (empty otherwise) carries it as a line, where agents read.
+        for cmd, kw, code, named in ((["true"], {"cwd": "/no/such/dir"}, 126, "/no/such/dir"),
+                                     (["true"], {"user": "nosuchuser"}, 125, "nosuchuser"),
+                                     (["/no/such/program"], {}, 127, "/no/such/program")):
+            r = self.sb.commands.run(cmd, **kw)
+            self.assertEqual(r.exit_code, code, r)
+            self.assertIn(named, r.error or "")
+            self.assertEqual(r.stderr, r.error + "\n")
+            self.assertEqual(r.stderr_bytes, r.stderr.encode())
+            with self.assertRaises(CommandExitError) as cm:
+                self.sb.commands.run(cmd, check=True, **kw)
+            self.assertIn(r.error, str(cm.exception))
+            detached = self.sb.commands.run(cmd, background=True, **kw).wait(timeout=10)
+            self.assertEqual((detached.exit_code, detached.stderr), (code, r.stderr))
+        # A shell that started says it itself; its stderr is left as it is.
+        r = self.sb.commands.run("no-such-command-here")
+        self.assertEqual(r.exit_code, 127)
+        self.assertIsNone(r.error)
+        self.assertIn("no-such-command-here: not found", r.stderr)
+
+    # -- long, silent commands ----------------------------------------------------------------
+
+    def test_silent_commands_run_past_a_minute_without_a_timeout(self):
+        # Without timeout= nothing bounds a command's stream: not the Client's timeout (60 s) nor
+        # spaced's idle timeout between requests (60 s). At once, each silent for 75 s: run(),
+        # run(on_stdout=), a background command's wait(), run_code(), and run() over TCP.
+        sb = self.sb
+        token = self.api("POST", "/v1/tokens", {"name": "long", "profiles": ["test"],
+                                                "ops": ["read", "exec"], "ttl": "1h"}).json["token"]
+        remote = Sandbox.connect(sb.id, client=Client(api_url="http://127.0.0.1:%d" % self.port,
+                                                      token=token))
+        context = sb.create_code_context()
+        seen = []
+        handle = sb.commands.run("sleep 75; echo done", background=True)
+        calls = {
+            "run": lambda: sb.commands.run("sleep 75; echo done"),
+            "on_stdout": lambda: sb.commands.run("sleep 75; echo done", on_stdout=seen.append),
+            "wait": handle.wait,
+            "run_code": lambda: sb.run_code("import time\ntime.sleep(75)\nprint('done')",
+                                            context=context),
+            "tcp": lambda: remote.commands.run("sleep 75; echo done"),
+        }
+        outcome = {}
+
+        def call(name):
+            try:
+                outcome[name] = calls[name]()
+            except BaseException as e:  # noqa: BLE001 - handed to the test
+                outcome[name] = e
+
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=call, args=(n,), daemon=True) for n in calls]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(180)
+        self.assertGreater(time.monotonic() - t0, 74)
+        self.assertEqual(sorted(outcome), sorted(calls), "still waiting: %r" % outcome)
+        for name in ("run", "on_stdout", "wait", "tcp"):
+            r = outcome[name]
+            self.assertIsInstance(r, space_sandbox.CommandResult, "%s: %r" % (name, r))
+            self.assertEqual((r.exit_code, r.stdout), (0, "done\n"), name)
+        self.assertEqual("".join(seen), "done\n")
+        ex = outcome["run_code"]
+        self.assertIsInstance(ex, space_sandbox.Execution, repr(ex))
+        self.assertIsNone(ex.error, ex.error)
+        self.assertEqual(ex.stdout, ["done", "\n"])
 
     # -- code interpreter ---------------------------------------------------------------------
 
@@ -313,6 +388,121 @@ class PythonSdkTest(SpaceTestCase):
         wait_for(lambda: any(e["kind"] == "sandbox.destroy" for e in gone.audit()),
                  what="sandbox.destroy in the audit log (the with block destroys in the background)")
 
+    # -- ports and terminals ------------------------------------------------------------------
+
+    def test_ports_forward_a_server_inside_and_wait_for_it(self):
+        sb = self.sb
+        url = sb.get_url(8000)
+        self.assertRegex(url, r"^http://127\.0\.0\.1:\d+$")
+        self.assertEqual(sb.get_host(8000), url[len("http://"):])  # one forward per port
+        # Nothing listens yet: the local connection is reset at once, not left hanging.
+        t0 = time.monotonic()
+        with self.assertRaises((urllib.error.URLError, ConnectionError, OSError)):
+            urllib.request.urlopen(url + "/", timeout=30).read()
+        self.assertLess(time.monotonic() - t0, 5, "a connection to a closed port hung")
+        t0 = time.monotonic()
+        with self.assertRaises(SpaceTimeoutError) as cm:
+            sb.wait_for_port(8000, timeout=1)
+        self.assertLess(time.monotonic() - t0, 10)
+        self.assertIn("nothing listens on port 8000", str(cm.exception))
+        self.assertIsInstance(cm.exception, TimeoutError)
+
+        page = "served from %s\n" % sb.id
+        sb.files.write("/root/site/index.html", page)
+        sb.files.write("/root/site/big", os.urandom(1 << 20))
+        big = sb.files.read_bytes("/root/site/big")
+        server = sb.commands.run("cd /root/site && exec python3 -m http.server 8000 "
+                                 "--bind 127.0.0.1", background=True)
+        try:
+            sb.wait_for_port(8000, timeout=30)
+            with urllib.request.urlopen(url + "/index.html", timeout=30) as r:
+                self.assertEqual(r.read().decode(), page)
+            with urllib.request.urlopen(url + "/big", timeout=30) as r:
+                self.assertEqual(r.read(), big)
+            # Over the TCP listener with a token, through another Sandbox object.
+            token = self.api("POST", "/v1/tokens", {"name": "sdk-ports", "profiles": ["test"],
+                                                    "ops": ["read", "exec"], "ttl": "1h"})
+            token = token.json["token"]
+            remote = Sandbox.connect(sb.id, client=Client(api_url="http://127.0.0.1:%d" % self.port,
+                                                          token=token))
+            remote.wait_for_port(8000, timeout=10)
+            with urllib.request.urlopen(remote.get_url(8000) + "/index.html", timeout=30) as r:
+                self.assertEqual(r.read().decode(), page)
+            remote.close()
+            # close() stops the forwards; the next get_url starts a new one.
+            sb.close()
+            with self.assertRaises(OSError):
+                urllib.request.urlopen(url + "/index.html", timeout=5).read()
+            with urllib.request.urlopen(sb.get_url(8000) + "/index.html", timeout=30) as r:
+                self.assertEqual(r.read().decode(), page)
+        finally:
+            server.kill()
+            sb.close()
+        for bad in (0, 65536, "80"):
+            with self.assertRaises(InvalidArgumentError):
+                sb.get_host(bad)
+        # A destroyed sandbox: waiting fails at once, with the API's error.
+        gone = Sandbox.create(client=self.client)
+        self.known_ids.add(gone.id)
+        gone.destroy()
+        t0 = time.monotonic()
+        with self.assertRaises((NotFoundError, ConflictError)):
+            gone.wait_for_port(8000, timeout=30)
+        self.assertLess(time.monotonic() - t0, 10)
+
+    def test_pty_runs_bash_on_a_terminal(self):
+        seen = []
+        term = self.sb.pty.create("bash", rows=24, cols=80, on_data=seen.append)
+        self.assertGreater(term.pid, 0)
+        self.assertTrue(term.running)
+        term.send_input("echo hi $((1+2))\n")
+        wait_for(lambda: b"hi 3" in term.output, timeout=20, what="hi 3 from bash")
+        term.send_input("stty size; tty\n")
+        wait_for(lambda: b"24 80" in term.output, timeout=20, what="stty size 24 80")
+        term.resize(40, 100)
+        term.send_input(b"stty size\n")
+        wait_for(lambda: b"40 100" in term.output, timeout=20, what="stty size after resize")
+        self.assertIn(b"/dev/pts/", term.output)
+        with self.assertRaises(InvalidArgumentError):
+            term.resize(0, 80)  # refused here: the session goes on
+        term.send_input("exit 3\n")
+        self.assertEqual(term.wait(timeout=20), 3)
+        self.assertEqual((term.exit_code, term.signal, term.running), (3, None, False))
+        self.assertEqual(b"".join(seen), term.output)
+        self.assertEqual(b"".join(term), term.output)  # iterating: the same output
+        with self.assertRaises(ConflictError):
+            term.send_input("true\n")
+        term.close()  # after the end: nothing to do
+
+        # cwd and env; TERM is set.
+        with self.sb.pty.create("echo $X $TERM; pwd", cwd="/tmp", env={"X": "x1"}) as t:
+            self.assertEqual(t.wait(timeout=20), 0)
+            self.assertIn(b"x1 xterm-256color\r\n/tmp\r\n", t.output)
+        self.assertEqual(self.sb.pty.create(["/no/such/program"]).wait(timeout=20), 127)
+
+    def test_pty_kill_and_close_end_the_command(self):
+        term = self.sb.pty.create("sleep 100")
+        t0 = time.monotonic()
+        term.kill()
+        self.assertEqual(term.wait(timeout=20), 128 + 9)
+        self.assertEqual((term.exit_code, term.signal), (None, 9))
+        self.assertLess(time.monotonic() - t0, 10)
+        term = self.sb.pty.create("sleep 100")
+        with self.assertRaises(SpaceTimeoutError):
+            term.wait(timeout=0.2)  # still running: it runs on
+        self.assertTrue(term.running)
+        term.kill(15)
+        self.assertEqual(term.wait(timeout=20), 128 + 15)
+        term = self.sb.pty.create("sleep 101")
+        term.close()  # hanging up kills its tree
+        self.assertFalse(term.running)
+        wait_for(lambda: not any("sleep 101" in " ".join(p.get("argv", []))
+                                 for p in self.sb.commands.list()),
+                 timeout=20, what="the hung-up terminal's sleep to be gone")
+        with self.assertRaises(NotFoundError):
+            Sandbox(dataclasses.replace(self.sb.info, id="sb_000000000000"),
+                    self.client).pty.create("bash")
+
     # -- errors and connections ---------------------------------------------------------------
 
     def test_errors_are_typed_and_say_what_to_do(self):
@@ -327,6 +517,57 @@ class PythonSdkTest(SpaceTestCase):
         with self.assertRaises(UnavailableError) as cm:
             Sandbox.list(client=nowhere)
         self.assertIn("spaced is not running", str(cm.exception))
+
+    def test_malformed_ids_are_typed_errors_that_say_what_an_id_looks_like(self):
+        for bad in ("hello world", "a/b", "..", "", "sb_\u00e9", "sb_1\r\nHost: x", "%zz", None):
+            with self.assertRaises(InvalidArgumentError, msg=repr(bad)) as cm:
+                Sandbox.connect(bad, client=self.client)
+            self.assertIn("sandbox ids look like sb_0123abcd", str(cm.exception))
+        with self.assertRaises(InvalidArgumentError) as cm:
+            Sandbox.restore("no such/snapshot", client=self.client)
+        self.assertIn("snapshot id (snap_...) or name", str(cm.exception))
+        with self.assertRaises(NotFoundError):  # well formed, unknown: spaced says so
+            Sandbox.connect("sb_000000000000", client=self.client)
+
+    def test_connection_failures_are_typed_errors(self):
+        # Whatever the connection does, the SDK raises its own errors, never the stdlib's.
+        def listen(name, answer):
+            path = os.path.join(self.tmp, name + ".sock")
+            srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            srv.bind(path)
+            srv.listen(4)
+            self.addCleanup(srv.close)
+
+            def serve():
+                while True:
+                    try:
+                        c, _ = srv.accept()
+                    except OSError:
+                        return
+                    with c:
+                        c.recv(65536)
+                        answer(c)
+            threading.Thread(target=serve, daemon=True).start()
+            return Client(socket_path=path, timeout=0.5)
+
+        cases = [
+            ("closes", lambda c: None, UnavailableError, "broke"),
+            ("not-http", lambda c: c.sendall(b"SSH-2.0-x\r\n\r\n"), space_sandbox.ProtocolError,
+             "not spaced"),
+            ("cut", lambda c: c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n{"),
+             UnavailableError, "broke"),
+            ("not-json", lambda c: c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi"),
+             space_sandbox.ProtocolError, "not JSON"),
+            ("silent", lambda c: time.sleep(2), SpaceTimeoutError, "sent nothing for 0.5s"),
+        ]
+        for name, answer, cls, words in cases:
+            with self.assertRaises(cls, msg=name) as cm:
+                Sandbox.list(client=listen(name, answer))
+            self.assertIn(words, str(cm.exception))
+        self.assertIsInstance(cm.exception, TimeoutError)  # SpaceTimeoutError is one
+        with self.assertRaises(UnavailableError) as cm:
+            Sandbox.list(client=Client(api_url="http://127.0.0.1:%d" % free_port()))
+        self.assertIn("refused the connection", str(cm.exception))
 
     # -- spaced restarts under an attached command ---------------------------------------------
 
@@ -436,6 +677,19 @@ class PythonSdkTest(SpaceTestCase):
                            text=True, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("42", p.stdout)
+
+    def test_readme_ports_and_terminals_run_as_pasted(self):
+        with open(os.path.join(REPO, "sdk", "python", "README.md")) as fh:
+            text = fh.read()
+        section = text[text.index("## Ports and terminals"):]
+        block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+        env = dict(os.environ, SPACE_SOCKET=self.daemon.socket,
+                   PYTHONPATH=os.path.join(REPO, "sdk", "python"))
+        env.pop("SPACE_API", None)
+        p = subprocess.run([sys.executable, "-c", block], env=env, capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.splitlines(), ["hello from the sandbox", "3", "True"])
 
     def test_repo_readme_python_block_runs_as_pasted(self):
         with open(os.path.join(REPO, "README.md")) as fh:

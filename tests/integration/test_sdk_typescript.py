@@ -1,8 +1,10 @@
 """The TypeScript SDK (sdk/typescript) against a real spaced: builds it with the TypeScript
 compiler from npm (`npm ci`, pinned by package-lock.json), runs its node:test suite
 (sdk/typescript/test/) against this class's daemon, over the Unix socket and over the TCP
-listener with tokens, and runs the README's quick start as pasted; and stops the class's spaced
-(SIGTERM, SIGKILL) under a command attached through the SDK, which throws DaemonRestartError.
+listener with tokens (test/*.test.mjs: ports and terminals too), and runs the README's quick
+start and its ports and terminals example as pasted, and its install line on a fresh copy; and
+stops the class's spaced (SIGTERM, SIGKILL) under a command attached through the SDK, which throws
+DaemonRestartError.
 """
 
 import json
@@ -10,6 +12,7 @@ import os
 import pathlib
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -41,6 +44,74 @@ try {
 }
 """ % json.dumps(pathlib.Path(SDK, "dist", "index.js").as_uri())
 
+
+# In sandbox argv[2], at once and each silent for 75 s with no timeout given: commands.run, the
+# same with onStdout, a background command's wait(), runCode in a context of its own. Prints one
+# JSON line: how each ended.
+SILENT_RUN = """
+import { Client, Sandbox } from %s;
+const client = new Client({ socketPath: process.env.SPACE_SOCKET });
+const sb = await Sandbox.connect(process.argv[2], { client });
+const settle = (p) => p.then((value) => ({ value }),
+                             (e) => ({ error: `${e.constructor.name}: ${e.message}` }));
+const seen = [];
+const handle = await sb.commands.run("sleep 75; echo done", { background: true });
+const context = await sb.createCodeContext();
+const t0 = Date.now();
+const [run, onStdout, wait, code] = await Promise.all([
+  settle(sb.commands.run("sleep 75; echo done")),
+  settle(sb.commands.run("sleep 75; echo done", { onStdout: (text) => seen.push(text) })),
+  settle(handle.wait()),
+  settle(sb.runCode("import time\\ntime.sleep(75)\\nprint('done')", { context })),
+]);
+console.log(JSON.stringify({ seconds: (Date.now() - t0) / 1000, run, onStdout, wait, code, seen }));
+""" % json.dumps(pathlib.Path(SDK, "dist", "index.js").as_uri())
+
+# What the SDK throws for malformed ids and broken connections (servers of this script's own on
+# Unix sockets in directory argv[3]), and what a command that cannot start returns, in sandbox
+# argv[2]. Prints one JSON line.
+FAILURES = """
+import net from "node:net";
+import path from "node:path";
+import { Client, CommandExitError, Sandbox, SpaceError } from %s;
+const client = new Client({ socketPath: process.env.SPACE_SOCKET });
+const thrown = async (p) => {
+  try { await p; return { name: null }; }
+  catch (e) {
+    return { name: e.constructor.name, typed: e instanceof SpaceError, message: e.message };
+  }
+};
+const out = { ids: {}, connections: {}, starts: [] };
+for (const bad of ["hello world", "a/b", "..", "", "sb_\\u00e9", "sb_1\\r\\nHost: x", "%%zz"])
+  out.ids[bad] = await thrown(Sandbox.connect(bad, { client }));
+out.snapshot = await thrown(Sandbox.restore("no such/snapshot", { client }));
+out.unknown = await thrown(Sandbox.connect("sb_000000000000", { client }));
+const answers = {
+  closes: (c) => c.destroy(),
+  "not-http": (c) => c.end("SSH-2.0-x\\r\\n\\r\\n"),
+  cut: (c) => c.end("HTTP/1.1 200 OK\\r\\nContent-Length: 99\\r\\n\\r\\n{"),
+  "not-json": (c) => c.end("HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\n\\r\\nhi"),
+  silent: (c) => setTimeout(() => c.destroy(), 2000),
+};
+for (const [name, answer] of Object.entries(answers)) {
+  const socketPath = path.join(process.argv[3], name + ".sock");
+  const server = net.createServer((c) => c.once("data", () => answer(c)));
+  await new Promise((r) => server.listen(socketPath, r));
+  const failing = new Client({ socketPath, timeoutMs: 500 });
+  out.connections[name] = await thrown(Sandbox.list({ client: failing }));
+  server.close();
+}
+const sb = await Sandbox.connect(process.argv[2], { client });
+for (const [cmd, opts] of [[["true"], { cwd: "/no/such/dir" }], [["true"], { user: "nosuchuser" }],
+                           [["/no/such/program"], {}], ["no-such-command-here", {}]]) {
+  const r = await sb.commands.run(cmd, opts);
+  const checked = await thrown(sb.commands.run(cmd, { ...opts, check: true }));
+  const detached = await (await sb.commands.run(cmd, { ...opts, background: true })).wait();
+  out.starts.push({ exitCode: r.exitCode, error: r.error, stderr: r.stderr, checked,
+                    detached: { exitCode: detached.exitCode, stderr: detached.stderr } });
+}
+console.log(JSON.stringify(out));
+""" % json.dumps(pathlib.Path(SDK, "dist", "index.js").as_uri())
 
 def run(argv, cwd, env=None, timeout=600):
     p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -82,6 +153,65 @@ class TypeScriptSdkTest(SpaceTestCase):
         self.assertRegex(p.stdout, r"pass [1-9]")
         self.assertRegex(p.stdout, r"fail 0")
         self.assertNotRegex(p.stdout, r"skipped [1-9]")
+
+    def run_node(self, script, *args, timeout=120):
+        """Runs `script` (an ES module) with node, this class's spaced in $SPACE_SOCKET; the JSON
+        line it printed last."""
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "script.mjs")
+            with open(path, "w") as fh:
+                fh.write(script)
+            env = dict(os.environ, SPACE_SOCKET=self.daemon.socket)
+            env.pop("SPACE_API", None)
+            p = subprocess.run(["node", path] + [a.replace("{tmp}", d) for a in args], env=env,
+                               capture_output=True, text=True, timeout=timeout)
+        self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-3000:])
+        return json.loads(p.stdout.splitlines()[-1])
+
+    def test_silent_commands_run_past_a_minute_without_a_timeout(self):
+        # Nothing bounds a stream the caller gave no timeout: not the Client's timeoutMs (60 s),
+        # nor spaced's idle timeout between requests (60 s). All at once, so 75 s in all.
+        out = self.run_node(SILENT_RUN, self.create(), timeout=240)
+        self.assertGreater(out["seconds"], 74)
+        for name in ("run", "onStdout", "wait"):
+            self.assertIn("value", out[name], "%s: %r" % (name, out[name]))
+            r = out[name]["value"]
+            self.assertEqual((r["exitCode"], r["stdout"]), (0, "done\n"), name)
+        self.assertEqual("".join(out["seen"]), "done\n")
+        self.assertIn("value", out["code"], out["code"])
+        self.assertIsNone(out["code"]["value"]["error"])
+        self.assertEqual(out["code"]["value"]["stdout"], ["done", "\n"])
+
+    def test_failures_are_typed_errors_and_a_command_that_cannot_start_says_why(self):
+        out = self.run_node(FAILURES, self.create(), "{tmp}")
+        for bad, e in out["ids"].items():
+            self.assertEqual((e["name"], e["typed"]), ("InvalidArgumentError", True), (bad, e))
+            self.assertIn("sandbox ids look like sb_0123abcd", e["message"])
+        self.assertEqual(out["snapshot"]["name"], "InvalidArgumentError", out["snapshot"])
+        self.assertIn("snapshot id (snap_...) or name", out["snapshot"]["message"])
+        self.assertEqual(out["unknown"]["name"], "NotFoundError", out["unknown"])
+        expected = {"closes": ("UnavailableError", "closed the connection"),
+                    "not-http": ("ProtocolError", "not spaced"),
+                    "cut": ("UnavailableError", "broke"),
+                    "not-json": ("ProtocolError", "not JSON"),
+                    "silent": ("SpaceTimeoutError", "within 500 ms")}
+        for name, (cls, words) in expected.items():
+            e = out["connections"][name]
+            self.assertEqual((e["name"], e["typed"]), (cls, True), (name, e))
+            self.assertIn(words, e["message"], name)
+        # A missing cwd (126), an unknown user (125), a missing program (127): the reason is in
+        # result.error and, as a line, in stderr; a shell that started says it itself.
+        for s, (code, named) in zip(out["starts"], ((126, "/no/such/dir"), (125, "nosuchuser"),
+                                                    (127, "/no/such/program"))):
+            self.assertEqual(s["exitCode"], code, s)
+            self.assertIn(named, s["error"])
+            self.assertEqual(s["stderr"], s["error"] + "\n")
+            self.assertEqual(s["checked"]["name"], "CommandExitError", s)
+            self.assertIn(s["error"], s["checked"]["message"])
+            self.assertEqual(s["detached"], {"exitCode": code, "stderr": s["stderr"]})
+        shell = out["starts"][3]
+        self.assertEqual((shell["exitCode"], shell["error"]), (127, None), shell)
+        self.assertIn("no-such-command-here: not found", shell["stderr"])
 
     # -- spaced restarts under an attached command ---------------------------------------------
 
@@ -153,6 +283,29 @@ class TypeScriptSdkTest(SpaceTestCase):
         self.assertIn("the connection to spaced closed before the command", e["message"])
         self.assertIn("may have restarted or crashed", e["message"])
 
+    def test_readme_install_lines_work_on_a_fresh_checkout(self):
+        # The README's install block, run as pasted at the root of a copy of the repository as a
+        # fresh clone has it (no node_modules, no dist/), then the package used from there.
+        with open(os.path.join(SDK, "README.md")) as fh:
+            block = re.search(r"```sh\n(.*?)```", fh.read(), re.S).group(1)
+        with tempfile.TemporaryDirectory() as root:
+            shutil.copytree(SDK, os.path.join(root, "sdk", "typescript"),
+                            ignore=shutil.ignore_patterns("node_modules", "dist"))
+            interpreter = os.path.join("sdk", "python", "space_sandbox", "interpreter.py")
+            os.makedirs(os.path.dirname(os.path.join(root, interpreter)))
+            shutil.copy(os.path.join(REPO, interpreter), os.path.join(root, interpreter))
+            env = dict(os.environ, SPACE_SOCKET=self.daemon.socket)
+            env.pop("SPACE_API", None)
+            run(["sh", "-ec", block], root, env=env)
+            p = subprocess.run(
+                ["node", "--input-type=module", "-e",
+                 'import { Sandbox } from "space-sandbox";\n'
+                 'console.log(Array.isArray(await Sandbox.list()));'],
+                cwd=root, env=env, capture_output=True, text=True, timeout=60)
+            self.assertEqual((p.returncode, p.stdout), (0, "true\n"), p.stderr)
+            self.assertTrue(os.path.isfile(os.path.join(
+                root, "node_modules", "space-sandbox", "dist", "interpreter.py")))
+
     def test_readme_quick_start_runs_as_pasted(self):
         with open(os.path.join(SDK, "README.md")) as fh:
             block = re.search(r"```js\n(.*?)```", fh.read(), re.S).group(1)
@@ -168,6 +321,23 @@ class TypeScriptSdkTest(SpaceTestCase):
                                text=True, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stdout.splitlines(), ["42", "hello.py"])
+
+    def test_readme_ports_and_terminals_run_as_pasted(self):
+        with open(os.path.join(SDK, "README.md")) as fh:
+            text = fh.read()
+        section = text[text.index("## Ports and terminals"):]
+        block = re.search(r"```js\n(.*?)```", section, re.S).group(1)
+        with tempfile.TemporaryDirectory() as app:
+            os.makedirs(os.path.join(app, "node_modules"))
+            os.symlink(SDK, os.path.join(app, "node_modules", "space-sandbox"))
+            with open(os.path.join(app, "main.mjs"), "w") as fh:
+                fh.write(block)
+            env = dict(os.environ, SPACE_SOCKET=self.daemon.socket)
+            env.pop("SPACE_API", None)
+            p = subprocess.run(["node", "main.mjs"], cwd=app, env=env, capture_output=True,
+                               text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.splitlines(), ["hello from the sandbox", "3 true"])
 
 
 if __name__ == "__main__":

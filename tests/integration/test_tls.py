@@ -285,6 +285,62 @@ try {
         self.assertEqual(res["out"], "over tls\nmore\n")
         self.assertRegex(lines[1], r"^refused: permission_denied: .*SPACE_CA")
 
+    def test_sdk_ports_and_terminals_over_https(self):
+        # The SDKs' upgraded connections (a port's tunnel, a terminal) over TLS: the Python
+        # SDK's stream is read by one thread while others write (test_sdk_python.py has the rest).
+        from space_sandbox import Client, Sandbox
+        sb = Sandbox.create(client=Client(api_url=self.url, token=self.token(), ca_file=self.ca))
+        self.known_ids.add(sb.id)
+        try:
+            big = os.urandom(1 << 20)
+            sb.files.write("/root/site/big", big)
+            sb.commands.run("cd /root/site && exec python3 -m http.server 8000 --bind 127.0.0.1",
+                            background=True)
+            sb.wait_for_port(8000, timeout=30)
+            for _ in range(3):
+                with urllib.request.urlopen(sb.get_url(8000) + "/big", timeout=30) as r:
+                    self.assertEqual(r.read(), big)
+            term = sb.pty.create("bash")
+            term.send_input("echo hi $((1+2))\n")
+            wait_for(lambda: b"hi 3" in term.output, timeout=20, what="hi 3 over tls")
+            term.resize(40, 100)
+            term.send_input("stty size; exit 3\n")
+            self.assertEqual(term.wait(timeout=20), 3)
+            self.assertIn(b"40 100", term.output)
+        finally:
+            sb.destroy()
+        import test_sdk_typescript as ts
+        ts.build_sdk()
+        script = """
+import { Client, Sandbox } from "%s";
+const client = new Client({ apiUrl: process.env.URL, token: process.env.TOKEN, caFile: process.env.CA });
+const sb = await Sandbox.create({ client });
+try {
+  await sb.files.write("/root/site/index.html", "tls-port\\n");
+  await sb.commands.run("cd /root/site && exec python3 -m http.server 8000", { background: true });
+  await sb.waitForPort(8000, { timeoutMs: 30_000 });
+  const page = await (await fetch(await sb.getUrl(8000))).text();
+  const term = await sb.pty.create({ cmd: "bash" });
+  await term.sendInput("echo hi $((1+2)); exit 3\\n");
+  const code = await term.wait({ timeoutMs: 20_000 });
+  console.log(JSON.stringify({ id: sb.id, page, code, hi: term.output.includes("hi 3") }));
+} finally {
+  await sb.destroy();
+}
+""" % os.path.join(ts.SDK, "dist", "index.js")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "tls-ports.mjs")
+            with open(path, "w") as f:
+                f.write(script)
+            env = dict(os.environ, URL=self.url, TOKEN=self.token(), CA=self.ca)
+            env.pop("SPACE_CA", None)
+            p = subprocess.run(["node", path], env=env, capture_output=True, text=True,
+                               timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        res = json.loads(p.stdout.splitlines()[0])
+        self.known_ids.add(res["id"])
+        self.assertEqual((res["page"], res["code"], res["hi"]), ("tls-port\n", 3, True))
+
     # -- refusals ----------------------------------------------------------------------------
 
     def test_client_without_the_ca_is_refused_clearly(self):

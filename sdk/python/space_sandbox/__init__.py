@@ -16,6 +16,8 @@ from .errors import (AlreadyExistsError, AuthenticationError, CommandExitError, 
                      ResourceExhaustedError, SpaceError, SpaceTimeoutError, UnavailableError,
                      UnimplementedError)
 from .files import EntryInfo, Files
+from .ports import PortForward
+from .pty import Pty, PtyHandle
 from .sandbox import Sandbox, SandboxInfo, SnapshotInfo
 
 __version__ = "0.1.0"
@@ -26,5 +28,6 @@ __all__ = [
     "AlreadyExistsError", "ConflictError", "AuthenticationError", "PermissionDeniedError",
     "PayloadTooLargeError", "ResourceExhaustedError", "UnimplementedError", "ProtocolError",
     "UnavailableError", "DaemonRestartError", "SpaceTimeoutError", "InternalError",
-    "CommandExitError", "CodeContext", "Execution", "ExecutionError", "Result",
+    "CommandExitError", "CodeContext", "Execution", "ExecutionError", "Result", "Pty", "PtyHandle",
+    "PortForward",
 ]

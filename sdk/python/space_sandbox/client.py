@@ -7,6 +7,11 @@ comes from ``token=`` or ``$SPACE_TOKEN``. For https the daemon's certificate is
 against ``ca_file=`` or ``$SPACE_CA`` (a PEM file: spaced's own CA is
 ``<state_dir>/tls/ca.pem`` on its host), else the system's trust store; ``ssl_context=``
 replaces all of that.
+
+Timeouts: a request/response call (create, list, stat, ...) waits at most ``timeout=`` of the
+Client (60 s) for spaced to connect and for each read of its answer. Streams and waits (a
+command's output and end, file transfers) have no limit unless the call is given one: a command
+may be silent for an hour.
 """
 
 from __future__ import annotations
@@ -14,14 +19,18 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import socket
 import ssl
 import urllib.parse
 from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Union
 
-from .errors import SpaceError, UnavailableError, error_for
+from .errors import InvalidArgumentError, SpaceError, UnavailableError, error_for
 
 DEFAULT_SOCKET = "/run/space/space.sock"
+
+# request(timeout=...) left out: the Client's timeout (None, given, means no limit).
+_CLIENT_TIMEOUT: Any = object()
 
 Body = Union[None, bytes, Iterable[bytes]]
 
@@ -45,15 +54,20 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
 class Response:
     """An answer whose body is read on demand (streams: exec events, downloads)."""
 
-    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse,
+                 where: str = "spaced", read_timeout: Optional[float] = None) -> None:
         self._conn = conn
         self._resp = resp
+        self._where = where
+        self._read_timeout = read_timeout
         self.status = resp.status
         self.headers = {k.lower(): v for k, v in resp.getheaders()}
 
     def read(self) -> bytes:
         try:
             return self._resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            raise transport_error(e, self._where, "reading its answer", self._read_timeout) from e
         finally:
             self.close()
 
@@ -64,7 +78,12 @@ class Response:
     def iter_chunks(self, size: int = 1 << 16) -> Iterator[bytes]:
         try:
             while True:
-                chunk = self._resp.read1(size) if hasattr(self._resp, "read1") else self._resp.read(size)
+                try:
+                    chunk = (self._resp.read1(size) if hasattr(self._resp, "read1")
+                             else self._resp.read(size))
+                except (OSError, http.client.HTTPException) as e:
+                    raise transport_error(e, self._where, "reading its answer",
+                                          self._read_timeout) from e
                 if not chunk:
                     return
                 yield chunk
@@ -72,6 +91,8 @@ class Response:
             self.close()
 
     def iter_lines(self) -> Iterator[bytes]:
+        """The body's lines; a broken connection raises the stdlib's error (the caller knows what
+        it means for its stream: see commands.CommandHandle)."""
         try:
             while True:
                 line = self._resp.readline()
@@ -98,7 +119,9 @@ class Response:
 
 class Client:
     """A handle on one spaced. Cheap: every call opens its own connection, so one Client may be
-    shared by threads."""
+    shared by threads. ``timeout``: seconds a call waits to connect and, for a request/response
+    call, for each read of the answer; streams (commands, file transfers) wait for as long as
+    they run unless the call is given a timeout."""
 
     def __init__(self, *, socket_path: Optional[str] = None, api_url: Optional[str] = None,
                  token: Optional[str] = None, timeout: float = 60.0,
@@ -143,9 +166,11 @@ class Client:
 
     def request(self, method: str, path: str, *, query: Optional[Mapping[str, Any]] = None,
                 json_body: Any = None, body: Body = None, content_type: Optional[str] = None,
-                timeout: Optional[float] = None, stream: bool = False) -> Response:
-        """Sends one request. Raises the :mod:`errors` class of an error answer; with
-        ``stream=True`` a successful answer's body is left to the caller."""
+                timeout: Optional[float] = _CLIENT_TIMEOUT, stream: bool = False) -> Response:
+        """Sends one request. Raises the :mod:`errors` class of an error answer, and a
+        :class:`SpaceError` subclass for every failure to reach spaced; with ``stream=True`` a
+        successful answer's body is left to the caller. ``timeout``: seconds each read of the
+        answer may wait (default the Client's; None: no limit, for streams and waits)."""
         headers: Dict[str, str] = {}
         if self.token:
             headers["Authorization"] = "Bearer " + self.token
@@ -163,8 +188,15 @@ class Client:
             q = {k: _query_value(v) for k, v in query.items() if v is not None}
             if q:
                 target += "?" + urllib.parse.urlencode(q)
-        conn = self._connection(self.timeout if timeout is None else timeout)
+        # Connecting waits the Client's timeout; the answer, `timeout` (None: as long as it takes).
+        read_timeout = self.timeout if timeout is _CLIENT_TIMEOUT else timeout
+        conn = self._connection(self.timeout)
+        connected = False
         try:
+            conn.connect()
+            assert conn.sock is not None
+            conn.sock.settimeout(read_timeout)
+            connected = True
             try:
                 conn.request(method, target, body=body, headers=headers, encode_chunked=chunked)
             except (BrokenPipeError, ConnectionResetError):
@@ -175,19 +207,11 @@ class Client:
             raise UnavailableError("spaced is not running: no socket at %s (start it with "
                                    "`spaced`, or set $SPACE_SOCKET / $SPACE_API)" % self.socket_path,
                                    code="unavailable") from e
-        except ConnectionRefusedError as e:
-            conn.close()
-            raise UnavailableError("spaced refused the connection at %s; is it running?"
-                                   % self.where(), code="unavailable") from e
         except PermissionError as e:
             conn.close()
             raise UnavailableError("cannot open %s: %s (the socket is root's; run as root or "
                                    "use the TCP listener with a token)" % (self.where(), e),
                                    code="unavailable") from e
-        except socket.timeout as e:
-            conn.close()
-            raise error_for("timeout", "no answer from spaced at %s within %ss"
-                            % (self.where(), conn.timeout)) from e
         except ssl.SSLCertVerificationError as e:
             conn.close()
             if self.ca_file:
@@ -199,11 +223,16 @@ class Client:
                         "/var/lib/space/tls/ca.pem) from the daemon's host")
             raise error_for("permission_denied", "spaced's TLS certificate at %s is not trusted "
                             "(%s); %s" % (self.where(), e.verify_message or e, hint)) from e
-        except OSError as e:
+        except (http.client.InvalidURL, ValueError) as e:  # not sendable: a caller's value
             conn.close()
-            raise UnavailableError("cannot reach spaced at %s: %s" % (self.where(), e),
-                                   code="unavailable") from e
-        r = Response(conn, resp)
+            raise error_for("invalid_argument", "cannot send %s %s to spaced: %s"
+                            % (method, target[:200], e)) from e
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise transport_error(e, self.where(),
+                                  "waiting for its answer" if connected else "connecting",
+                                  read_timeout if connected else self.timeout) from e
+        r = Response(conn, resp, self.where(), read_timeout)
         if r.status >= 400:
             raise _error_from(r)
         if not stream:
@@ -214,7 +243,52 @@ class Client:
         """A request whose answer is JSON (or empty): the parsed body."""
         r = self.request(method, path, **kw)
         data = getattr(r, "_body", b"")
-        return json.loads(data) if data else None
+        try:
+            return json.loads(data) if data else None
+        except ValueError:
+            raise error_for("protocol_error", "what answers at %s is not spaced: %s %s got an "
+                            "answer that is not JSON: %r" % (self.where(), method, path,
+                                                            data[:200])) from None
+
+
+# What spaced accepts as a sandbox id or a snapshot's id or name (src/api/request.cc, is_name).
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def segment(value: Any, what: str = "sandbox id") -> str:
+    """``value``, a sandbox id or a snapshot's id or name, as one path segment of a URL. Raises
+    ``InvalidArgumentError``, saying what one looks like, for anything else."""
+    if not isinstance(value, str) or not _ID.fullmatch(value):
+        looks = ("sandbox ids look like sb_0123abcd (letters, digits, '_', '-', '.'); "
+                 "Sandbox.list() lists them" if what == "sandbox id" else
+                 "give a snapshot id (snap_...) or name (letters, digits, '_', '-', '.'); "
+                 "sandbox.snapshots() lists them")
+        shown = json.dumps(value, default=repr)[:80]
+        raise InvalidArgumentError("bad %s %s: %s" % (what, shown, looks), code="invalid_argument")
+    return urllib.parse.quote(value, safe="")
+
+
+def transport_error(e: BaseException, where: str, during: str = "a call",
+                    timeout: Optional[float] = None) -> SpaceError:
+    """The SDK's error for a failure of the connection itself (refused, reset, timed out, not
+    HTTP): ``where`` is the daemon's address, ``during`` what the SDK was doing."""
+    if isinstance(e, SpaceError):
+        return e
+    if isinstance(e, socket.timeout):
+        return error_for("timeout", "spaced at %s sent nothing for %ss (%s); pass a longer "
+                         "timeout= or Client(timeout=...)" % (where, timeout, during))
+    if isinstance(e, ConnectionRefusedError):
+        return UnavailableError("spaced refused the connection at %s; is it running?" % where,
+                                code="unavailable")
+    what = str(e) or type(e).__name__
+    if isinstance(e, (ConnectionError, http.client.IncompleteRead)):
+        return UnavailableError("the connection to spaced at %s broke (%s): %s; spaced may have "
+                                "restarted" % (where, during, what), code="unavailable")
+    if isinstance(e, http.client.HTTPException):
+        return error_for("protocol_error", "what answers at %s is not spaced: no HTTP answer "
+                         "(%s): %r" % (where, during, what[:200]))
+    return UnavailableError("cannot reach spaced at %s (%s): %s" % (where, during, what),
+                            code="unavailable")
 
 
 def _query_value(v: Any) -> str:

@@ -5,23 +5,29 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Union
 
-from .client import Client, Response
+from .client import Client, Response, transport_error
 from .errors import (CommandExitError, ConflictError, DaemonRestartError, NotFoundError,
                      SpaceError, error_for)
 
 OutputHandler = Callable[[str], None]
 Cmd = Union[str, Sequence[str]]
 
+# How long past a command's timeout= the SDK waits for its stream's next bytes.
+_STREAM_MARGIN_S = 60
+
 
 @dataclass
 class CommandResult:
     """How a command ended. ``exit_code`` is None when a signal ended it (``signal`` says
-    which)."""
+    which). ``error`` is set when the program could not start (126: a missing cwd or a program
+    not executable, 125: an unknown user, 127: no such program) and says why; such a command
+    wrote nothing, so ``stderr`` carries the same reason (a line), where an agent reads it."""
 
     exit_code: Optional[int]
     stdout: str = ""
@@ -96,13 +102,7 @@ class CommandHandle:
     def _pump(self, lines) -> None:
         ended: List[dict] = []  # the "exit" event, once read
         try:
-            try:
-                self._read_events(lines, ended)
-            except (http.client.HTTPException, ConnectionError):
-                pass  # the connection broke mid-stream: told below if no "exit" came first
-            except (OSError, ValueError):
-                if not self._aborted:  # else: reading a stream this program cut (abort())
-                    raise
+            self._read_events(self._lines(lines), ended)
             if not ended:
                 if self._disconnected:
                     raise error_for("unavailable", "disconnected from the command (pid %s); "
@@ -121,6 +121,8 @@ class CommandHandle:
             exit_event = ended[0]
             out, err = b"".join(self._out), b"".join(self._err)
             e = exit_event.get("error")
+            if isinstance(e, str) and e and not err:  # it could not start: say why in stderr
+                err = e.encode() + b"\n"
             self._result = CommandResult(
                 exit_code=exit_event.get("exit_code"), stdout=out.decode("utf-8", "replace"),
                 stderr=err.decode("utf-8", "replace"), stdout_bytes=out, stderr_bytes=err,
@@ -136,6 +138,29 @@ class CommandHandle:
             self._started.set()
             self._done.set()
 
+    def _lines(self, lines) -> Iterator[bytes]:
+        """The stream's lines. Ends early where the connection broke or this program cut it
+        (``_pump`` says which if no "exit" came); raises ``SpaceTimeoutError`` past a timeout=
+        (the command's own plus a margin) and the SDK's error for any other failure to read."""
+        it = iter(lines)
+        while True:
+            try:
+                line = next(it)
+            except StopIteration:
+                return
+            except (http.client.HTTPException, ConnectionError):
+                return  # the connection broke mid-stream
+            except (OSError, ValueError) as e:  # ValueError: reading a stream abort() closed
+                if self._aborted:
+                    return
+                if isinstance(e, socket.timeout):
+                    raise error_for("timeout", "spaced sent nothing on the command (pid %s) in "
+                                    "sandbox %s for %s s past the command's own timeout; "
+                                    "commands.list() shows whether it still runs"
+                                    % (self.pid, self.sandbox_id, _STREAM_MARGIN_S)) from e
+                raise transport_error(e, self._client.where(), "reading a command's output") from e
+            yield line
+
     def _read_events(self, lines, ended: List[dict]) -> None:
         """Reads the stream's events until its end: output to the handlers, the "exit" event
         into ``ended``; an "error" event is raised (``DaemonRestartError`` for spaced's
@@ -143,7 +168,11 @@ class CommandHandle:
         for line in lines:
             if not line.strip():
                 continue
-            ev = json.loads(line)
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                raise error_for("protocol_error", "spaced sent a line that is not JSON on the "
+                                "stream of the command (pid %s): %r" % (self.pid, line[:200]))
             kind = ev.get("type")
             if kind == "started":
                 self.pid = ev.get("pid")
@@ -292,8 +321,8 @@ class Commands:
                                      ended=started.get("exit") or {})
             return self.connect(int(started["pid"]), on_stdout=on_stdout, on_stderr=on_stderr,
                                 _snapshot=started.get("snapshot"))
-        # The HTTP timeout covers the whole stream when the command has one; otherwise none.
-        http_timeout = None if timeout is None else timeout + 60
+        # No read timeout on the stream unless the command has one: spaced ends it by then.
+        http_timeout = None if timeout is None else timeout + _STREAM_MARGIN_S
         if stdin is not None:
             req["stdin"] = True
             data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)

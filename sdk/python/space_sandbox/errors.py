@@ -117,7 +117,10 @@ class CommandExitError(SpaceError):
         sig = getattr(result, "signal", None)
         how = "signal %s" % sig if sig else "exit code %s" % exit_code
         stderr = (getattr(result, "stderr", "") or "").strip()
+        error = (getattr(result, "error", None) or "").strip()  # why it could not start
         msg = "the command failed with %s" % how
+        if error and error not in stderr:
+            msg += ": " + error
         if stderr:
             msg += ": " + stderr[-500:]
         super().__init__(msg)

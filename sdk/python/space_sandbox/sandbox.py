@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Union
 
-from .client import Client
+from .client import Client, segment
 from .code import CodeContext, CodeInterpreter, Execution, Result
 from .commands import Commands
 from .errors import ConflictError, NotFoundError
 from .files import Files
+from .ports import Ports
+from .pty import Pty
 
 Size = Union[int, str]
 
@@ -73,6 +75,9 @@ class Sandbox:
         self.commands = Commands(self.id, client)
         self.files = Files(self.id, client)
         self._code = CodeInterpreter(self, client)
+        #: Commands on a terminal: ``sandbox.pty.create("bash", on_data=...)``.
+        self.pty = Pty(self.id, client)
+        self._ports = Ports(self.id, client)
 
     # ---- life cycle ------------------------------------------------------------------------
 
@@ -110,9 +115,12 @@ class Sandbox:
 
     @classmethod
     def connect(cls, sandbox_id: str, *, client: Optional[Client] = None) -> "Sandbox":
-        """The existing sandbox ``sandbox_id`` (``NotFoundError`` if there is none)."""
+        """The existing sandbox ``sandbox_id`` (``NotFoundError`` if there is none,
+        ``InvalidArgumentError`` for a string that is no sandbox id: they look like
+        ``sb_0123abcd``)."""
         client = client or Client()
-        return cls(SandboxInfo.from_api(client.call("GET", "/v1/sandboxes/%s" % sandbox_id)), client)
+        j = client.call("GET", "/v1/sandboxes/%s" % segment(sandbox_id))
+        return cls(SandboxInfo.from_api(j), client)
 
     @classmethod
     def list(cls, *, client: Optional[Client] = None) -> List[SandboxInfo]:
@@ -126,8 +134,8 @@ class Sandbox:
         """A new sandbox holding the files of ``snapshot`` (an id, a name or a SnapshotInfo)."""
         client = client or Client()
         ref = snapshot.id if isinstance(snapshot, SnapshotInfo) else snapshot
-        j = client.call("POST", "/v1/snapshots/%s/restore" % ref, json_body={},
-                        timeout=max(client.timeout, 300))
+        j = client.call("POST", "/v1/snapshots/%s/restore" % segment(ref, "snapshot"),
+                        json_body={}, timeout=max(client.timeout, 300))
         return cls(SandboxInfo.from_api(j), client)
 
     def get_info(self) -> SandboxInfo:
@@ -144,6 +152,7 @@ class Sandbox:
     def destroy(self, *, wait: bool = True) -> None:
         """Destroys the sandbox (idempotent). With ``wait=False`` spaced answers as soon as the
         sandbox is unreachable and finishes the teardown in the background."""
+        self.close()
         try:
             self._client.request("DELETE", "/v1/sandboxes/%s" % self.id,
                                  query={"force": True, "wait": wait})
@@ -172,6 +181,29 @@ class Sandbox:
     def resume(self) -> SandboxInfo:
         self.info = SandboxInfo.from_api(self._client.call("POST", "/v1/sandboxes/%s/resume" % self.id))
         return self.info
+
+    # ---- ports -------------------------------------------------------------------------------
+
+    def get_host(self, port: int) -> str:
+        """``127.0.0.1:PORT`` on this machine, forwarded to ``port`` inside the sandbox (a
+        listener of this Sandbox object, started on first use; each connection to it is
+        tunneled through spaced). A connection made while nothing listens there is reset."""
+        return self._ports.forward(port).host
+
+    def get_url(self, port: int) -> str:
+        """``http://127.0.0.1:PORT``, forwarded to ``port`` inside the sandbox (see
+        :meth:`get_host`)."""
+        return "http://" + self.get_host(port)
+
+    def wait_for_port(self, port: int, timeout: float = 60.0) -> None:
+        """Waits until something listens on ``port`` inside the sandbox; ``SpaceTimeoutError``
+        if nothing did within ``timeout`` seconds."""
+        self._ports.wait_for(port, timeout)
+
+    def close(self) -> None:
+        """Stops this object's port forwards (the sandbox runs on; ``destroy`` closes them
+        too)."""
+        self._ports.close()
 
     # ---- code interpreter --------------------------------------------------------------------
 

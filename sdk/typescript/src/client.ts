@@ -10,7 +10,7 @@
 import * as fs from "node:fs";
 import * as http from "node:http";
 import * as https from "node:https";
-import { errorFor, SpaceError, UnavailableError } from "./errors.js";
+import { errorFor, InvalidArgumentError, SpaceError, UnavailableError } from "./errors.js";
 
 export const DEFAULT_SOCKET = "/run/space/space.sock";
 
@@ -48,23 +48,39 @@ export class Response {
     readonly headers: http.IncomingHttpHeaders,
     private readonly res: http.IncomingMessage,
     private readonly req: http.ClientRequest,
+    private readonly where = "spaced",
   ) {}
 
   async bytes(): Promise<Buffer> {
     const parts: Buffer[] = [];
-    for await (const c of this.res) parts.push(c as Buffer);
+    try {
+      for await (const c of this.res) parts.push(c as Buffer);
+    } catch (e) {
+      throw transportError(e, this.where);
+    }
     return Buffer.concat(parts);
   }
 
   async json<T = any>(): Promise<T> {
     const b = await this.bytes();
-    return (b.length ? JSON.parse(b.toString("utf8")) : null) as T;
+    try {
+      return (b.length ? JSON.parse(b.toString("utf8")) : null) as T;
+    } catch {
+      throw errorFor("protocol_error", `what answers at ${this.where} is not spaced: an answer that is not ` +
+        `JSON: ${JSON.stringify(b.subarray(0, 200).toString("utf8"))}`);
+    }
   }
 
-  chunks(): AsyncIterable<Buffer> {
-    return this.res as AsyncIterable<Buffer>;
+  async *chunks(): AsyncGenerator<Buffer> {
+    try {
+      for await (const c of this.res) yield c as Buffer;
+    } catch (e) {
+      throw transportError(e, this.where);
+    }
   }
 
+  /** The body's lines; a broken connection throws Node's error (the caller knows what it means
+   * for its stream: see commands.ts). */
   async *lines(): AsyncGenerator<string> {
     let pending = "";
     for await (const c of this.res) {
@@ -76,6 +92,11 @@ export class Response {
       }
     }
     if (pending) yield pending;
+  }
+
+  /** Fails the body's reads with SpaceTimeoutError(`message`) once nothing came for `ms`. */
+  failWhenIdle(ms: number, message: string): void {
+    this.res.setTimeout(ms, () => this.res.destroy(errorFor("timeout", message)));
   }
 
   /** Cuts the connection at once (for an exec: spaced kills the command's process tree). */
@@ -91,7 +112,8 @@ export class Client {
   readonly token?: string;
   readonly timeoutMs: number;
   readonly caFile?: string;
-  private readonly ca?: string | Buffer;
+  /** https: the CA(s) trusted instead of Node's roots (upgraded connections use it too). */
+  readonly ca?: string | Buffer;
 
   constructor(opts: ClientOptions = {}) {
     let { socketPath, apiUrl } = opts;
@@ -140,6 +162,17 @@ export class Client {
     }
     const timeout = opts.timeoutMs ?? this.timeoutMs;
     let req: http.ClientRequest;
+    try {
+      req = this.newRequest(method, target, headers);
+    } catch (e) { // not sendable (a control character in the path, a bad header): a caller's value
+      return Promise.reject(new InvalidArgumentError(
+        `cannot send ${method} ${target.slice(0, 200)} to spaced: ${(e as Error).message}`, "invalid_argument"));
+    }
+    return this.send(req, body, timeout);
+  }
+
+  private newRequest(method: string, target: string, headers: Record<string, string>): http.ClientRequest {
+    let req: http.ClientRequest;
     if (this.apiUrl !== undefined) {
       const u = new URL(this.apiUrl);
       const options: https.RequestOptions = { host: u.hostname.replace(/^\[(.*)\]$/, "$1"),
@@ -153,6 +186,10 @@ export class Client {
     } else {
       req = http.request({ socketPath: this.socketPath, method, headers, path: target });
     }
+    return req;
+  }
+
+  private send(req: http.ClientRequest, body: Body | undefined, timeout: number): Promise<Response> {
     return new Promise<Response>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
       if (timeout > 0) {
@@ -185,11 +222,11 @@ export class Client {
                                                        "unavailable")), 5000).unref();
           return;
         }
-        reject(new UnavailableError(`cannot reach spaced at ${this.where()}: ${e.message}`, "unavailable"));
+        reject(transportError(e, this.where()));
       });
       req.on("response", (res) => {
         if (timer) clearTimeout(timer);
-        const r = new Response(res.statusCode ?? 0, res.headers, res, req);
+        const r = new Response(res.statusCode ?? 0, res.headers, res, req, this.where());
         if (r.status >= 400) {
           r.bytes().then((b) => reject(errorFromBody(r.status, b)), reject);
           return;
@@ -221,6 +258,37 @@ const TLS_TRUST_ERRORS = new Set([
   "UNABLE_TO_VERIFY_LEAF_SIGNATURE", "UNABLE_TO_GET_ISSUER_CERT", "CERT_UNTRUSTED",
   "CERT_HAS_EXPIRED", "CERT_NOT_YET_VALID", "ERR_TLS_CERT_ALTNAME_INVALID",
 ]);
+
+// What spaced accepts as a sandbox id or a snapshot's id or name (src/api/request.cc, is_name).
+const ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+
+/** `value`, a sandbox id or a snapshot's id or name, as one path segment of a URL. Throws
+ * InvalidArgumentError, saying what one looks like, for anything else. */
+export function segment(value: unknown, what = "sandbox id"): string {
+  if (typeof value !== "string" || !ID.test(value)) {
+    const looks = what === "sandbox id"
+      ? "sandbox ids look like sb_0123abcd (letters, digits, '_', '-', '.'); Sandbox.list() lists them"
+      : "give a snapshot id (snap_...) or name (letters, digits, '_', '-', '.'); sandbox.snapshots() lists them";
+    throw new InvalidArgumentError(`bad ${what} ${String(JSON.stringify(value)).slice(0, 80)}: ${looks}`,
+                                   "invalid_argument");
+  }
+  return encodeURIComponent(value);
+}
+
+/** The SDK's error for a failure of the connection itself (reset, closed early, ...). */
+export function transportError(e: unknown, where: string): SpaceError {
+  if (e instanceof SpaceError) return e;
+  const err = e as NodeJS.ErrnoException;
+  if (err?.code === "ECONNREFUSED")
+    return new UnavailableError(`spaced refused the connection at ${where}; is it running?`, "unavailable");
+  if (err?.code === "ECONNRESET" || err?.code === "EPIPE" || err?.code === "ERR_STREAM_PREMATURE_CLOSE" ||
+      err?.message === "aborted")
+    return new UnavailableError(`the connection to spaced at ${where} broke: ${err.message}; spaced may have ` +
+      "restarted", "unavailable");
+  if (typeof err?.code === "string" && err.code.startsWith("HPE_")) // Node's HTTP parser
+    return errorFor("protocol_error", `what answers at ${where} is not spaced: no HTTP answer: ${err.message}`);
+  return new UnavailableError(`cannot reach spaced at ${where}: ${err?.message ?? String(e)}`, "unavailable");
+}
 
 function errorFromBody(status: number, body: Buffer): SpaceError {
   try {

@@ -7,6 +7,9 @@ import {
 
 export type Cmd = string | string[];
 
+// How long past a command's timeoutMs the SDK waits for its stream's next bytes.
+const STREAM_MARGIN_MS = 60_000;
+
 /** How a command ended. `exitCode` is null when a signal ended it (`signal` says which). */
 export interface CommandResult {
   exitCode: number | null;
@@ -18,7 +21,9 @@ export interface CommandResult {
   timedOut: boolean;
   oomKilled: boolean;
   durationS: number;
-  /** Why the program could not start (exit code 126 or 127). */
+  /** Why the program could not start: 126 (a missing cwd, a program not executable), 125 (an
+   * unknown user), 127 (no such program). Such a command wrote nothing, so `stderr` carries the
+   * same reason (a line), where an agent reads it. */
   error: string | null;
   pid: number | null;
   /** The snapshot taken before the command (`snapshot: true`). */
@@ -151,7 +156,10 @@ export class CommandHandle {
         `in sandbox ${this.sandboxId} ended: spaced may have restarted or crashed; ${this.reconnectHint()}`,
         { reason: "connection_lost", sandboxId: this.sandboxId, pid: this.pid });
     }
-    const out = Buffer.concat(this.out), err = Buffer.concat(this.err);
+    const out = Buffer.concat(this.out);
+    let err = Buffer.concat(this.err);
+    if (typeof ended.error === "string" && ended.error && !err.length) // it could not start: say why
+      err = Buffer.from(ended.error + "\n");
     return {
       exitCode: ended.exit_code ?? null, stdout: out.toString("utf8"), stderr: err.toString("utf8"),
       stdoutBytes: out, stderrBytes: err, signal: ended.signal ?? null, timedOut: !!ended.timed_out,
@@ -296,6 +304,11 @@ export class Commands {
     } else {
       resp = await this.client.request("POST", path, { json: req, timeoutMs: 0 });
     }
+    // No read timeout on the stream unless the command has one: spaced ends it by then.
+    if (opts.timeoutMs !== undefined)
+      resp.failWhenIdle(opts.timeoutMs + STREAM_MARGIN_MS, "spaced sent nothing on the command in sandbox " +
+        `${this.sandboxId} for ${STREAM_MARGIN_MS / 1000} s past its own timeout; commands.list() shows ` +
+        "whether it still runs");
     const handle = new CommandHandle(this.sandboxId, this.client, { resp }, opts);
     if (opts.background) {
       await handle.waitStarted();

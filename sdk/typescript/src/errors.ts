@@ -74,11 +74,13 @@ export function errorFor(code: string, message: string, status?: number): SpaceE
 
 /** A command run with `check: true` ended with a non-zero exit code or a signal. */
 export class CommandExitError extends SpaceError {
-  readonly result: { exitCode: number | null; signal: number | null; stderr: string };
-  constructor(result: { exitCode: number | null; signal: number | null; stderr: string }) {
+  readonly result: { exitCode: number | null; signal: number | null; stderr: string; error?: string | null };
+  constructor(result: { exitCode: number | null; signal: number | null; stderr: string; error?: string | null }) {
     const how = result.signal ? `signal ${result.signal}` : `exit code ${result.exitCode}`;
     const err = result.stderr.trim();
-    super(`the command failed with ${how}${err ? ": " + err.slice(-500) : ""}`, "command_failed");
+    const why = (result.error ?? "").trim(); // why it could not start
+    super(`the command failed with ${how}${why && !err.includes(why) ? ": " + why : ""}` +
+      `${err ? ": " + err.slice(-500) : ""}`, "command_failed");
     this.result = result;
   }
 }

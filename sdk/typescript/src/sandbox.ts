@@ -1,10 +1,12 @@
 // Sandboxes: create, connect, pause, snapshot, roll back, destroy.
 
-import { Client } from "./client.js";
+import { Client, segment } from "./client.js";
 import { CodeContext, CodeInterpreter, Execution, RunCodeOptions } from "./code.js";
 import { Commands } from "./commands.js";
 import { ConflictError, NotFoundError } from "./errors.js";
 import { Files } from "./files.js";
+import { Ports } from "./ports.js";
+import { Pty } from "./pty.js";
 
 export interface SandboxInfo {
   id: string;
@@ -75,13 +77,41 @@ export class Sandbox {
   readonly id: string;
   readonly commands: Commands;
   readonly files: Files;
+  /** Commands on a terminal: `sandbox.pty.create({ cmd: "bash", onData })`. */
+  readonly pty: Pty;
   private readonly code: CodeInterpreter;
+  private readonly ports: Ports;
 
   private constructor(public info: SandboxInfo, private readonly client: Client) {
     this.id = info.id;
     this.commands = new Commands(this.id, client);
     this.files = new Files(this.id, client);
     this.code = new CodeInterpreter(this, client);
+    this.pty = new Pty(this.id, client);
+    this.ports = new Ports(this.id, client);
+  }
+
+  /** "127.0.0.1:PORT" on this machine, forwarded to `port` inside the sandbox (a listener of
+   * this Sandbox object, started on first use; each connection to it is tunneled through
+   * spaced). A connection made while nothing listens there is reset. */
+  async getHost(port: number): Promise<string> {
+    return (await this.ports.forward(port)).host;
+  }
+
+  /** "http://127.0.0.1:PORT", forwarded to `port` inside the sandbox (see getHost). */
+  async getUrl(port: number): Promise<string> {
+    return `http://${await this.getHost(port)}`;
+  }
+
+  /** Resolves once something listens on `port` inside the sandbox; SpaceTimeoutError if
+   * nothing did within `timeoutMs` (default 60 s). */
+  waitForPort(port: number, opts: { timeoutMs?: number } = {}): Promise<void> {
+    return this.ports.waitFor(port, opts);
+  }
+
+  /** Stops this object's port forwards (the sandbox runs on; destroy() closes them too). */
+  close(): Promise<void> {
+    return this.ports.close();
   }
 
   /** Runs Python `code` in a stateful context (the default one unless `context`): variables
@@ -110,10 +140,11 @@ export class Sandbox {
     return new Sandbox(sandboxInfo(j), client);
   }
 
-  /** The existing sandbox `id` (NotFoundError if there is none). */
+  /** The existing sandbox `id` (NotFoundError if there is none, InvalidArgumentError for a
+   * string that is no sandbox id: they look like sb_0123abcd). */
   static async connect(id: string, opts: { client?: Client } = {}): Promise<Sandbox> {
     const client = opts.client ?? new Client();
-    return new Sandbox(sandboxInfo(await client.call("GET", `/v1/sandboxes/${id}`)), client);
+    return new Sandbox(sandboxInfo(await client.call("GET", `/v1/sandboxes/${segment(id)}`)), client);
   }
 
   /** Every sandbox the caller may see. */
@@ -126,7 +157,8 @@ export class Sandbox {
   static async restore(snapshot: string | SnapshotInfo, opts: { client?: Client } = {}): Promise<Sandbox> {
     const client = opts.client ?? new Client();
     const ref = typeof snapshot === "string" ? snapshot : snapshot.id;
-    const j = await client.call("POST", `/v1/snapshots/${ref}/restore`, { json: {}, timeoutMs: Math.max(client.timeoutMs, 300_000) });
+    const j = await client.call("POST", `/v1/snapshots/${segment(ref, "snapshot")}/restore`,
+      { json: {}, timeoutMs: Math.max(client.timeoutMs, 300_000) });
     return new Sandbox(sandboxInfo(j), client);
   }
 
@@ -146,6 +178,7 @@ export class Sandbox {
 
   /** Destroys the sandbox (idempotent). `wait: false` answers once it is unreachable. */
   async destroy(opts: { wait?: boolean } = {}): Promise<void> {
+    await this.close();
     try {
       await (await this.client.request("DELETE", `/v1/sandboxes/${this.id}`,
         { query: { force: true, wait: opts.wait !== false } })).bytes();
