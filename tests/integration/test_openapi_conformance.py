@@ -154,6 +154,10 @@ class OpenApiConformanceTest(SpaceTestCase):
         node = self.hit("GET", "/v1/node", "/v1/node", expect=200).json
         self.assertEqual(node["name"], "")  # a single host: no node name
         self.hit("POST", "/v1/node/drain", "/v1/node/drain?exit=maybe", expect=400)
+        # What any route may answer before its handler runs: a target that is not well-formed
+        # (400) and a request header over 16 KiB (413).
+        self.hit("GET", "/v1/health", "/v1/health?x=%zz", expect=400)
+        self.hit("GET", "/v1/health", "/v1/health", None, {"X-Big": "a" * (17 << 10)}, expect=413)
 
         # Sandboxes.
         sid = self.hit("POST", S, S, {"memory": "128M", "env": {"A": "1"}}, expect=201).json["id"]
@@ -273,6 +277,7 @@ class OpenApiConformanceTest(SpaceTestCase):
         self.hit("PUT", F, base + "/files?path=/root/p.txt", b"x", octet)
         self.hit("DELETE", F, base + "/files?path=/root/d/a.txt")
         self.hit("DELETE", PP, "%s/processes/1" % base)
+        self.hit("DELETE", PP, "%s/processes/2" % base, expect=409)  # paused: resume first
         self.hit("GET", SID + "/diff", base + "/diff")
         self.hit("POST", SID + "/snapshots", base + "/snapshots", expect=201)
         self.hit("POST", SID + "/resume", base + "/resume", expect=200)
@@ -342,6 +347,7 @@ class OpenApiConformanceTest(SpaceTestCase):
         self.hit("DELETE", SID, base, expect=409)  # its record stays: "was destroyed"
         self.hit("POST", E, base + "/exec", {"cmd": ["true"]}, expect=409)
         self.hit("GET", F, base + "/files?path=/root", expect=409)
+        self.hit("DELETE", PP, "%s/processes/2" % base, expect=409)
         self.hit("GET", SID, base, expect=200)
         self.hit("GET", A, base + "/audit", expect=200)
         self.hit("GET", SN, base + "/snapshots", expect=200)
