@@ -275,9 +275,18 @@ Commands define_commands(Args& a, const std::string& only) {
         app.add_subcommand("mcp", "serve sandboxes as MCP tools on stdin/stdout (docs/mcp.md)");
     add_sandbox_flags(mcp, a.sandbox);
     mcp->add_flag("--keep", a.keep, "keep the session's sandboxes when it ends");
+    mcp->add_option("--sandbox", a.sandboxes,
+                    "also let the tools act on this existing sandbox (repeatable; it is not "
+                    "destroyed when the session ends)")
+        ->allow_extra_args(false);
+    mcp->add_flag("--all-sandboxes", a.all_sandboxes,
+                  "let the tools act on every sandbox this caller can reach (with the root "
+                  "socket: every sandbox of the host)");
     mcp->footer(
         "The sandbox flags are the defaults of the sandboxes the session creates (lifetime: "
-        "--timeout, default 1h). They are destroyed when the client closes stdin, unless --keep.");
+        "--timeout, default 1h). They are destroyed when the client closes stdin, unless --keep. "
+        "The tools act only on the sandboxes the session created (and those restored from their "
+        "snapshots), unless --sandbox or --all-sandboxes name more.");
   }
 
   if (want("doctor")) {

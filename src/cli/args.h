@@ -42,6 +42,8 @@ struct Args {
   bool follow = false;                    // audit --follow, logs --follow
   bool tty = false, interactive = false;  // exec -t, -i
   bool keep = false;                      // mcp --keep
+  std::vector<std::string> sandboxes;     // mcp --sandbox ID (repeatable)
+  bool all_sandboxes = false;             // mcp --all-sandboxes
   // token create: --profile and --op (repeatable), --ttl; --name is `name`, token rm's ID `id`
   std::vector<std::string> profiles, ops;
   std::string ttl;

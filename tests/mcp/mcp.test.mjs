@@ -42,12 +42,15 @@ test("the server introduces itself and lists its tools with annotations", async 
   const { tools } = await client.listTools();
   const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
   for (const name of ["create_sandbox", "run_command", "run_code", "read_file", "write_file", "list_files",
-                      "snapshot", "rollback", "list_sandboxes", "destroy_sandbox"])
+                      "wait_for_port", "http_request", "snapshot", "list_snapshots", "rollback",
+                      "restore_snapshot", "list_sandboxes", "destroy_sandbox"])
     assert.ok(byName[name], `tool ${name}`);
   assert.equal(byName.destroy_sandbox.annotations.destructiveHint, true);
   assert.equal(byName.rollback.annotations.destructiveHint, true);
   assert.equal(byName.read_file.annotations.readOnlyHint, true);
   assert.equal(byName.list_files.annotations.readOnlyHint, true);
+  assert.equal(byName.wait_for_port.annotations.readOnlyHint, true);
+  assert.deepEqual(byName.http_request.inputSchema.required, ["port"]);
   assert.deepEqual(byName.run_command.inputSchema.required, ["command"]);
 });
 
@@ -100,9 +103,11 @@ test("sandboxes, commands, code, files, snapshots", async () => {
 test("failures are tool errors the model can read, unknown tools are protocol errors", async () => {
   const slow = await client.callTool({ name: "run_command", arguments: { command: "sleep 30", timeout_seconds: 0.5 } });
   assert.equal(slow.structuredContent.timed_out, true);
+  // An id this session did not create is refused before spaced is asked, existing or not.
   const missing = await client.callTool({ name: "run_command", arguments: { sandbox_id: "sb_nothere", command: "true" } });
   assert.equal(missing.isError, true);
-  assert.match(text(missing), /not_found/);
+  assert.match(text(missing), /permission_denied/);
+  assert.match(text(missing), /list_sandboxes/);
   const bad = await client.callTool({ name: "run_command", arguments: {} });
   assert.equal(bad.isError, true);
   assert.match(text(bad), /"command" is required/);
@@ -118,4 +123,7 @@ test("destroy_sandbox", async () => {
   assert.equal(d.isError, false);
   const after = await client.callTool({ name: "run_command", arguments: { sandbox_id: id, command: "true" } });
   assert.equal(after.isError, true);
+  // spaced's hint names a tool, not the CLI.
+  assert.match(text(after), /create_sandbox makes a new one/);
+  assert.doesNotMatch(text(after), /`space /);
 });
