@@ -105,8 +105,11 @@ Result<std::string> Exchange::read_body(size_t limit) {
   auto too_large = [&] {
     keep_alive_ = false;
     return fail(Code::kPayloadTooLarge,
-                "request body is larger than " + std::to_string(limit >> 10) +
-                    " KiB; JSON bodies are limited to 1 MiB (send files with PUT .../files)");
+                limit >= (1u << 20)
+                    ? "request body is larger than " + std::to_string(limit >> 20) +
+                          " MiB; JSON bodies are limited to 1 MiB (send files with PUT .../files)"
+                    : "request body is larger than " + std::to_string(limit) +
+                          " bytes, the most this route takes");
   };
   if (auto len = parser_.content_length(); len && *len > limit) return too_large();
   // A bounded body must also arrive in bounded time: a client dripping a byte every few

@@ -26,7 +26,12 @@ Result<void> node_info(Exchange& ex, ApiContext& ctx) {
 // itself, the same orderly shutdown), as `spaced drain` asks.
 Result<void> drain_node(Exchange& ex, ApiContext& ctx) {
   bool exit_after = TRY(parse_bool_param(ex.target(), "exit", false));
-  (void)TRY(ex.read_body(0));
+  // No body, or {} (clients that always send a JSON body); the one option is ?exit=.
+  json body = TRY(ex.read_json(json::object()));
+  if (!body.is_object() || !body.empty())
+    return fail(Code::kInvalidArgument,
+                "POST /v1/node/drain takes no body (or {}); its one option is the query "
+                "parameter exit, e.g. /v1/node/drain?exit=true");
   json report = to_json(TRY(ctx.service.drain()));
   report["exiting"] = exit_after;
   auto r = ex.respond_json(http::status::ok, report);

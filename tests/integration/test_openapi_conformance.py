@@ -154,6 +154,7 @@ class OpenApiConformanceTest(SpaceTestCase):
         node = self.hit("GET", "/v1/node", "/v1/node", expect=200).json
         self.assertEqual(node["name"], "")  # a single host: no node name
         self.hit("POST", "/v1/node/drain", "/v1/node/drain?exit=maybe", expect=400)
+        self.hit("POST", "/v1/node/drain", "/v1/node/drain", {"bogus": 1}, expect=400)
         # What any route may answer before its handler runs: a target that is not well-formed
         # (400) and a request header over 16 KiB (413).
         self.hit("GET", "/v1/health", "/v1/health?x=%zz", expect=400)
@@ -376,7 +377,7 @@ class OpenApiConformanceTest(SpaceTestCase):
 
         # Last, since a drained spaced takes no more sandboxes: every sandbox is snapshotted
         # and destroyed (no shared store here), and spaced keeps running (no exit).
-        report = self.hit("POST", "/v1/node/drain", "/v1/node/drain", expect=200).json
+        report = self.hit("POST", "/v1/node/drain", "/v1/node/drain", {}, expect=200).json
         self.assertEqual(report["left_running"], 0, report)
         self.assertTrue(all(s["destroyed"] for s in report["sandboxes"]), report)
         self.hit("POST", S, S, {}, expect=503)
