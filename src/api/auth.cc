@@ -374,7 +374,8 @@ Result<daemon::SandboxInfo> ScopedService::visible(const std::string& id, Missin
   return unknown_sandbox(id);
 }
 
-Result<daemon::SnapshotInfo> ScopedService::visible_snapshot(const std::string& snap) {
+Result<daemon::SnapshotInfo> ScopedService::visible_snapshot(const std::string& snap,
+                                                             const std::string& sandbox) {
   if (snap.starts_with("snap_")) {
     auto info = inner_.get_snapshot(snap);
     if (info) {
@@ -384,21 +385,30 @@ Result<daemon::SnapshotInfo> ScopedService::visible_snapshot(const std::string& 
     }
     return unknown_snapshot(snap);
   }
-  // A name: the same name may exist in another profile, which must neither be found nor
-  // shadow this token's own snapshot.
-  std::vector<daemon::SnapshotInfo> all = TRY(inner_.all_snapshots());
-  std::optional<daemon::SnapshotInfo> found;
-  for (auto& s : all) {
-    if (s.name != snap) continue;
-    if (!principal_.allows_profile(s.profile)) continue;
-    if (found && found->profile != s.profile)
-      return fail(Code::kInvalidArgument, "snapshot name " + snap + " is taken in profiles " +
-                                              found->profile + " and " + s.profile +
-                                              "; give the snapshot's id instead");
-    if (!found) found = std::move(s);
+  // A name belongs to its sandbox; snapshots of profiles this token may not use are neither
+  // found nor named in an error.
+  std::vector<daemon::SnapshotInfo> named;
+  for (auto& s : TRY(inner_.all_snapshots()))
+    if (s.name == snap && principal_.allows_profile(s.profile)) named.push_back(std::move(s));
+  if (!sandbox.empty()) {
+    for (auto& s : named)
+      if (s.sandbox == sandbox) return std::move(s);
+    if (named.empty()) return unknown_snapshot(snap);
+    return fail(Code::kNotFound, "sandbox " + sandbox + " has no snapshot named \"" +
+                                     snap.substr(0, 64) +
+                                     "\"; a snapshot's name belongs to its sandbox (" +
+                                     named.front().sandbox +
+                                     " has one: to use another sandbox's snapshot, give its id, " +
+                                     named.front().id + ")");
   }
-  if (!found) return unknown_snapshot(snap);
-  return std::move(*found);
+  if (named.empty()) return unknown_snapshot(snap);
+  if (named.size() > 1)
+    return fail(Code::kInvalidArgument,
+                std::to_string(named.size()) + " snapshots are named \"" + snap.substr(0, 64) +
+                    "\" (" + named[0].id + " of " + named[0].sandbox + ", " + named[1].id +
+                    " of " + named[1].sandbox + (named.size() > 2 ? ", ..." : "") +
+                    "); give the one you mean by its id");
+  return std::move(named.front());
 }
 
 Result<daemon::SandboxInfo> ScopedService::create(const daemon::CreateRequest& req) {
@@ -558,7 +568,7 @@ Result<void> ScopedService::delete_snapshot(const std::string& snap) {
 Result<daemon::SandboxInfo> ScopedService::rollback(const std::string& id,
                                                     const std::string& snap) {
   TRY_VOID(visible(id, Missing::kSandbox));
-  daemon::SnapshotInfo s = TRY(visible_snapshot(snap));
+  daemon::SnapshotInfo s = TRY(visible_snapshot(snap, id));
   return inner_.rollback(id, s.id);
 }
 
@@ -576,7 +586,7 @@ Result<daemon::SandboxInfo> ScopedService::restore(const std::string& snap,
 
 Result<daemon::Diff> ScopedService::diff_since(const std::string& id, const std::string& snap) {
   TRY_VOID(visible(id, Missing::kSandbox));
-  daemon::SnapshotInfo s = TRY(visible_snapshot(snap));
+  daemon::SnapshotInfo s = TRY(visible_snapshot(snap, id));
   return inner_.diff_since(id, s.id);
 }
 

@@ -201,7 +201,10 @@ class ScopedService : public daemon::SandboxService {
   // The snapshot `snap` (id or name) if it belongs to a profile the principal may use;
   // otherwise the daemon's own "unknown snapshot" error. A name is looked up among the
   // principal's profiles only (names are unique per profile, not across profiles).
-  Result<daemon::SnapshotInfo> visible_snapshot(const std::string& snap);
+  // A snapshot by id, or by name: among `sandbox`'s snapshots where one is given (rollback,
+  // diff --since), else a name unique among the snapshots this token sees.
+  Result<daemon::SnapshotInfo> visible_snapshot(const std::string& snap,
+                                                const std::string& sandbox = "");
 
   daemon::SandboxService& inner_;
   const Principal& principal_;

@@ -241,7 +241,10 @@ class Daemon : public SandboxService {
                                                       const std::string& name,
                                                       bool skip_unchanged = false);
   // A snapshot by id or name; with a profile, only that profile's ("" = any).
-  Result<SnapshotRecord> find_snapshot(const std::string& ref, const std::string& profile);
+  // With a sandbox, a name resolves among that sandbox's snapshots only (an id resolves
+  // anywhere); without one, a name must be unique.
+  Result<SnapshotRecord> find_snapshot(const std::string& ref, const std::string& profile,
+                                       const std::string& sandbox = "");
   // Its manifest, loaded and verified, with owners moved to `uid_base`'s range.
   Result<snapshot::Manifest> manifest_for(const SnapshotRecord& rec, uint32_t uid_base,
                                           bool verify_chunks);

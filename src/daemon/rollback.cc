@@ -77,7 +77,7 @@ Result<SandboxInfo> Daemon::rollback(const std::string& id, const std::string& s
   if (old->destroyed)
     return fail(Code::kConflict,
                 "sandbox " + id + " changed meanwhile (destroyed or rolled back); try again");
-  auto rec = TRY(find_snapshot(snap, ""));
+  auto rec = TRY(find_snapshot(snap, "", id));
   if (rec.profile != old->rec.profile)
     return fail(Code::kPermissionDenied,
                 "snapshot " + rec.id + " belongs to profile " + rec.profile + " and sandbox " + id +

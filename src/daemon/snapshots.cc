@@ -119,9 +119,10 @@ Result<std::optional<SnapshotRecord>> Daemon::take_snapshot(Sandbox& sb, const s
   if (sb.destroyed) return fail(Code::kConflict, "sandbox " + id + " was destroyed");
   if (!name.empty()) {
     TRY_VOID(check_name(name));
-    if (TRY(store_->snapshot_by_name(profile, name)))
-      return fail(Code::kAlreadyExists, "profile " + profile + " already has a snapshot named \"" +
-                                            name + "\"; pick another --name");
+    for (auto& r : TRY(store_->snapshots_named(name)))
+      if (r.sandbox_id == id)
+        return fail(Code::kAlreadyExists, "sandbox " + id + " already has a snapshot named \"" +
+                                              name + "\" (" + r.id + "); pick another name");
   }
   auto* store = TRY(snapshot_store(profile));
   uint64_t quota = 0;
@@ -273,26 +274,41 @@ Result<std::optional<SnapshotRecord>> Daemon::take_snapshot(Sandbox& sb, const s
   return std::optional<SnapshotRecord>(std::move(rec));
 }
 
-Result<SnapshotRecord> Daemon::find_snapshot(const std::string& ref, const std::string& profile) {
+Result<SnapshotRecord> Daemon::find_snapshot(const std::string& ref, const std::string& profile,
+                                             const std::string& sandbox) {
   if (ref.empty() || ref.size() > 200) return fail(unknown_snapshot(ref));
   if (ref.starts_with("snap_")) {
     auto r = TRY(store_->get_snapshot(ref));
     if (!r || (!profile.empty() && r->profile != profile)) return fail(unknown_snapshot(ref));
     return std::move(*r);
   }
-  if (!profile.empty()) {
-    auto r = TRY(store_->snapshot_by_name(profile, ref));
-    if (!r) return fail(unknown_snapshot(ref));
-    return std::move(*r);
+  // A name belongs to the sandbox the snapshot was taken of (docs/snapshots.md, "Names").
+  std::vector<SnapshotRecord> named = TRY(store_->snapshots_named(ref));
+  if (!profile.empty())
+    std::erase_if(named, [&](const SnapshotRecord& r) { return r.profile != profile; });
+  if (!sandbox.empty()) {
+    for (auto& r : named)
+      if (r.sandbox_id == sandbox) return std::move(r);
+    if (named.empty()) return fail(unknown_snapshot(ref));
+    // Another sandbox's snapshot is never taken by its name: one task's files must not reach
+    // the next because both named a snapshot alike.
+    return fail(Code::kNotFound,
+                "sandbox " + sandbox + " has no snapshot named \"" + ref.substr(0, 64) +
+                    "\"; a snapshot's name belongs to its sandbox (" + named.front().sandbox_id +
+                    " has one: to use another sandbox's snapshot, give its id, " +
+                    named.front().id + ")");
   }
-  std::vector<SnapshotRecord> found;
-  for (auto& p : cfg_.profiles)
-    if (auto r = TRY(store_->snapshot_by_name(p, ref))) found.push_back(std::move(*r));
-  if (found.empty()) return fail(unknown_snapshot(ref));
-  if (found.size() > 1)
-    return fail(Code::kInvalidArgument, "several profiles have a snapshot named \"" + ref +
-                                            "\"; name it by its id (`space snapshots ID`)");
-  return std::move(found.front());
+  if (named.empty()) return fail(unknown_snapshot(ref));
+  if (named.size() > 1) {
+    std::string which;
+    for (size_t i = 0; i < named.size() && i < 5; ++i)
+      which += (i ? ", " : "") + named[i].id + " of " + named[i].sandbox_id;
+    return fail(Code::kInvalidArgument, std::to_string(named.size()) +
+                                            " snapshots are named \"" + ref.substr(0, 64) +
+                                            "\" (" + which + (named.size() > 5 ? ", ..." : "") +
+                                            "); give the one you mean by its id");
+  }
+  return std::move(named.front());
 }
 
 Result<snapshot::Manifest> Daemon::manifest_for(const SnapshotRecord& rec, uint32_t uid_base,
@@ -367,7 +383,7 @@ Result<void> Daemon::delete_snapshot(const std::string& snap) {
 
 Result<Diff> Daemon::diff_since(const std::string& id, const std::string& snap) {
   auto sb = TRY(live(id));
-  auto rec = TRY(find_snapshot(snap, ""));
+  auto rec = TRY(find_snapshot(snap, "", id));
   if (rec.profile != sb->rec.profile)
     return fail(unknown_snapshot(snap));  // other profiles' snapshots do not exist for it
   auto m = TRY(manifest_for(rec, sb->rec.uid_base, false));

@@ -238,6 +238,11 @@ Result<void> Store::migrate() {
       // the state before was saved as, so that a restarted spaced finishes it.
       R"(ALTER TABLE sandboxes ADD COLUMN rollback_to TEXT NOT NULL DEFAULT '';
          ALTER TABLE sandboxes ADD COLUMN rollback_saved_as TEXT NOT NULL DEFAULT '';)",
+      // 7 -> 8: a snapshot's name belongs to its sandbox, not to the whole profile: two runs of
+      // one agent may each name a snapshot "before-cleanup" (docs/snapshots.md, "Names").
+      R"(DROP INDEX snapshots_name;
+         CREATE UNIQUE INDEX snapshots_name ON snapshots(sandbox_id, name) WHERE name IS NOT NULL;
+         CREATE INDEX snapshots_by_name ON snapshots(name) WHERE name IS NOT NULL;)",
   };
   std::lock_guard lock(mu_);
   Stmt q(db_, "PRAGMA user_version");
@@ -428,8 +433,9 @@ Result<void> Store::put_snapshot(const SnapshotRecord& r) {
   s.bind(16, r.skipped.dump());
   int rc = s.step();
   if (rc == SQLITE_CONSTRAINT)
-    return fail(Code::kAlreadyExists, "profile " + r.profile + " already has a snapshot named \"" +
-                                          r.name + "\"; pick another --name");
+    return fail(Code::kAlreadyExists, "sandbox " + r.sandbox_id +
+                                          " already has a snapshot named \"" + r.name +
+                                          "\"; pick another name");
   if (rc != SQLITE_DONE) return fail(s.error("saving snapshot " + r.id));
   return {};
 }
@@ -446,18 +452,18 @@ Result<std::optional<SnapshotRecord>> Store::get_snapshot(const std::string& id)
   return std::optional<SnapshotRecord>(read_snapshot(s));
 }
 
-Result<std::optional<SnapshotRecord>> Store::snapshot_by_name(const std::string& profile,
-                                                              const std::string& name) {
+Result<std::vector<SnapshotRecord>> Store::snapshots_named(const std::string& name) {
   std::lock_guard lock(mu_);
-  std::string sql =
-      std::string("SELECT ") + kSnapshotCols + " FROM snapshots WHERE profile = ? AND name = ?";
+  std::string sql = std::string("SELECT ") + kSnapshotCols +
+                    " FROM snapshots WHERE name = ? ORDER BY created_at DESC, id DESC";
   Stmt s(db_, sql.c_str());
-  if (!s.ok()) return fail(s.error("reading snapshot"));
-  s.bind(1, profile).bind(2, name);
-  int rc = s.step();
-  if (rc == SQLITE_DONE) return std::optional<SnapshotRecord>{};
-  if (rc != SQLITE_ROW) return fail(s.error("reading snapshot " + name));
-  return std::optional<SnapshotRecord>(read_snapshot(s));
+  if (!s.ok()) return fail(s.error("reading snapshots"));
+  s.bind(1, name);
+  std::vector<SnapshotRecord> out;
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW) out.push_back(read_snapshot(s));
+  if (rc != SQLITE_DONE) return fail(s.error("reading snapshots named " + name));
+  return out;
 }
 
 Result<std::vector<SnapshotRecord>> Store::snapshots(const std::string& sandbox_id,

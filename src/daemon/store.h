@@ -91,11 +91,11 @@ class Store {
   Result<std::vector<ImageRecord>> images();
   Result<void> delete_image(const std::string& name);
 
-  // kAlreadyExists if the name is taken in its profile.
+  // kAlreadyExists if its sandbox has a snapshot of that name.
   Result<void> put_snapshot(const SnapshotRecord& r);
   Result<std::optional<SnapshotRecord>> get_snapshot(const std::string& id);
-  Result<std::optional<SnapshotRecord>> snapshot_by_name(const std::string& profile,
-                                                         const std::string& name);
+  // Every snapshot of that name (of any sandbox and profile), newest first.
+  Result<std::vector<SnapshotRecord>> snapshots_named(const std::string& name);
   // Newest first; filtered by sandbox and/or profile when not empty.
   Result<std::vector<SnapshotRecord>> snapshots(const std::string& sandbox_id,
                                                 const std::string& profile);

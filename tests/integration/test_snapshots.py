@@ -543,13 +543,40 @@ os.removexattr('/root/w/a.txt', 'user.note')"
         r = self.api("POST", "/v1/sandboxes/%s/snapshots" % sid, {"name": 5})
         self.assert_api_error(r, 400, 400)
 
+        # A name belongs to its sandbox: taken twice in one sandbox is a 409; the same name in
+        # another sandbox is that sandbox's own snapshot.
         other = self.create()
-        self.snap(sid, "dup.name-1")
-        rc, out, err = self.space("snapshot", other, "--name", "dup.name-1")
+        mine = self.snap(sid, "dup.name-1")
+        r = self.api("POST", "/v1/sandboxes/%s/snapshots" % sid, {"name": "dup.name-1"})
+        e = self.assert_api_error(r, 409, 409)
+        self.assertIn("sandbox %s already has a snapshot named" % sid, e["message"])
+        self.sh(other, "echo theirs > /root/whose")
+        theirs = self.snap(other, "dup.name-1")
+        self.assertNotEqual(mine["id"], theirs["id"])
+        self.sh(sid, "echo mine > /root/whose")
+        # Rollback by name resolves within the sandbox: each gets its own files back.
+        self.space_ok("rollback", other, "dup.name-1")
+        self.assertEqual(self.sh(other, "cat /root/whose"), "theirs\n")
+        # A name only another sandbox has is refused, saying whose it is and to give the id.
+        third = self.create()
+        rc, out, err = self.space("rollback", third, "dup.name-1")
         self.assertEqual(rc, 125, (out, err))
-        r = self.api("POST", "/v1/sandboxes/%s/snapshots" % other, {"name": "dup.name-1"})
-        self.assert_api_error(r, 409, 409)
-        self.assertEqual(self.snapshots(other), [])
+        self.snap(sid, "only-mine")
+        r = self.api("POST", "/v1/sandboxes/%s/rollback" % third, {"snapshot": "only-mine"})
+        e = self.assert_api_error(r, 404, 404)
+        self.assertIn("belongs to its sandbox", e["message"])
+        self.assertIn(sid, e["message"])
+        # By id, another sandbox's snapshot of the same profile and image is allowed.
+        r = self.api("POST", "/v1/sandboxes/%s/rollback" % third, {"snapshot": theirs["id"]})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(self.sh(third, "cat /root/whose"), "theirs\n")
+        # Without a sandbox (get, restore, rm) a name must be unique: two give a 400 naming both.
+        r = self.api("GET", "/v1/snapshots/dup.name-1")
+        e = self.assert_api_error(r, 400, 400)
+        self.assertIn(mine["id"], e["message"])
+        self.assertIn(theirs["id"], e["message"])
+        r = self.api("GET", "/v1/snapshots/only-mine")
+        self.assertEqual(r.status, 200, r)
 
         r = self.api("POST", "/v1/sandboxes/sb_nosuchsandbox/snapshots", {})
         self.assert_api_error(r, 404, 404)
