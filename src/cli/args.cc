@@ -345,6 +345,13 @@ ParseOutcome parse_args(const std::vector<std::string>& argv) {
   // command, so no token after it can select another). Without a command first (--help,
   // --version, a typo) every command is defined, for the full help and the usual errors.
   Commands defined = define_commands(a, head.empty() ? "" : head.front());
+  if (!defined.app && !head.empty() && !head.front().starts_with("-")) {
+    // A word no command is (a typo): say so, rather than CLI11's "A subcommand is required".
+    outcome.err = "space: unknown command \"" + head.front().substr(0, 64) +
+                  "\"; `space --help` lists the commands\n";
+    outcome.exit_code = kExitSpaceFailed;
+    return outcome;
+  }
   if (!defined.app) defined = define_commands(a, "");
   CLI::App& app = *defined.app;
   CLI::App* image = defined.image;

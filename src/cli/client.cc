@@ -448,8 +448,12 @@ bool Connection::reusable() const {
 
 Result<nlohmann::json> Connection::call(std::string_view method, const std::string& target,
                                         const std::optional<nlohmann::json>& body) {
-  TRY_VOID(send(method, target, body ? body->dump() : ""));
-  int status = TRY(read_head());
+  auto sent = send(method, target, body ? body->dump() : "");
+  // A daemon that refuses the connection (503, too many connections) may answer and close
+  // before the request is written: its answer says more than "Broken pipe".
+  auto head = read_head();
+  if (!sent && !head) return fail(std::move(sent.error()));
+  int status = TRY(std::move(head));
   std::string text = TRY(read_body());
   if (status >= 400) return fail(api_error(status, text));
   if (status == 204 || text.empty()) return nlohmann::json(nullptr);

@@ -123,7 +123,7 @@ TEST(Args, OtherCommands) {
   EXPECT_TRUE(ok({"audit", "sb_1", "--verify"}).verify);
 
   usage_error({}, "subcommand is required");
-  usage_error({"frobnicate"}, "frobnicate");
+  usage_error({"frobnicate"}, "unknown command \"frobnicate\"; `space --help` lists the commands");
   usage_error({"kill", "sb_1"}, "pid is required");
   usage_error({"ls", "--", "x"}, "takes no command");
   usage_error({"image"}, "subcommand is required");
