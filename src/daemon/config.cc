@@ -299,8 +299,11 @@ Result<void> Config::load_gateway(const nlohmann::json& v) {
     }
     return out;
   };
+  std::vector<std::string> both;  // "ca_files": trusted where intercepted and where tunneled
   for (auto& [k, gv] : v.items()) {
-    if (k == "resolve" && gv.is_object()) {
+    if (k == "ca_files") {
+      both = TRY(strings(gv, k));
+    } else if (k == "resolve" && gv.is_object()) {
       gateway_resolve.clear();
       for (auto& [host, addr] : gv.items()) {
         if (!addr.is_string())
@@ -329,6 +332,10 @@ Result<void> Config::load_gateway(const nlohmann::json& v) {
     } else {
       return fail(Code::kInvalidArgument, "unknown or mistyped key \"" + k + "\"");
     }
+  }
+  for (auto& f : both) {
+    upstream_ca_files.push_back(f);
+    sandbox_ca_files.push_back(f);
   }
   return {};
 }
