@@ -161,6 +161,11 @@ struct Dialed {
 // to the first allowed one. kPermissionDenied when policy refused every address (the message
 // says which and why), kUnavailable/kTimeout when the network failed.
 Result<Dialed> dial(const Shared& g, const Gateway::State& st, const Host& host, uint16_t port);
+// dial()'s address check without the connect: kPermissionDenied (saying why) when `host`
+// resolves only to addresses the sandbox's policy refuses. A CONNECT that will be tunneled is
+// checked so before its 200, so the refusal is an HTTP answer the client prints, not a reset.
+Result<void> check_resolves(const Shared& g, const Gateway::State& st, const Host& host,
+                            uint16_t port);
 // Copies bytes both ways between `a` (the sandbox) and `b` (upstream) until both directions
 // end, the sandbox is detached, or nothing moves for the idle timeout. Counts bytes.
 struct TunnelBytes {

@@ -198,6 +198,16 @@ class Connection {
         respond(client_, 403, "Forbidden", d.reason);
         return;
       }
+      if (!policy().needs_inspection(a->host, a->port) && !bound_secret(a->host)) {
+        // To be tunneled: a host that resolves only to refused addresses (loopback, private,
+        // metadata) is refused on the CONNECT itself, with the reason, not reset after it.
+        if (auto r = check_resolves(g_, *st_, a->host, a->port);
+            !r && r.error().code() == Code::kPermissionDenied) {
+          deny("connect", a->host.name, a->port, r.error().message());
+          respond(client_, 403, "Forbidden", r.error().message());
+          return;
+        }
+      }
       if (client_.write_all("HTTP/1.1 200 Connection established\r\n\r\n")) return;
       serve_tls(a->host, a->port);
       return;
@@ -326,15 +336,11 @@ class Connection {
   void pass_through(const Host& host, uint16_t port, const std::string& via) {
     auto up = dial(g_, *st_, host, port);
     if (!up) {
-      if (up.error().code() == Code::kPermissionDenied) {
+      if (up.error().code() == Code::kPermissionDenied)
         deny(via, host.name, port, up.error().message());
-        // The host resolves only to addresses the profile refuses (private, link-local, ...):
-        // a refusal the client can read, like a denied host's, rather than a bare reset.
-        refuse_inside_tls(host, up.error().message());
-      } else {
+      else
         g_.audit(*st_, "egress.error",
                  {{"host", host.name}, {"port", port}, {"error", up.error().message()}});
-      }
       return;
     }
     auto start = std::chrono::steady_clock::now();

@@ -147,6 +147,18 @@ Result<UniqueFd> connect_to(const Target& t, std::chrono::milliseconds timeout, 
 
 }  // namespace
 
+Result<void> check_resolves(const Shared& g, const Gateway::State& st, const Host& host,
+                            uint16_t port) {
+  std::string refused;
+  for (auto& t : TRY(resolve(g, host, port))) {
+    Decision d = st.sb.policy.check_address(t.addr);
+    if (d.allowed) return {};
+    refused += (refused.empty() ? "" : "; ") + d.reason;
+  }
+  return fail(Code::kPermissionDenied,
+              host.name + " resolves only to refused addresses (" + refused + ")");
+}
+
 Result<Dialed> dial(const Shared& g, const Gateway::State& st, const Host& host, uint16_t port) {
   auto targets = TRY(resolve(g, host, port));
   std::string refused;

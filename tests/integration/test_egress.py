@@ -261,12 +261,12 @@ class EgressTest(EgressBase):
         self.assertNotEqual(rc, 0)
         self.assertIn("SPACE egress: ", err[-2000:])
         self.assertIn("other.example.test", err[-2000:])
-        # An allowed name that resolves only to a refused address (loopback): a 403 that says
-        # so, not a reset.
-        rc, out, err = self.sh("curl -sS --max-time 20 -w '\\n%{http_code}' "
-                               "https://rebind.example.test/echo")
-        self.assertEqual(out.strip().splitlines()[-1], "403", (rc, out, err))
-        self.assertIn("resolves only to refused addresses", out)
+        # An allowed name that resolves only to a refused address (loopback), to be tunneled: the
+        # CONNECT itself is refused saying so, not reset after it.
+        rc, out, err = self.sh("curl -sS -v --max-time 20 https://rebind.example.test/echo")
+        self.assertNotEqual(rc, 0)
+        self.assertRegex(err, r"HTTP/1.1 403 Forbidden \(SPACE egress: rebind\.example\.test "
+                              r"resolves only to refused addresses", err[-2000:])
 
     def test_sni_and_host_mismatch(self):
         # CONNECT to an allowed host, then a TLS ClientHello naming another.

@@ -120,8 +120,8 @@ for host in ["127.0.0.1", "2130706433", "0x7f000001", "0177.0.0.1", "0x7f.1", "1
     r = exchange(b"GET http://%s/?n=%s HTTP/1.1\r\nHost: %s\r\n\r\n" % (a, NONCE.encode(), a))
     if not (gateway_refused(r) and b"loopback" in r):
         escapes.append("http://%s (a listed literal) answered %r" % (a.decode(), r[:120]))
-    # CONNECT passes the policy (the literal is listed); the address check happens at the dial,
-    # after the ClientHello.
+    # CONNECT passes the host policy (the literal is listed); the address check refuses it
+    # before the tunnel (a 403 on the CONNECT), or at the dial after the ClientHello.
     r = exchange(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (a, a), then=client_hello())
     if r and not gateway_refused(r):
         escapes.append("CONNECT %s then a ClientHello answered %r" % (a.decode(), r[:80]))
