@@ -518,6 +518,46 @@ class PythonSdkTest(SpaceTestCase):
             Sandbox.list(client=nowhere)
         self.assertIn("spaced is not running", str(cm.exception))
 
+    def test_error_hints_name_sdk_methods_not_the_cli(self):
+        # spaced's hints name its CLI (`space ls`); the SDK's name its calls, spaced's own text
+        # is in server_message, the code is spaced's.
+        def check(cm, code, sdk, cli):
+            e = cm.exception
+            self.assertEqual(e.code, code, e)
+            self.assertIn(sdk, e.message)
+            self.assertIn(sdk, str(e))
+            self.assertNotIn("`space ", e.message)
+            self.assertNotIn(sdk, e.server_message)
+            self.assertIn(cli, e.server_message)
+
+        with self.assertRaises(NotFoundError) as cm:
+            Sandbox.connect("sb_000000000000", client=self.client)
+        check(cm, "not_found", "`Sandbox.list()` lists sandboxes", "`space ls` lists sandboxes")
+        with self.assertRaises(InvalidArgumentError) as cm:
+            Sandbox.create(client=self.client, secrets=["no-such-secret"])
+        check(cm, "invalid_argument", '`secrets=["no-such-secret"]`: no such secret',
+              "--secret no-such-secret: no such secret")
+
+        sb = Sandbox.create(client=self.client, timeout="10m")
+        self.known_ids.add(sb.id)
+        try:
+            sb.pause()
+            with self.assertRaises(ConflictError) as cm:
+                sb.commands.run("true")
+            check(cm, "conflict", "is paused; `sandbox.resume()` first",
+                  "`space resume %s` first" % sb.id)
+            sb.resume()
+            sb.snapshot(name="hint-%s" % sb.id)
+            with self.assertRaises(space_sandbox.AlreadyExistsError) as cm:
+                sb.snapshot(name="hint-%s" % sb.id)
+            check(cm, "already_exists", "; pick another name", "; pick another --name")
+        finally:
+            sb.destroy()
+        with self.assertRaises(ConflictError) as cm:
+            sb.commands.run("true")
+        check(cm, "conflict", "create a new one with `Sandbox.create()`",
+              "create a new one with `space create`")
+
     def test_malformed_ids_are_typed_errors_that_say_what_an_id_looks_like(self):
         for bad in ("hello world", "a/b", "..", "", "sb_\u00e9", "sb_1\r\nHost: x", "%zz", None):
             with self.assertRaises(InvalidArgumentError, msg=repr(bad)) as cm:
@@ -628,6 +668,10 @@ class PythonSdkTest(SpaceTestCase):
         e = self.run_attached_while_spaced_stops(signal.SIGTERM)
         self.assert_restart_error(e, "shutdown")
         self.assertIn("spaced is shutting down", str(e))
+        # Its hint names the SDK's argument; spaced's own text names the CLI's.
+        self.assertIn("`sandbox.commands.run(cmd, background=True)`", str(e))
+        self.assertNotIn("`space ", str(e))
+        self.assertIn("`space exec --detach`", e.server_message)
 
     def test_spaced_sigkill_under_an_attached_command_raises_daemon_restart_error(self):
         # No error event: the connection just closes.
@@ -719,6 +763,30 @@ class PythonSdkTest(SpaceTestCase):
             self.assertIn("plot saved to " + png, p.stdout)
             with open(png, "rb") as fh:
                 self.assertEqual(fh.read(8), b"\x89PNG\r\n\x1a\n")
+
+
+class PythonSdkHintsTest(unittest.TestCase):
+    """Every CLI hint spaced's sources can send has its SDK phrasing in CLI_HINTS
+    (sdk/python/space_sandbox/errors.py): a hint added to spaced fails this until the SDK names
+    its call, or marks it as the CLI on spaced's host. Needs no daemon."""
+
+    def test_every_cli_hint_in_spaced_has_an_sdk_phrasing(self):
+        from cli_hints import spaced_cli_hints
+        from space_sandbox.errors import cli_hint, sdk_message
+        hints = spaced_cli_hints()
+        for known in ("space ls", "space resume ID", "space snapshots ID", "space doctor"):
+            self.assertIn(known, hints, "the scan of src/ found no `%s`: is it broken?" % known)
+        for command, where in sorted(hints.items()):
+            phrased = cli_hint(command)
+            self.assertIsNotNone(phrased, "`%s` (%s) has no entry in CLI_HINTS of "
+                                 "sdk/python/space_sandbox/errors.py: name the SDK call that does "
+                                 "it, or None for one only the CLI on spaced's host does"
+                                 % (command, ", ".join(sorted(set(where)))))
+            if "`space " in phrased:
+                self.assertEqual(phrased, "`%s` on spaced's host" % command)
+            else:
+                self.assertRegex(phrased, r"^`(Sandbox|sandbox)\.[a-z_.]+\(.*\)`$")
+            self.assertEqual(sdk_message("x (`%s`) y" % command), "x (%s) y" % phrased)
 
 
 if __name__ == "__main__":

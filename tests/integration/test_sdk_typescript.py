@@ -19,6 +19,7 @@ import tempfile
 import threading
 import unittest
 
+from cli_hints import spaced_cli_hints
 from harness import REPO, SpaceTestCase, npm_ci
 
 SDK = os.path.join(REPO, "sdk", "typescript")
@@ -40,7 +41,7 @@ try {
 } catch (e) {
   console.log(JSON.stringify({ name: e.constructor.name, restart: e instanceof DaemonRestartError,
     unavailable: e instanceof UnavailableError, code: e.code, reason: e.reason,
-    sandboxId: e.sandboxId, pid: e.pid, message: e.message }));
+    sandboxId: e.sandboxId, pid: e.pid, message: e.message, serverMessage: e.serverMessage }));
 }
 """ % json.dumps(pathlib.Path(SDK, "dist", "index.js").as_uri())
 
@@ -112,6 +113,38 @@ for (const [cmd, opts] of [[["true"], { cwd: "/no/such/dir" }], [["true"], { use
 }
 console.log(JSON.stringify(out));
 """ % json.dumps(pathlib.Path(SDK, "dist", "index.js").as_uri())
+
+# Errors whose spaced message ends with a CLI hint, through the SDK: an unknown sandbox, an unknown
+# secret, a command in a paused sandbox, a snapshot name taken, a destroyed sandbox; and
+# cliHint()/sdkMessage() of each CLI command in the JSON list argv[2]. Prints one JSON line.
+HINTS = """
+import { Client, cliHint, Sandbox, sdkMessage } from %s;
+const client = new Client({ socketPath: process.env.SPACE_SOCKET });
+const thrown = async (p) => {
+  try { await p; return { name: null }; }
+  catch (e) { return { name: e.constructor.name, code: e.code, message: e.message, str: String(e),
+                       serverMessage: e.serverMessage }; }
+};
+const out = { commands: {} };
+out.unknown = await thrown(Sandbox.connect("sb_000000000000", { client }));
+out.secret = await thrown(Sandbox.create({ client, secrets: ["no-such-secret"] }));
+const sb = await Sandbox.create({ client, timeoutMs: 600_000 });
+out.id = sb.id;
+try {
+  await sb.pause();
+  out.paused = await thrown(sb.commands.run("true"));
+  await sb.resume();
+  await sb.snapshot(`hint-${sb.id}`);
+  out.taken = await thrown(sb.snapshot(`hint-${sb.id}`));
+} finally {
+  await sb.destroy();
+}
+out.destroyed = await thrown(sb.commands.run("true"));
+for (const command of JSON.parse(process.argv[2]))
+  out.commands[command] = { hint: cliHint(command), message: sdkMessage(`x (\`${command}\`) y`) };
+console.log(JSON.stringify(out));
+""" % json.dumps(pathlib.Path(SDK, "dist", "index.js").as_uri())
+
 
 def run(argv, cwd, env=None, timeout=600):
     p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -213,6 +246,48 @@ class TypeScriptSdkTest(SpaceTestCase):
         self.assertEqual((shell["exitCode"], shell["error"]), (127, None), shell)
         self.assertIn("no-such-command-here: not found", shell["stderr"])
 
+    def test_error_hints_name_sdk_methods_not_the_cli(self):
+        # spaced's hints name its CLI (`space ls`); the SDK's name its calls, spaced's own text
+        # is in serverMessage, the code is spaced's. And every CLI hint spaced's sources can send
+        # has its phrasing in CLI_HINTS (sdk/typescript/src/errors.ts): a hint added to spaced
+        # fails this until the SDK names its call, or marks it as the CLI on spaced's host.
+        hints = spaced_cli_hints()
+        for known in ("space ls", "space resume ID", "space snapshots ID", "space doctor"):
+            self.assertIn(known, hints, "the scan of src/ found no `%s`: is it broken?" % known)
+        out = self.run_node(HINTS, json.dumps(sorted(hints)))
+        sid = out["id"]
+        for key, (name, code, sdk, cli) in {
+                "unknown": ("NotFoundError", "not_found", "`Sandbox.list()` lists sandboxes",
+                            "`space ls` lists sandboxes"),
+                "secret": ("InvalidArgumentError", "invalid_argument",
+                           '`secrets: ["no-such-secret"]`: no such secret',
+                           "--secret no-such-secret: no such secret"),
+                "paused": ("ConflictError", "conflict", "is paused; `sandbox.resume()` first",
+                           "`space resume %s` first" % sid),
+                "taken": ("AlreadyExistsError", "already_exists", "; pick another name",
+                          "; pick another --name"),
+                "destroyed": ("ConflictError", "conflict",
+                              "create a new one with `Sandbox.create()`",
+                              "create a new one with `space create`")}.items():
+            e = out[key]
+            self.assertEqual((e["name"], e["code"]), (name, code), (key, e))
+            self.assertIn(sdk, e["message"], key)
+            self.assertIn(sdk, e["str"], key)
+            self.assertNotIn("`space ", e["message"], key)
+            self.assertNotIn(sdk, e["serverMessage"], key)
+            self.assertIn(cli, e["serverMessage"], key)
+        for command, where in sorted(hints.items()):
+            phrased = out["commands"][command]["hint"]
+            self.assertIsNotNone(phrased, "`%s` (%s) has no entry in CLI_HINTS of "
+                                 "sdk/typescript/src/errors.ts: name the SDK call that does it, "
+                                 "or null for one only the CLI on spaced's host does"
+                                 % (command, ", ".join(sorted(set(where)))))
+            if "`space " in phrased:
+                self.assertEqual(phrased, "`%s` on spaced's host" % command)
+            else:
+                self.assertRegex(phrased, r"^`(Sandbox|sandbox)\.[a-zA-Z.]+\(.*\)`$")
+            self.assertEqual(out["commands"][command]["message"], "x (%s) y" % phrased)
+
     # -- spaced restarts under an attached command ---------------------------------------------
 
     def run_attached_while_spaced_stops(self, sig):
@@ -275,6 +350,10 @@ class TypeScriptSdkTest(SpaceTestCase):
         sid, e = self.run_attached_while_spaced_stops(signal.SIGTERM)
         self.assert_restart_error(sid, e, "shutdown")
         self.assertIn("spaced is shutting down", e["message"])
+        # Its hint names the SDK's option; spaced's own text names the CLI's.
+        self.assertIn("`sandbox.commands.run(cmd, { background: true })`", e["message"])
+        self.assertNotIn("`space ", e["message"])
+        self.assertIn("`space exec --detach`", e["serverMessage"])
 
     def test_spaced_sigkill_under_an_attached_command_throws_daemon_restart_error(self):
         # No error event: the connection just closes.

@@ -13,7 +13,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 from .client import Client, Response, transport_error
 from .errors import (CommandExitError, ConflictError, DaemonRestartError, NotFoundError,
-                     SpaceError, error_for)
+                     SpaceError, error_for, sdk_message)
 
 OutputHandler = Callable[[str], None]
 Cmd = Union[str, Sequence[str]]
@@ -194,9 +194,10 @@ class CommandHandle:
                 code = str(err.get("code", "internal"))
                 message = str(err.get("message", "the exec failed"))
                 if err.get("reason") == "shutdown":  # the stable field, not the message
-                    raise DaemonRestartError("%s; %s" % (message, self._reconnect_hint()),
+                    raise DaemonRestartError("%s; %s" % (sdk_message(message),
+                                                         self._reconnect_hint()),
                                              reason="shutdown", sandbox_id=self.sandbox_id,
-                                             pid=self.pid, code=code)
+                                             pid=self.pid, code=code, server_message=message)
                 raise error_for(code, message)
 
     def wait_started(self, timeout: Optional[float] = None) -> Optional[int]:

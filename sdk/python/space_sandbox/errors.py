@@ -2,22 +2,90 @@
 
 Every API error is a JSON body {"error": {"code", "message"}}; the SDK raises the class of its
 code (``NotFoundError`` for ``not_found``, ...), all subclasses of :class:`SpaceError`, with the
-server's message, which says what to do next.
+server's message, which says what to do next. spaced phrases those hints for its CLI ("`space ls`
+lists sandboxes"); the SDK rewrites them to name its own methods ("`Sandbox.list()` lists
+sandboxes"), and keeps spaced's own text in ``server_message``.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+import re
+from typing import Dict, List, Optional, Tuple, Type
+
+# spaced's hints name its CLI; an SDK user has methods. Each `space ...` command in a message (the
+# text between the backticks) becomes the SDK call that does the same; None: there is none (host
+# set-up: images, tokens, doctor), so it stays, marked as the CLI on spaced's host, for whoever
+# runs it. As `space mcp` does for its tools (src/cli/mcp_scope.cc). test_sdk_python.py checks
+# that every hint in spaced's sources (src/) has an entry here.
+CLI_HINTS: List[Tuple[str, Optional[str]]] = [
+    (r"space ls", "Sandbox.list()"),
+    (r"space create", "Sandbox.create()"),
+    (r"space resume \S+", "sandbox.resume()"),
+    (r"space rm(?: --force \S+)?", "sandbox.destroy()"),
+    (r"space restore (\S+)", r'Sandbox.restore("\1")'),
+    (r"space snapshots(?: \S+)?", "sandbox.snapshots()"),
+    (r"space exec --detach", "sandbox.commands.run(cmd, background=True)"),
+    (r"space exec \S+ -- .*", "sandbox.commands.run(cmd)"),
+    (r"space ps(?: \S+)?", "sandbox.commands.list()"),
+    (r"space kill", "sandbox.commands.kill(pid)"),
+    (r"space audit \S+", "sandbox.audit()"),
+    (r"space cp", "sandbox.files.read()"),
+    (r"space snapshot rm \S+", None),
+    (r"space image (?:ls|rm|import|build-vm)\b.*", None),
+    (r"space token (?:create|ls)\b.*", None),
+    (r"space doctor", None),
+]
+
+# The CLI's flags in spaced's messages, outside backticks: the arguments of Sandbox.create() and
+# sandbox.snapshot().
+_FLAGS: List[Tuple[str, str]] = [
+    (r"pick another --name\b", "pick another name"),
+    (r"--secret (\S+): ", r'`secrets=["\1"]`: '),
+    (r"--allow (\S+): ", r'`allow=["\1"]`: '),
+    (r"--(image|profile|memory|disk)\b", r"the `\1=` argument"),
+]
+
+_ON_HOST = "`%s` on spaced's host"
+_HINT = re.compile(r"`(space [a-z][^`]*)`|" + "|".join("(%s)" % f for f, _ in _FLAGS))
+
+
+def cli_hint(command: str) -> Optional[str]:
+    """How this SDK phrases the CLI command ``command`` ("space ls", as between the backticks
+    of spaced's message), or None if no entry of CLI_HINTS covers it."""
+    for pattern, call in CLI_HINTS:
+        m = re.fullmatch(pattern, command)
+        if m and call is None:
+            return _ON_HOST % command
+        if m:
+            return "`%s`" % m.expand(call)
+    return None
+
+
+def sdk_message(message: str) -> str:
+    """spaced's ``message`` with its CLI hints named as this SDK's calls."""
+    def rewrite(m: "re.Match[str]") -> str:
+        if m.group(1) is not None:
+            return cli_hint(m.group(1)) or _ON_HOST % m.group(1)  # one newer than this SDK
+        for pattern, to in _FLAGS:
+            f = re.fullmatch(pattern, m.group(0))
+            if f:
+                return f.expand(to)
+        return m.group(0)
+    return _HINT.sub(rewrite, message)
 
 
 class SpaceError(Exception):
-    """An error answered by spaced (or a failure to reach it: code ``unavailable``)."""
+    """An error answered by spaced (or a failure to reach it: code ``unavailable``).
+    ``message`` names this SDK's calls where spaced's hints name its CLI; ``server_message`` is
+    the text as spaced sent it (the same as ``message`` for an error the SDK made itself)."""
 
     code: str = "internal"
 
-    def __init__(self, message: str, *, code: Optional[str] = None, status: Optional[int] = None):
+    def __init__(self, message: str, *, code: Optional[str] = None, status: Optional[int] = None,
+                 server_message: Optional[str] = None):
         super().__init__(message)
         self.message = message
+        self.server_message = message if server_message is None else server_message
         if code is not None:
             self.code = code
         self.status = status
@@ -91,8 +159,9 @@ class DaemonRestartError(UnavailableError):
 
     def __init__(self, message: str, *, reason: str = "connection_lost",
                  sandbox_id: Optional[str] = None, pid: Optional[int] = None,
-                 code: Optional[str] = None, status: Optional[int] = None) -> None:
-        super().__init__(message, code=code, status=status)
+                 code: Optional[str] = None, status: Optional[int] = None,
+                 server_message: Optional[str] = None) -> None:
+        super().__init__(message, code=code, status=status, server_message=server_message)
         self.reason = reason
         self.sandbox_id = sandbox_id
         self.pid = pid
@@ -136,6 +205,7 @@ _BY_CODE: Dict[str, Type[SpaceError]] = {
 
 
 def error_for(code: str, message: str, status: Optional[int] = None) -> SpaceError:
-    """The exception for an API error code (``SpaceError`` itself for an unknown code)."""
+    """The exception for an API error code (``SpaceError`` itself for an unknown code), its
+    message phrased for the SDK (``sdk_message``), spaced's own in ``server_message``."""
     cls = _BY_CODE.get(code, SpaceError)
-    return cls(message, code=code, status=status)
+    return cls(sdk_message(message), code=code, status=status, server_message=message)

@@ -17,7 +17,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Union
 from ._upgrade import UpgradedStream, open_upgrade
 from .client import Client
 from .commands import Cmd, _argv
-from .errors import DaemonRestartError, InvalidArgumentError, SpaceError, error_for
+from .errors import DaemonRestartError, InvalidArgumentError, SpaceError, error_for, sdk_message
 
 DataHandler = Callable[[bytes], None]
 
@@ -125,8 +125,9 @@ class PtyHandle:
             message = str(err.get("message", "the terminal failed"))
             if err.get("reason") == "shutdown":
                 raise DaemonRestartError("%s; reconnect with Sandbox.connect(%r) once spaced is "
-                                         "back" % (message, self.sandbox_id), reason="shutdown",
-                                         sandbox_id=self.sandbox_id, pid=self.pid, code=code)
+                                         "back" % (sdk_message(message), self.sandbox_id),
+                                         reason="shutdown", sandbox_id=self.sandbox_id,
+                                         pid=self.pid, code=code, server_message=message)
             raise error_for(code, message)
         return False
 

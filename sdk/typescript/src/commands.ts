@@ -2,7 +2,8 @@
 
 import { Client, Response } from "./client.js";
 import {
-  CommandExitError, ConflictError, DaemonRestartError, errorFor, NotFoundError, SpaceError,
+  CommandExitError, ConflictError, DaemonRestartError, errorFor, NotFoundError, sdkMessage,
+  SpaceError,
 } from "./errors.js";
 
 export type Cmd = string | string[];
@@ -134,8 +135,8 @@ export class CommandHandle {
           const code = String(ev.error?.code ?? "internal");
           const message = String(ev.error?.message ?? "the exec failed");
           if (ev.error?.reason === "shutdown") // the stable field, not the message
-            throw new DaemonRestartError(`${message}; ${this.reconnectHint()}`,
-              { reason: "shutdown", sandboxId: this.sandboxId, pid: this.pid, code });
+            throw new DaemonRestartError(`${sdkMessage(message)}; ${this.reconnectHint()}`,
+              { reason: "shutdown", sandboxId: this.sandboxId, pid: this.pid, code, serverMessage: message });
           throw errorFor(code, message);
         }
       }

@@ -10,7 +10,7 @@ import { StringDecoder } from "node:string_decoder";
 import type { Duplex } from "node:stream";
 import { Client } from "./client.js";
 import type { Cmd } from "./commands.js";
-import { DaemonRestartError, errorFor, InvalidArgumentError } from "./errors.js";
+import { DaemonRestartError, errorFor, InvalidArgumentError, sdkMessage } from "./errors.js";
 import { openUpgrade } from "./upgrade.js";
 
 export interface PtyCreateOptions {
@@ -128,8 +128,9 @@ export class PtyHandle {
       const code = String(ev.error?.code ?? "internal");
       const message = String(ev.error?.message ?? "the terminal failed");
       if (ev.error?.reason === "shutdown")
-        throw new DaemonRestartError(`${message}; reconnect with Sandbox.connect(${JSON.stringify(this.sandboxId)}) ` +
-          "once spaced is back", { reason: "shutdown", sandboxId: this.sandboxId, pid: this.pid, code });
+        throw new DaemonRestartError(`${sdkMessage(message)}; reconnect with Sandbox.connect(${JSON.stringify(this.sandboxId)}) ` +
+          "once spaced is back", { reason: "shutdown", sandboxId: this.sandboxId, pid: this.pid, code,
+                                   serverMessage: message });
       throw errorFor(code, message);
     }
     return false;
