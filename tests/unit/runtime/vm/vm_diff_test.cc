@@ -51,14 +51,24 @@ class VmDiff : public ::testing::Test {
     EXPECT_TRUE(fd.valid());
     return read_upper(fd.get(), r);
   }
-  // Processes running as kUid: none once read_upper has returned.
+  // This process's children running as kUid: none once read_upper has returned. (Children
+  // only: ctest runs other tests' readers, as the same uid, at the same time.)
   static int readers_left() {
     int n = 0;
+    const std::string me = std::to_string(::getpid());
     for (auto& e : fs::directory_iterator("/proc")) {
       std::ifstream st(e.path() / "status");
       std::string line;
-      while (std::getline(st, line))
-        if (line.rfind("Uid:", 0) == 0 && line.find(std::to_string(kUid)) != std::string::npos) ++n;
+      bool uid = false, child = false;
+      while (std::getline(st, line)) {
+        if (line.rfind("Uid:", 0) == 0 && line.find(std::to_string(kUid)) != std::string::npos)
+          uid = true;
+        if (line.rfind("PPid:", 0) == 0 &&
+            line.substr(5).find_first_not_of(" \t") != std::string::npos &&
+            line.substr(line.find_first_not_of(" \t", 5)) == me)
+          child = true;
+      }
+      if (uid && child) ++n;
     }
     return n;
   }
