@@ -245,9 +245,14 @@ Result<void> Store::migrate() {
          CREATE INDEX snapshots_by_name ON snapshots(name) WHERE name IS NOT NULL;)",
   };
   std::lock_guard lock(mu_);
-  Stmt q(db_, "PRAGMA user_version");
-  if (!q.ok() || q.step() != SQLITE_ROW) return fail(q.error("reading user_version"));
-  int64_t version = q.integer(0);
+  int64_t version;
+  {
+    // Finalized before the migrations run: DROP INDEX refuses a connection with a statement
+    // still open ("database table is locked").
+    Stmt q(db_, "PRAGMA user_version");
+    if (!q.ok() || q.step() != SQLITE_ROW) return fail(q.error("reading user_version"));
+    version = q.integer(0);
+  }
   const int64_t target = static_cast<int64_t>(std::size(kMigrations));
   if (version > target)
     return fail(Code::kUnavailable, "database schema version " + std::to_string(version) +

@@ -107,6 +107,37 @@ TEST_F(StoreTest, CheckpointKeepsTheWalBounded) {
   EXPECT_LT(largest, 3u << 20);
 }
 
+// A snapshot's name belongs to its sandbox (schema 8): two sandboxes may use one name, one
+// sandbox may not use it twice; every snapshot of a name is found.
+TEST_F(StoreTest, SnapshotNamesBelongToTheirSandbox) {
+  auto s = Store::open(dir_ / "db");
+  ASSERT_TRUE(s) << s.error().message();
+  auto snap = [](std::string id, std::string sandbox, double at) {
+    SnapshotRecord r;
+    r.id = std::move(id);
+    r.sandbox_id = std::move(sandbox);
+    r.profile = "test";
+    r.name = "before-cleanup";
+    r.kind = "manual";
+    r.runtime = "linux";
+    r.image = "host";
+    r.spec = nlohmann::json::object();
+    r.created_at = at;
+    return r;
+  };
+  ASSERT_TRUE((*s)->put_snapshot(snap("snap_a", "sb_1", 1)));
+  ASSERT_TRUE((*s)->put_snapshot(snap("snap_b", "sb_2", 2)));
+  auto dup = (*s)->put_snapshot(snap("snap_c", "sb_1", 3));
+  ASSERT_FALSE(dup);
+  EXPECT_EQ(dup.error().code(), Code::kAlreadyExists);
+  EXPECT_NE(dup.error().message().find("sandbox sb_1 already has"), std::string::npos);
+  auto named = (*s)->snapshots_named("before-cleanup");
+  ASSERT_TRUE(named);
+  ASSERT_EQ(named->size(), 2u);
+  EXPECT_EQ((*named)[0].id, "snap_b");  // newest first
+  EXPECT_EQ((*named)[1].id, "snap_a");
+}
+
 TEST_F(StoreTest, SurvivesReopen) {
   {
     auto s = Store::open(dir_ / "db");
