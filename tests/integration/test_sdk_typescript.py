@@ -264,8 +264,6 @@ class TypeScriptSdkTest(SpaceTestCase):
                            "--secret no-such-secret: no such secret"),
                 "paused": ("ConflictError", "conflict", "is paused; `sandbox.resume()` first",
                            "`space resume %s` first" % sid),
-                "taken": ("AlreadyExistsError", "already_exists", "; pick another name",
-                          "; pick another --name"),
                 "destroyed": ("ConflictError", "conflict",
                               "create a new one with `Sandbox.create()`",
                               "create a new one with `space create`")}.items():
