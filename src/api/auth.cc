@@ -394,20 +394,19 @@ Result<daemon::SnapshotInfo> ScopedService::visible_snapshot(const std::string& 
     for (auto& s : named)
       if (s.sandbox == sandbox) return std::move(s);
     if (named.empty()) return unknown_snapshot(snap);
-    return fail(Code::kNotFound, "sandbox " + sandbox + " has no snapshot named \"" +
-                                     snap.substr(0, 64) +
-                                     "\"; a snapshot's name belongs to its sandbox (" +
-                                     named.front().sandbox +
-                                     " has one: to use another sandbox's snapshot, give its id, " +
-                                     named.front().id + ")");
+    return fail(Code::kNotFound,
+                "sandbox " + sandbox + " has no snapshot named \"" + snap.substr(0, 64) +
+                    "\"; a snapshot's name belongs to its sandbox (" + named.front().sandbox +
+                    " has one: to use another sandbox's snapshot, give its id, " +
+                    named.front().id + ")");
   }
   if (named.empty()) return unknown_snapshot(snap);
   if (named.size() > 1)
-    return fail(Code::kInvalidArgument,
-                std::to_string(named.size()) + " snapshots are named \"" + snap.substr(0, 64) +
-                    "\" (" + named[0].id + " of " + named[0].sandbox + ", " + named[1].id +
-                    " of " + named[1].sandbox + (named.size() > 2 ? ", ..." : "") +
-                    "); give the one you mean by its id");
+    return fail(Code::kInvalidArgument, std::to_string(named.size()) + " snapshots are named \"" +
+                                            snap.substr(0, 64) + "\" (" + named[0].id + " of " +
+                                            named[0].sandbox + ", " + named[1].id + " of " +
+                                            named[1].sandbox + (named.size() > 2 ? ", ..." : "") +
+                                            "); give the one you mean by its id");
   return std::move(named.front());
 }
 

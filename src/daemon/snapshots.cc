@@ -303,9 +303,9 @@ Result<SnapshotRecord> Daemon::find_snapshot(const std::string& ref, const std::
     std::string which;
     for (size_t i = 0; i < named.size() && i < 5; ++i)
       which += (i ? ", " : "") + named[i].id + " of " + named[i].sandbox_id;
-    return fail(Code::kInvalidArgument, std::to_string(named.size()) +
-                                            " snapshots are named \"" + ref.substr(0, 64) +
-                                            "\" (" + which + (named.size() > 5 ? ", ..." : "") +
+    return fail(Code::kInvalidArgument, std::to_string(named.size()) + " snapshots are named \"" +
+                                            ref.substr(0, 64) + "\" (" + which +
+                                            (named.size() > 5 ? ", ..." : "") +
                                             "); give the one you mean by its id");
   }
   return std::move(named.front());

@@ -393,10 +393,15 @@ TEST(ScopedService, SnapshotNameInTwoOfTheTokensProfiles) {
   ASSERT_TRUE(fake.snapshot(test_id, {"base"}));
   Principal p = token_principal({"ci", "test"}, {"read"});
   ScopedService scoped(fake, p);
+  // No sandbox to resolve it in: a name two snapshots have is refused, naming both.
   auto r = scoped.get_snapshot("base");
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code(), Code::kInvalidArgument);
-  EXPECT_NE(r.error().message().find("give the snapshot's id"), std::string::npos);
+  EXPECT_NE(r.error().message().find("2 snapshots are named \"base\""), std::string::npos)
+      << r.error().message();
+  EXPECT_NE(r.error().message().find("give the one you mean by its id"), std::string::npos);
+  EXPECT_NE(r.error().message().find(ci_id), std::string::npos);
+  EXPECT_NE(r.error().message().find(test_id), std::string::npos);
 }
 
 // --- the server ---------------------------------------------------------------------------
