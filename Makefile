@@ -2,7 +2,8 @@
 # first makes sure the Debian packages are there (scripts/install-deps.sh, ~50 ms when they are).
 #
 #   make run         the run group of deps + space, spaced (+ space-egress) and space-agent only + a demo task in
-#                    a fresh sandbox, timing each phase (scripts/run.sh)
+#                    a fresh sandbox, timing each phase (scripts/run.sh); the build shows its
+#                    progress and the time left by an estimate from its measured CPU time
 #   make test        all deps + the whole build with warnings as errors (tests, microVM guest)
 #                    + the parsers' unit tests and fuzz corpora under ASan/UBSan (check-asan-gate)
 #                    + every test suite through
@@ -23,6 +24,8 @@
 #                    and the snapshot store's unit tests, 11 of 13 corpora); part of `make test`
 #   make fuzz        libFuzzer builds of tests/fuzz in build-fuzz, each run FUZZ_SECONDS (60)
 #   make format      clang-format 14 every C/C++ file in place (scripts/check-format.sh checks)
+#   make build-profile  a fresh build of `make run`'s programs in build-profile with every step
+#                    timed: total CPU, critical path, costliest steps (scripts/build-profile.sh)
 #   make clean       remove the build directories
 
 BUILD_DIR   ?= build
@@ -54,7 +57,7 @@ ASAN_FLAGS  ?= -O1 -g1
 WERROR      ?=
 
 .PHONY: all deps deps-bench configure build guest run test test-kvm crash-soak bench clean \
-        check-asan \
+        check-asan build-profile \
         check-asan-gate format fuzz
 
 all: build
@@ -153,11 +156,15 @@ fuzz: deps
 	    || exit 1; \
 	done
 
+build-profile:
+	@scripts/install-deps.sh --run
+	scripts/build-profile.sh -o build-profile
+
 format:
 	find src tests bench -name '*.h' -o -name '*.cc' -o -name '*.c' | xargs -r $(CLANG_FORMAT) -i
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(ASAN_DIR)-gate $(RELEASE_DIR) $(FUZZ_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(ASAN_DIR)-gate $(RELEASE_DIR) $(FUZZ_DIR) build-profile
 
 # make test-hosts: build + the pure cgroup v2 host matrix (tests/hosts, docs/hosts.md) under
 # QEMU TCG: a systemd guest (deploy/systemd/spaced.service) and two plain-init guests (spaced

@@ -36,7 +36,7 @@ constexpr const char* kServerVersion = "0.1.0";
 // Newest first; an initialize asking for another gets the newest.
 constexpr const char* kProtocolVersions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
                                              "2024-11-05"};
-constexpr size_t kMaxLine = 64u << 20;     // one JSON-RPC message
+constexpr size_t kMaxMessage = 64u << 20;  // one JSON-RPC message
 constexpr size_t kMaxFileRead = 1u << 20;  // read_file
 
 // JSON-RPC error codes.
@@ -642,7 +642,7 @@ Result<int> cmd_mcp(const Args& a, const Client& c) {
         return rc;  // nobody reads our answers any more
       }
     }
-    if (pending.size() > kMaxLine) {
+    if (pending.size() > kMaxMessage) {
       send_line(rpc_error(nullptr, kInvalidRequest, "a message longer than 64 MiB"));
       pending.clear();
     }

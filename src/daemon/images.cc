@@ -13,7 +13,6 @@
 #include <chrono>
 #include <fstream>
 #include <random>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -91,8 +90,13 @@ constexpr const char* kChromiumPolicyDir = "etc/chromium/policies/managed";
 }  // namespace
 
 Result<void> Images::validate_name(const std::string& name) {
-  static const std::regex re("^[a-z0-9][a-z0-9._-]{0,63}$");
-  if (!std::regex_match(name, re))
+  // ^[a-z0-9][a-z0-9._-]{0,63}$, checked by hand (std::regex cost this file ~5 s to compile).
+  auto lower_or_digit = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  bool ok = !name.empty() && name.size() <= 64 && lower_or_digit(name[0]) &&
+            std::all_of(name.begin() + 1, name.end(), [&](char c) {
+              return lower_or_digit(c) || c == '.' || c == '_' || c == '-';
+            });
+  if (!ok)
     return fail(Code::kInvalidArgument,
                 "invalid image name \"" + name.substr(0, 80) +
                     "\": use 1-64 characters of a-z, 0-9, '.', '_' and '-', starting with a "
