@@ -1,7 +1,9 @@
 // Files in a sandbox: `sandbox.files.read/write/list/remove/...`.
 
+import * as fs from "node:fs";
 import { Body, Client } from "./client.js";
 import { NotFoundError } from "./errors.js";
+import { extractTar, tarDir } from "./tar.js";
 
 /** A file, directory or symlink inside the sandbox. */
 export interface EntryInfo {
@@ -87,6 +89,51 @@ export class Files {
     await (await this.client.request("PUT", this.path, {
       query: { path }, body: tarOfDot((opts.mode ?? 0o755) & 0o7777), contentType: "application/x-tar",
     })).bytes();
+  }
+
+  /** Copies local directory `localDir`'s contents into `path` (created with its parents), as one
+   * tar stream read from disk as it is sent: files (mode, mtime), directories, symlinks (their
+   * target as is). Sockets, FIFOs and devices are skipped; a hard link arrives as a copy. A
+   * `localDir` that is not a directory throws TypeError. */
+  async uploadDir(localDir: string, path: string): Promise<void> {
+    const st = await fs.promises.stat(localDir).catch(() => undefined);
+    if (!st?.isDirectory()) throw new TypeError(`${localDir} is not a local directory`);
+    let localError: unknown;
+    const body = (async function* () {
+      try {
+        yield* tarDir(localDir);
+      } catch (e) {
+        localError = e; // a file that cannot be read: say so, not what the broken upload says
+        throw e;
+      }
+    })();
+    try {
+      await (await this.client.request("PUT", this.path, {
+        query: { path }, body, contentType: "application/x-tar", timeoutMs: 0,
+      })).bytes();
+    } catch (e) {
+      throw localError ?? e;
+    }
+  }
+
+  /** Copies directory `path` of the sandbox into `localDir` (created if missing), streamed:
+   * files (mode without setuid/setgid, mtime), directories, symlinks. Refuses with TarError,
+   * before writing it, any member that would land outside `localDir` (absolute, "..", through a
+   * symlink), a symlink or hard link leading outside it, and devices and FIFOs; what came before
+   * stays. `path` not a directory throws TypeError. */
+  async downloadDir(path: string, localDir: string): Promise<void> {
+    const r = await this.client.request("GET", this.path, { query: { path }, timeoutMs: 0 });
+    if (r.headers["x-space-file-type"] !== "dir") {
+      r.abort();
+      throw new TypeError(`${path} is not a directory in sandbox ${this.sandboxId}`);
+    }
+    try {
+      await fs.promises.mkdir(localDir, { recursive: true });
+      await extractTar(r.chunks(), localDir);
+    } catch (e) {
+      r.abort();
+      throw e;
+    }
   }
 }
 

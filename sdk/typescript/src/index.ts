@@ -17,6 +17,7 @@ export { Execution, Result } from "./code.js";
 export type { CodeContext, ExecutionError, RunCodeOptions } from "./code.js";
 export { Files } from "./files.js";
 export type { EntryInfo } from "./files.js";
+export { TarError } from "./tar.js";
 export { PortForward } from "./ports.js";
 export { Pty, PtyHandle } from "./pty.js";
 export type { PtyCreateOptions } from "./pty.js";

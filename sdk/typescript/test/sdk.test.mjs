@@ -3,7 +3,11 @@
 // SPACE_TEST_TOKEN for the TCP listener). Run: node --test test/
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
+import { execFileSync } from "node:child_process";
+import * as fsp from "node:fs/promises";
+import * as os from "node:os";
+import * as path from "node:path";
 import {
   AuthenticationError, Client, CommandExitError, ConflictError, InvalidArgumentError, NotFoundError,
   PermissionDeniedError, Sandbox, SpaceTimeoutError, UnavailableError,
@@ -167,6 +171,77 @@ test("files: write, read, list, stat, remove", async () => {
   assert.equal(await f.exists("/tmp/ts/a.txt"), false);
   await f.remove("/tmp/ts", { recursive: true });
   assert.equal(await f.exists("/tmp/ts"), false);
+});
+
+// Each entry under `dir`: "path type mode content-or-target", sorted.
+async function tree(dir, rel = "") {
+  const out = [];
+  for (const n of (await fsp.readdir(path.join(dir, rel))).sort()) {
+    const r = rel ? rel + "/" + n : n;
+    const st = await fsp.lstat(path.join(dir, r));
+    const mode = (st.mode & 0o7777).toString(8);
+    if (st.isDirectory()) out.push(`${r} dir ${mode}`, ...(await tree(dir, r)));
+    else if (st.isSymbolicLink()) out.push(`${r} -> ${await fsp.readlink(path.join(dir, r))}`);
+    else if (st.isFile()) out.push(`${r} file ${mode} ${(await fsp.readFile(path.join(dir, r))).toString("base64")}`);
+    else out.push(`${r} other`);
+  }
+  return out;
+}
+
+test("files: uploadDir and downloadDir, a round trip", async () => {
+  const f = sb.files;
+  const local = await fsp.mkdtemp(path.join(os.tmpdir(), "space-ts-dirs-"));
+  try {
+    const src = path.join(local, "src");
+    const long = "deep/" + "n".repeat(145); // 150 characters: a PAX path
+    const big = randomBytes(200_000);
+    await fsp.mkdir(path.join(src, "nested/a/b"), { recursive: true });
+    await fsp.mkdir(path.join(src, "deep"));
+    await fsp.mkdir(path.join(src, "empty"));
+    await fsp.chmod(path.join(src, "empty"), 0o750);
+    await fsp.writeFile(path.join(src, "hello.txt"), "hello\n");
+    await fsp.writeFile(path.join(src, "nested/a/b/c.txt"), "c\n");
+    await fsp.writeFile(path.join(src, long), "long\n");
+    await fsp.writeFile(path.join(src, "big.bin"), big);
+    await fsp.writeFile(path.join(src, "run.sh"), "#!/bin/sh\necho ran\n");
+    await fsp.chmod(path.join(src, "run.sh"), 0o755);
+    await fsp.writeFile(path.join(src, "private.txt"), "secret\n");
+    await fsp.chmod(path.join(src, "private.txt"), 0o600);
+    await fsp.symlink("nested/a/b/c.txt", path.join(src, "link"));
+    execFileSync("mkfifo", [path.join(src, "fifo")]); // skipped
+    await f.uploadDir(src, "/tmp/tsdir/up");
+
+    const run = async (cmd) => (await sb.commands.run(cmd, { cwd: "/tmp/tsdir/up", check: true })).stdout;
+    assert.deepEqual((await run("find . | LC_ALL=C sort")).split("\n").filter(Boolean), [
+      ".", "./big.bin", "./deep", "./" + long, "./empty", "./hello.txt", "./link", "./nested", "./nested/a",
+      "./nested/a/b", "./nested/a/b/c.txt", "./private.txt", "./run.sh"]);
+    assert.equal(await run("stat -c %a run.sh private.txt hello.txt empty nested/a"), "755\n600\n644\n750\n755\n");
+    assert.equal(await run("readlink link; cat link; ./run.sh; cat " + long), "nested/a/b/c.txt\nc\nran\nlong\n");
+    assert.equal(await run("sha256sum < big.bin | cut -c1-64"),
+                 createHash("sha256").update(big).digest("hex") + "\n");
+
+    await run("echo made > out.txt && mkdir made && chmod 700 made");
+    const dst = path.join(local, "dst", "sub"); // created, parents too
+    await f.downloadDir("/tmp/tsdir/up", dst);
+    await fsp.rm(path.join(src, "fifo"));
+    await fsp.writeFile(path.join(src, "out.txt"), "made\n");
+    await fsp.mkdir(path.join(src, "made"));
+    await fsp.chmod(path.join(src, "made"), 0o700);
+    assert.deepEqual(await tree(dst), await tree(src));
+    assert.equal(await fsp.readFile(path.join(dst, "link"), "utf8"), "c\n");
+
+    await assert.rejects(f.uploadDir(path.join(src, "hello.txt"), "/tmp/tsdir/x"),
+                         (e) => e instanceof TypeError && e.message.includes("hello.txt"));
+    await assert.rejects(f.uploadDir(path.join(local, "missing"), "/tmp/tsdir/x"), TypeError);
+    await assert.rejects(f.downloadDir("/tmp/tsdir/up/hello.txt", path.join(local, "nope")),
+                         (e) => e instanceof TypeError &&
+                                e.message === `/tmp/tsdir/up/hello.txt is not a directory in sandbox ${sb.id}`);
+    await assert.rejects(f.downloadDir("/tmp/tsdir/missing", path.join(local, "nope")), NotFoundError);
+    assert.deepEqual((await fsp.readdir(local)).sort(), ["dst", "src"]);
+    await f.remove("/tmp/tsdir", { recursive: true });
+  } finally {
+    await fsp.rm(local, { recursive: true, force: true });
+  }
 });
 
 test("life cycle, snapshots and audit", async () => {
