@@ -15,7 +15,8 @@ open(os.path.join(project, "test_calc.py"), "w").write(
 
 with Sandbox.create(timeout="10m") as sb:
     sb.files.upload_dir(project, "/root/project")
-    test = lambda: sb.commands.run("python3 -m unittest -q", cwd="/root/project")
+    # -B: no .pyc, which would hide a patch made within the second of the first run
+    test = lambda: sb.commands.run("python3 -B -m unittest -q", cwd="/root/project")
     print("tests:", test().exit_code)                                  # 1: the bug
     sb.files.write("/root/project/calc.py", "def add(a, b):\n    return a + b\n")
     print("tests after the patch:", test().exit_code)                  # 0

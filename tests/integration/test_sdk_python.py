@@ -767,6 +767,23 @@ class PythonSdkTest(SpaceTestCase):
                 self.assertEqual(fh.read(8), b"\x89PNG\r\n\x1a\n")
 
 
+    def test_example_first_day_runs(self):
+        """examples/first_day.py: the first day's agent loop, as a user runs it."""
+        script = os.path.join(REPO, "examples", "first_day.py")
+        with tempfile.TemporaryDirectory() as out:
+            env = dict(os.environ, SPACE_SOCKET=self.daemon.socket,
+                       PYTHONPATH=os.path.join(REPO, "sdk", "python"))
+            env.pop("SPACE_API", None)
+            p = subprocess.run([sys.executable, script, out], env=env, capture_output=True,
+                               text=True, timeout=240)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(p.stdout.splitlines(), [
+                "tests: 1", "tests after the patch: 0", "after rm -rf: False",
+                "after rollback: 0", "plot: " + os.path.join(out, "plot.png"),
+                "served: return a + b"])
+            with open(os.path.join(out, "plot.png"), "rb") as fh:
+                self.assertEqual(fh.read(8), b"\x89PNG\r\n\x1a\n")
+
 class PythonSdkHintsTest(unittest.TestCase):
     """Every CLI hint spaced's sources can send has its SDK phrasing in CLI_HINTS
     (sdk/python/space_sandbox/errors.py): a hint added to spaced fails this until the SDK names

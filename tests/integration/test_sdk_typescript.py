@@ -416,6 +416,25 @@ class TypeScriptSdkTest(SpaceTestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stdout.splitlines(), ["hello from the sandbox", "3 true"])
 
+    def test_example_first_day_runs(self):
+        """examples/first_day.mjs: the first day's agent loop, as a user runs it."""
+        script = os.path.join(REPO, "examples", "first_day.mjs")
+        with tempfile.TemporaryDirectory() as app:
+            os.makedirs(os.path.join(app, "node_modules"))
+            os.symlink(SDK, os.path.join(app, "node_modules", "space-sandbox"))
+            shutil.copy(script, os.path.join(app, "main.mjs"))
+            env = dict(os.environ, SPACE_SOCKET=self.daemon.socket)
+            env.pop("SPACE_API", None)
+            p = subprocess.run(["node", "main.mjs", app], cwd=app, env=env, capture_output=True,
+                               text=True, timeout=240)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(p.stdout.splitlines(), [
+                "tests: 1", "tests after the patch: 0", "after rm -rf: false",
+                "after rollback: 0", "plot: " + os.path.join(app, "plot.png"),
+                "served: return a + b"])
+            with open(os.path.join(app, "plot.png"), "rb") as fh:
+                self.assertEqual(fh.read(8), b"\x89PNG\r\n\x1a\n")
+
 
 if __name__ == "__main__":
     unittest.main()
