@@ -17,6 +17,8 @@
 #           VM, and firecracker (restored from the image's template; KVM only), p50/p99 and
 #           where the time goes (vm_create.py -> bench/results/vm-<date>.md); a runtime that
 #           cannot run here gets a row with the reason
+#   e2b     what the E2B door adds to create, get and a command, and create -> first output
+#           through E2B's own SDK against SPACE's (e2b_door.py -> bench/results/e2b-door-<date>.md)
 #   gateway what space-gateway adds to a call (GET, exec, create) against the same call made
 #           straight to the node, alternated (gateway.py -> bench/results/gateway-<date>.md)
 #   git     git clone of a 50 MB repository of random blobs from a local smart-HTTP server,
@@ -28,7 +30,7 @@
 #   page    headless Chromium's page-load time for the local site through the gateway
 #           (tunneled and intercepted) against the same Chromium on the host loading it
 #           directly, interleaved (page_load.py -> bench/results/page-load-<date>.md)
-# BENCH_ONLY=spawn, egress, snapshot, vm, gateway, git, processes or page runs one of them.
+# BENCH_ONLY=spawn, egress, snapshot, vm, gateway, e2b, git, processes or page runs one of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR="${BUILD_DIR:-build-release}"
@@ -45,8 +47,8 @@ cleanup() {
 trap cleanup EXIT
 only="${BENCH_ONLY:-}"
 case "$only" in
-  "" | spawn | egress | snapshot | vm | gateway | git | processes | page) ;;
-  *) echo "bench: BENCH_ONLY must be spawn, egress, snapshot, vm, gateway, git, processes or page, not '$only'" >&2; exit 2 ;;
+  "" | spawn | egress | snapshot | vm | gateway | e2b | git | processes | page) ;;
+  *) echo "bench: BENCH_ONLY must be spawn, egress, snapshot, vm, gateway, e2b, git, processes or page, not '$only'" >&2; exit 2 ;;
 esac
 mkdir -p bench/results
 if [[ -z "$only" || "$only" == spawn ]]; then
@@ -66,6 +68,9 @@ if [[ -z "$only" || "$only" == vm ]]; then
 fi
 if [[ -z "$only" || "$only" == gateway ]]; then
   python3 bench/gateway.py --work "$work/gateway" --out "bench/results/gateway-$(date +%Y-%m-%d).md"
+fi
+if [[ -z "$only" || "$only" == e2b ]]; then
+  python3 bench/e2b_door.py --work "$work/e2b" --out "bench/results/e2b-door-$(date +%Y-%m-%d).md"
 fi
 if [[ -z "$only" || "$only" == git ]]; then
   python3 bench/git_clone.py --work "$work/git" --out "bench/results/git-clone-$(date +%Y-%m-%d).md"

@@ -19,6 +19,7 @@ LAYERS = [
     ["cluster", "upper_reader", "egressd"],
     ["daemon"],
     ["api"],
+    ["e2b"],  # E2B's protocol over the same service, beside the API it reuses
     ["spaced", "gateway", "cli"],
 ]
 LEVEL = {d: i for i, layer in enumerate(LAYERS) for d in layer}

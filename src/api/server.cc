@@ -161,9 +161,19 @@ Result<std::unique_ptr<ApiServer>> ApiServer::listen(const fs::path& socket_path
   if (!options.tcp_listen.empty()) {
     ListenAddress a = TRY(parse_listen_address(options.tcp_listen, options.tls != nullptr));
     std::tie(tcp_fd, tcp_port) = TRY(listen_tcp(a));
-    spdlog::info("api: listening on {}:{} ({}; every request needs an API token)",
+    spdlog::info("{}: listening on {}:{} ({}; every request needs an API token)", options.name,
                  a.family == AF_INET6 ? "[" + a.host + "]" : a.host, tcp_port,
                  options.tls ? "TLS, " + options.tls->describe() : std::string("TCP"));
+  }
+  if (socket_path.empty()) {
+    if (!tcp_fd) return fail(Code::kInvalidArgument, options.name + ": no address to listen on");
+    UniqueFd stop_fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!stop_fd) return fail(Error::sys("eventfd").wrap(options.name + ": listening"));
+    std::unique_ptr<ApiServer> server(
+        new ApiServer(socket_path, service, options, UniqueFd(), std::move(stop_fd), 0));
+    server->tcp_fd_ = std::move(tcp_fd);
+    server->tcp_port_ = tcp_port;
+    return server;
   }
   const std::string where = "listening on " + socket_path.native();
   sockaddr_un addr = TRY_CTX(unix_address(socket_path), where);
@@ -208,7 +218,8 @@ ApiServer::~ApiServer() {
   stop();
   wait_connections();
   struct stat st;
-  if (::stat(socket_path_.c_str(), &st) == 0 && st.st_ino == socket_ino_ && S_ISSOCK(st.st_mode)) {
+  if (!socket_path_.empty() && ::stat(socket_path_.c_str(), &st) == 0 && st.st_ino == socket_ino_ &&
+      S_ISSOCK(st.st_mode)) {
     ::unlink(socket_path_.c_str());
   }
 }
@@ -227,7 +238,7 @@ void ApiServer::serve() {
   for (;;) {
     // A TCP slot of -1 is ignored by poll.
     pollfd fds[3] = {{stop_fd_.get(), POLLIN, 0},
-                     {listen_fd_.get(), POLLIN, 0},
+                     {listen_fd_ ? listen_fd_.get() : -1, POLLIN, 0},
                      {tcp_fd_ ? tcp_fd_.get() : -1, POLLIN, 0}};
     if (::poll(fds, 3, -1) < 0) {
       if (errno == EINTR) continue;
@@ -484,7 +495,10 @@ void ApiServer::serve_connection(UniqueFd fd, Transport transport) {
       (void)ex.respond_error(target.error());
       metrics_.request_done("unmatched", ex.status());
     } else {
-      dispatch(ex, ctx);
+      if (options_.dispatch)
+        options_.dispatch(ex, ctx);
+      else
+        dispatch(ex, ctx);
     }
     if (!ex.keep_alive()) {
       if (ex.responded() && !ex.body_done()) linger_close(stream);

@@ -38,6 +38,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -47,6 +48,7 @@
 
 #include "api/auth.h"
 #include "api/metrics.h"
+#include "api/router.h"
 #include "api/token_load.h"
 #include "common/error.h"
 #include "common/fd.h"
@@ -89,9 +91,15 @@ class ApiServer {
     std::set<std::string> profiles;
     // Requests one API token may have in progress at once, streams included (api/token_load.h).
     size_t max_requests_per_token = 64;
+    // What answers each request: SPACE's REST API (api::dispatch) unless set. A second front
+    // door on the same service (E2B's protocol, src/e2b) sets its own and listens on TCP only.
+    std::function<void(Exchange&, ApiContext&)> dispatch;
+    // For logs: "api", "e2b".
+    std::string name = "api";
   };
 
   // Binds and listens (clients may connect from here on; they are served once serve() runs).
+  // An empty socket_path: no Unix socket, the TCP listener only (tcp_listen must be set).
   static Result<std::unique_ptr<ApiServer>> listen(const std::filesystem::path& socket_path,
                                                    daemon::SandboxService& service,
                                                    Options options);

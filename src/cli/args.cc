@@ -119,6 +119,9 @@ CLI::App* add_token(CLI::App& app, Args& a, Want& want) {
   create->add_option("--ttl", a.ttl, "how long it is valid, e.g. 24h or 30d (at most 365d)")
       ->required();
   create->add_flag("--json", a.json, "print the token as JSON");
+  create->add_flag("--e2b", a.e2b,
+                   "print it as an E2B API key (e2b_...), for E2B_API_KEY with spaced's E2B "
+                   "door (docs/e2b.md)");
   auto* ls = token->add_subcommand("ls", "list API tokens (never their secrets)");
   ls->add_flag("--json", a.json, "print JSON");
   auto* rm = token->add_subcommand("rm", "revoke an API token");

@@ -47,6 +47,7 @@ struct Args {
   // token create: --profile and --op (repeatable), --ttl; --name is `name`, token rm's ID `id`
   std::vector<std::string> profiles, ops;
   std::string ttl;
+  bool e2b = false;  // token create --e2b: print it as an E2B API key (docs/e2b.md)
 };
 
 struct ParseOutcome {

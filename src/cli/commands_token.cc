@@ -30,6 +30,16 @@ std::string timestamp(const json& when) {
   return dot == std::string::npos ? s : s.substr(0, dot) + "Z";
 }
 
+// The same token as E2B's SDKs want an API key: "spt_<12 hex>_<64 hex>" is "e2b_" and its 76
+// hex digits (what spaced's E2B door takes back, e2b::token_from_e2b_key).
+Result<std::string> e2b_key(const std::string& token) {
+  if (token.size() != 4 + 12 + 1 + 64 || !token.starts_with("spt_") || token[16] != '_')
+    return fail(Code::kProtocol,
+                "the daemon's token is not of the form spt_<12 hex>_<64 hex>; "
+                "it cannot be written as an E2B key");
+  return "e2b_" + token.substr(4, 12) + token.substr(17);
+}
+
 }  // namespace
 
 Result<int> cmd_token_create(const Args& a, const Client& c) {
@@ -37,19 +47,24 @@ Result<int> cmd_token_create(const Args& a, const Client& c) {
   json res = TRY(c.call("POST", "/v1/tokens", body));
   std::string text = res.value("token", "");
   if (text.empty()) return fail(Code::kProtocol, "the daemon made a token but sent no text");
+  if (a.e2b) {
+    text = TRY(e2b_key(text));
+    res["token"] = text;
+  }
   if (a.json) {
     print_json(res);
   } else {
     write_all(STDOUT_FILENO, text + "\n");
   }
-  write_all(STDERR_FILENO,
-            "space: token " + escape_text(res.value("id", "")) + " (" +
-                escape_text(res.value("name", "")) + ") for profiles " +
-                escape_text(joined(res.value("profiles", json()))) + ", operations " +
-                escape_text(joined(res.value("ops", json()))) + ", valid until " +
-                escape_text(res.value("expires_at", "?")) +
-                ".\nspace: this is the only time its text is shown: store it now (the CLI "
-                "sends it as $SPACE_TOKEN).\n");
+  write_all(STDERR_FILENO, "space: token " + escape_text(res.value("id", "")) + " (" +
+                               escape_text(res.value("name", "")) + ") for profiles " +
+                               escape_text(joined(res.value("profiles", json()))) +
+                               ", operations " + escape_text(joined(res.value("ops", json()))) +
+                               ", valid until " + escape_text(res.value("expires_at", "?")) +
+                               ".\nspace: this is the only time its text is shown: store it now (" +
+                               (a.e2b ? "E2B's SDKs send it as $E2B_API_KEY to spaced's E2B door"
+                                      : "the CLI sends it as $SPACE_TOKEN") +
+                               ").\n");
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include "daemon/config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -39,6 +40,8 @@ Result<void> Config::load(const std::filesystem::path& file) {
       api_listen = TRY(str("api_listen"));
     else if (k == "api_tls")
       TRY_VOID_CTX(load_api_tls(v), file.string() + ": api_tls");
+    else if (k == "e2b")
+      TRY_VOID_CTX(load_e2b(v), file.string() + ": e2b");
     else if (k == "node")
       TRY_VOID_CTX(load_node(v), file.string() + ": node");
     else if (k == "cluster")
@@ -125,6 +128,9 @@ Result<void> Config::load(const std::filesystem::path& file) {
                 file.string() +
                     ": api_tls needs api_listen, the TCP address to serve TLS on (e.g. "
                     "\"api_listen\": \"0.0.0.0:7443\")");
+  if (!e2b.listen.empty() && !profiles.count(e2b.profile))
+    return fail(Code::kInvalidArgument,
+                file.string() + ": e2b: profile \"" + e2b.profile + "\" is not configured");
   for (auto& [name, def] : secrets)
     for (auto& p : def.profiles)
       if (!profiles.count(p))
@@ -361,6 +367,39 @@ Result<runtime::VmDevices> Config::load_vm_devices(const nlohmann::json& v) {
 
 // "api_tls": "auto" | {"auto": true, "names": ["host.example", "10.0.0.5"]} |
 //            {"cert": "/etc/space/tls/cert.pem", "key": "/etc/space/tls/key.pem"}.
+Result<void> Config::load_e2b(const nlohmann::json& v) {
+  constexpr const char* kForm =
+      " (expected {\"listen\": \"127.0.0.1:PORT\", \"domain\": \"...\", \"templates\": "
+      "{\"ID\": \"IMAGE\"}, \"profile\": \"NAME\"})";
+  if (!v.is_object()) return fail(Code::kInvalidArgument, "not an object" + std::string(kForm));
+  e2b = E2b{};
+  for (auto& [k, x] : v.items()) {
+    if (k == "listen" && x.is_string()) {
+      e2b.listen = x.get<std::string>();
+    } else if (k == "domain" && x.is_string()) {
+      e2b.domain = x.get<std::string>();
+      for (char c : e2b.domain)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-'))
+          return fail(Code::kInvalidArgument,
+                      "domain \"" + e2b.domain + "\": letters, digits, '.' and '-' only");
+    } else if (k == "profile" && x.is_string()) {
+      e2b.profile = x.get<std::string>();
+    } else if (k == "templates" && x.is_object()) {
+      for (auto& [id, image] : x.items()) {
+        if (!image.is_string() || id.empty() || image.get<std::string>().empty())
+          return fail(Code::kInvalidArgument,
+                      "templates: \"" + id + "\" must name an image (a non-empty string)");
+        e2b.templates[id] = image.get<std::string>();
+      }
+    } else {
+      return fail(Code::kInvalidArgument, "unknown or mistyped key \"" + k + "\"" + kForm);
+    }
+  }
+  if (e2b.listen.empty())
+    return fail(Code::kInvalidArgument, "listen is required" + std::string(kForm));
+  return {};
+}
+
 Result<void> Config::load_api_tls(const nlohmann::json& v) {
   constexpr const char* kForms =
       " (expected \"auto\", {\"auto\": true, \"names\": [\"host.example\"]} or "

@@ -149,6 +149,13 @@ struct Config {
   // set); every request there needs an API token (docs/api-auth.md). "" = the Unix socket only.
   std::string api_listen;
   ApiTlsConfig api_tls;  // with TLS, api_listen may be any address, not only loopback
+  // "e2b" (docs/e2b.md): spaced also speaks E2B's protocol, on a listener of its own.
+  struct E2b {
+    std::string listen;  // "127.0.0.1:PORT" ("" = off); another address needs api_tls
+    std::string domain;  // host-based routing "<port>-<sandboxId>.<domain>" ("" = headers only)
+    std::map<std::string, std::string> templates;  // templateID -> image
+    std::string profile = "test";  // of sandboxes made by a token not limited to one profile
+  } e2b;
   NodeConfig node;
   ClusterConfig cluster;
   SnapshotConfig snapshots;
@@ -171,6 +178,7 @@ struct Config {
   Result<void> load_snapshots(const nlohmann::json& v);
   Result<void> load_vm(const nlohmann::json& v);
   Result<void> load_api_tls(const nlohmann::json& v);
+  Result<void> load_e2b(const nlohmann::json& v);
   Result<void> load_node(const nlohmann::json& v);
   Result<void> load_cluster(const nlohmann::json& v);
   static Result<runtime::VmDevices> load_vm_devices(const nlohmann::json& v);

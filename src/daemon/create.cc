@@ -48,6 +48,23 @@ Result<void> check_fits_host(const runtime::Limits& l) {
   return {};
 }
 
+// CreateRequest::metadata's bounds: labels, not a data store (they are in every listing).
+Result<void> check_metadata(const std::map<std::string, std::string>& metadata) {
+  if (metadata.size() > kMaxMetadataEntries)
+    return fail(Code::kInvalidArgument, "metadata: at most " + std::to_string(kMaxMetadataEntries) +
+                                            " entries, not " + std::to_string(metadata.size()));
+  for (const auto& [k, v] : metadata) {
+    if (k.empty() || k.size() > 256)
+      return fail(Code::kInvalidArgument, "metadata: a key must be 1-256 bytes (\"" +
+                                              k.substr(0, 64) + "\" is " +
+                                              std::to_string(k.size()) + ")");
+    if (v.size() > 4096)
+      return fail(Code::kInvalidArgument, "metadata: the value of \"" + k.substr(0, 64) + "\" is " +
+                                              std::to_string(v.size()) + " bytes; at most 4096");
+  }
+  return {};
+}
+
 // Whether `path` is a directory in an image's rootfs, reached without any symlink.
 bool image_has_dir(const fs::path& rootfs, const std::string& path) {
   UniqueFd root(::open(rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -309,6 +326,9 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
   personal.spec["allow"] = req.allow;
   personal.spec["secrets"] = req.secrets;
   personal.spec["user_env"] = req.env;  // env as asked; "env" gains the gateway's variables
+  TRY_VOID(check_metadata(req.metadata));
+  if (!req.metadata.empty()) personal.spec["metadata"] = req.metadata;
+  if (req.pause_on_timeout) personal.spec["on_timeout"] = "pause";
   {
     double every = req.snapshot_every_s.value_or(-1);
     if (every < 0) {

@@ -426,6 +426,10 @@ SandboxInfo Daemon::info(const SandboxRecord& rec, const Sandbox* sb, bool usage
   }
   i.egress.allow = rec.spec.value("allow", std::vector<std::string>{});
   i.egress.secrets = rec.spec.value("secrets", std::vector<std::string>{});
+  if (auto m = rec.spec.find("metadata"); m != rec.spec.end() && m->is_object())
+    for (auto& [k, v] : m->items())
+      if (v.is_string()) i.metadata[k] = v.get<std::string>();
+  i.pause_on_timeout = rec.spec.value("on_timeout", std::string()) == "pause";
   if (rec.destroyed_at) {
     i.destroyed_at = rec.destroyed_at;
     i.reason = rec.reason;
@@ -577,10 +581,14 @@ void Daemon::reaper() {
       store_->retry_unsaved();
     }
     std::vector<std::pair<std::shared_ptr<Sandbox>, std::string>> doomed;
+    std::vector<std::shared_ptr<Sandbox>> to_pause;  // lifetime over, "on_timeout": "pause"
     double now = now_s();
     registry_.sweep([&](const std::shared_ptr<Sandbox>& sb) {
       if (sb->destroyed) return;
-      if (sb->rec.expires_at && *sb->rec.expires_at <= now)
+      if (sb->rec.expires_at && *sb->rec.expires_at <= now &&
+          sb->rec.spec.value("on_timeout", std::string()) == "pause")
+        to_pause.push_back(sb);
+      else if (sb->rec.expires_at && *sb->rec.expires_at <= now)
         doomed.emplace_back(sb, "lifetime timeout expired");
       else if (sb->idle_timeout_s > 0 && sb->open_execs.load() == 0 &&
                now - sb->last_active.load() > sb->idle_timeout_s)
@@ -593,7 +601,38 @@ void Daemon::reaper() {
       if (why.starts_with("lifetime") || why.starts_with("idle")) metrics_.timeouts++;
       (void)destroy_sandbox(sb, why);
     }
+    for (auto& sb : to_pause) pause_expired(sb);
   }
+}
+
+void Daemon::pause_expired(const std::shared_ptr<Sandbox>& sb) {
+  {
+    std::lock_guard lock(sb->mu);
+    if (sb->destroyed) return;
+    const std::string& id = sb->rec.id;
+    // Already paused when its lifetime ended (the kept week below is over, or it was paused
+    // by hand): nothing is left to keep it for.
+    if (!sb->paused) {
+      auto paused = sb->inst->pause();
+      if (paused) {
+        sb->paused = true;
+        move(sb->rec, SandboxState::kPaused);
+        audit(id, "sandbox.pause", {{"reason", "lifetime timeout expired (on_timeout pause)"}});
+        // Kept paused for at most SPACE's longest lifetime, then destroyed: a paused sandbox
+        // still holds its memory and disk.
+        registry_.set_expiry(*sb, now_s() + kPausedKeepS);
+        if (auto r = store_->put_sandbox(sb->rec); !r)
+          spdlog::warn("sandbox {}: recording its pause: {}", id, r.error().message());
+        return;
+      }
+      // It cannot be kept: its lifetime is over all the same.
+      spdlog::warn("sandbox {}: pausing it at the end of its lifetime: {}; destroying it", id,
+                   paused.error().message());
+    }
+  }
+  metrics_.timeouts++;
+  (void)destroy_sandbox(sb, sb->paused ? "lifetime timeout expired while paused"
+                                       : "lifetime timeout expired (pausing it failed)");
 }
 
 namespace {

@@ -175,6 +175,10 @@ class Daemon : public SandboxService {
                                        const std::string& ca_pem, const TrustBase& base);
   Result<void> reconcile();
   void reaper();
+  // The reaper's end of a lifetime with "on_timeout": "pause": pauses it and keeps it paused for
+  // kPausedKeepS more; one that was paused already when its lifetime ended is destroyed.
+  void pause_expired(const std::shared_ptr<Sandbox>& sb);
+  static constexpr double kPausedKeepS = 7 * 24 * 3600;
   Result<std::shared_ptr<Sandbox>> live(const std::string& id);
   Result<std::shared_ptr<Sandbox>> running(const std::string& id);  // live and not paused
   Result<void> destroy_sandbox(const std::shared_ptr<Sandbox>& sb, const std::string& reason);

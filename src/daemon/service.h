@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -42,7 +43,15 @@ struct CreateRequest {
   // Rolling snapshots: take one this often (seconds) while the sandbox lives. Unset = the
   // profile's default ("snapshot_every" in the config); 0 = never.
   std::optional<double> snapshot_every_s;
+  // The caller's own labels (E2B's sandbox metadata, docs/e2b.md): kept with the sandbox and
+  // its snapshots, never seen inside it. At most kMaxMetadataEntries, keys of 1-256 bytes,
+  // values of at most 4096.
+  std::map<std::string, std::string> metadata;
+  // When the lifetime (timeout_s) expires, pause the sandbox instead of destroying it (E2B's
+  // autoPause); it then stays paused, with no lifetime, until resumed or destroyed.
+  bool pause_on_timeout = false;
 };
+inline constexpr size_t kMaxMetadataEntries = 64;
 
 struct ExecRequest {
   std::vector<std::string> argv;    // non-empty

@@ -187,6 +187,7 @@ Result<std::optional<SnapshotRecord>> Daemon::take_snapshot(Sandbox& sb, const s
                {"allow", s.value("allow", std::vector<std::string>{})},
                {"secrets", s.value("secrets", std::vector<std::string>{})},
                {"snapshot_every", s.value("snapshot_every", 0.0)}};
+  if (auto m = s.find("metadata"); m != s.end() && m->is_object()) spec["metadata"] = *m;
   // What a restore needs besides the files, sealed with them: another node of a cluster that
   // pulls this snapshot from the shared store rebuilds its record from here
   // (pull_from_cluster), trusting it as much as the manifest's MAC.
@@ -445,6 +446,9 @@ Result<SandboxInfo> Daemon::restore(const std::string& snap,
   req.allow = s.value("allow", std::vector<std::string>{});
   req.secrets = s.value("secrets", std::vector<std::string>{});
   req.snapshot_every_s = s.value("snapshot_every", 0.0);
+  if (auto md = s.find("metadata"); md != s.end() && md->is_object())
+    for (auto& [k, v] : md->items())
+      if (v.is_string()) req.metadata[k] = v.get<std::string>();
   uint32_t from = rec.uid_base;
   auto populate = [m, store, from](int upper_fd, uint32_t uid_base) -> Result<void> {
     snapshot::Manifest shifted = *m;

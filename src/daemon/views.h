@@ -62,6 +62,9 @@ struct SandboxInfo {
   };
   std::optional<Rollback> rollback;
   std::optional<std::string> restored_from;  // POST /v1/snapshots/{snap}/restore only
+  // CreateRequest::metadata and ::pause_on_timeout (E2B's metadata and autoPause).
+  std::map<std::string, std::string> metadata;
+  bool pause_on_timeout = false;
 };
 
 // A snapshot (schema Snapshot).

@@ -28,6 +28,7 @@
 #include "common/fd.h"
 #include "daemon/daemon.h"
 #include "daemon/tokens.h"
+#include "e2b/door.h"
 #include "egress/gateway.h"
 #include "runtime/firecracker/firecracker_runtime.h"
 #include "runtime/linux/linux_runtime.h"
@@ -368,6 +369,38 @@ int run(int argc, char** argv) {
     spdlog::error("{}", server.error().message());
     return 1;
   }
+  // The E2B door (docs/e2b.md): E2B's protocol on a listener of its own, same service.
+  std::unique_ptr<e2b::Door> e2b_door;
+  std::unique_ptr<api::ApiServer> e2b_server;
+  std::thread e2b_thread;
+  if (!cfg.e2b.listen.empty()) {
+    e2b::Options eo;
+    eo.domain = cfg.e2b.domain;
+    eo.templates = cfg.e2b.templates;
+    eo.profile = cfg.e2b.profile;
+    auto key = e2b::load_or_make_key(cfg.state_dir.string());
+    if (!key) {
+      spdlog::error("{}", key.error().message());
+      return 1;
+    }
+    eo.envd_key = std::move(*key);
+    e2b_door = std::make_unique<e2b::Door>(std::move(eo));
+    api::ApiServer::Options o = api_options;
+    o.tcp_listen = cfg.e2b.listen;
+    o.name = "e2b";
+    o.dispatch = [door = e2b_door.get()](api::Exchange& ex, api::ApiContext& ctx) {
+      door->dispatch(ex, ctx);
+    };
+    // E2B's SDKs send one request per call over kept-alive connections; a command's stream
+    // may stay silent for as long as the command is.
+    auto s = api::ApiServer::listen("", **d, o);
+    if (!s) {
+      spdlog::error("e2b: {}", s.error().message());
+      return 1;
+    }
+    e2b_server = std::move(*s);
+    e2b_thread = std::thread([&] { e2b_server->serve(); });
+  }
   spdlog::info("spaced {} listening on {} (state {})", SPACE_VERSION, cfg.socket.string(),
                cfg.state_dir.string());
   std::thread sig_thread([&] {
@@ -375,8 +408,12 @@ int run(int argc, char** argv) {
     sigwait(&sigs, &sig);
     spdlog::info("signal {}: stopping (sandboxes keep running)", sig);
     (*server)->stop();
+    if (e2b_server) e2b_server->stop();
   });
   (*server)->serve();
+  if (e2b_server) e2b_server->stop();
+  if (e2b_thread.joinable()) e2b_thread.join();
+  if (e2b_door) e2b_door->shutdown();
   if (sig_thread.joinable()) {
     pthread_kill(sig_thread.native_handle(), SIGTERM);  // if serve() ended on its own
     sig_thread.join();

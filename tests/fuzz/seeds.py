@@ -560,6 +560,35 @@ def snapshot_manifest():
     write("snapshot_manifest", "sealed-truncated", b"\x01" + sealed[:-1])
 
 
+def e2b_wire():
+    def env(flags, payload):
+        return struct.pack(">BI", flags, len(payload)) + payload
+    start = json.dumps({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "ls"]}}).encode()
+    write("e2b_wire", "envelope", b"\x00" + env(0, start))
+    write("e2b_wire", "envelope-stream", b"\x00" + env(0, b'{"event":{"start":{"pid":7}}}') +
+          env(0, b'{"event":{"data":{"stdout":"aGkK"}}}') + env(2, b"{}"))
+    write("e2b_wire", "envelope-compressed", b"\x00" + env(1, b"x"))
+    write("e2b_wire", "envelope-huge", b"\x00" + struct.pack(">BI", 0, 0x7fffffff) + b"{}")
+    write("e2b_wire", "envelope-short", b"\x00" + env(0, start)[:-3])
+    for i, host in enumerate(["49983-sb_0123abcdef01.sandbox.example.test",
+                              "49999-sb_0123abcdef01.sandbox.example.test:8080",
+                              "0-sb_x.sandbox.example.test", "70000-sb_x.sandbox.example.test",
+                              "8080-.sandbox.example.test", "sandbox.example.test",
+                              "1-a-b.sandbox.example.testx", "[::1]:49983"]):
+        write("e2b_wire", "host-%02d" % i, b"\x01" + host.encode())
+    write("e2b_wire", "key", b"\x02e2b_" + b"0123456789ab" + b"cd" * 32)
+    write("e2b_wire", "key-upper", b"\x02e2b_" + b"0123456789AB" + b"cd" * 32)
+    write("e2b_wire", "key-short", b"\x02e2b_0123")
+    form = (b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a%22b.txt\"\r\n"
+            b"Content-Type: application/octet-stream\r\n\r\nhello\r\n"
+            b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/home/user/c\"\r\n"
+            b"\r\n\r\n--XyZ--\r\n")
+    write("e2b_wire", "multipart", b"\x03XyZ\n" + form)
+    write("e2b_wire", "multipart-unclosed", b"\x03XyZ\n" + form[:60])
+    write("e2b_wire", "multipart-no-headers-end", b"\x03XyZ\n--XyZ\r\nContent-Disposition: x")
+    write("e2b_wire", "multipart-empty-boundary", b"\x03\n--\r\n\r\n")
+
+
 if __name__ == "__main__":
     frame_decoder()
     api_request()
@@ -574,3 +603,4 @@ if __name__ == "__main__":
     qmp()
     firecracker_api()
     snapshot_manifest()
+    e2b_wire()

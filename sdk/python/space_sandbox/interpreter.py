@@ -11,7 +11,14 @@ Python context whose variables survive between runs.
 Events: {"type": "stdout"|"stderr", "text"}, {"type": "result", "data": {mime: value},
 "is_main": bool} (the last expression's value, is_main, and rich displays: matplotlib figures as
 image/png, objects with _repr_html_/_repr_png_/_repr_svg_/_repr_json_/_repr_markdown_),
-{"type": "error", "name", "value", "traceback"}, and last {"type": "end"}.
+{"type": "error", "name", "value", "traceback"}, and last {"type": "end", "execution_count"}
+(the runs this context has had, this one included).
+
+A run's request may carry "env" ({"NAME": "value"}), set in the context for that run only; `run`
+takes it from the variable SPACE_INTERPRETER_ENV (JSON). `serve` works in SPACE_INTERPRETER_CWD
+if set (made if missing). SIGINT or SIGTERM to `run` interrupts the context's run
+(KeyboardInterrupt) and ends `run`: how spaced's E2B door (src/e2b/interpreter.cc, which embeds
+this file) stops a run whose client went away.
 
 Standard library only; this file is the one copy, the TypeScript SDK ships it too.
 """
@@ -107,6 +114,26 @@ def execute(code, namespace, send):
         sys.stdout, sys.stderr = out, err
 
 
+def set_env(env):
+    """Sets a run's own variables; returns what restore_env puts back."""
+    saved = {}
+    if isinstance(env, dict):
+        for k, v in env.items():
+            if (isinstance(k, str) and isinstance(v, str) and k and "=" not in k
+                    and "\0" not in k + v):
+                saved.setdefault(k, os.environ.get(k))
+                os.environ[k] = v
+    return saved
+
+
+def restore_env(saved):
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 def serve(path):
     os.environ.setdefault("MPLBACKEND", "Agg")  # figures without a display
     # Debian's matplotlib reads its defaults from /etc/matplotlibrc, which an image with a bare
@@ -114,6 +141,10 @@ def serve(path):
     for rc in ("/usr/share/matplotlib/mpl-data/matplotlibrc",):
         if not os.path.exists("/etc/matplotlibrc") and os.path.exists(rc):
             os.environ.setdefault("MATPLOTLIBRC", rc)
+    cwd = os.environ.pop("SPACE_INTERPRETER_CWD", "")  # the context's directory, made if missing
+    if cwd:
+        os.makedirs(cwd, exist_ok=True)
+        os.chdir(cwd)
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     if os.path.exists(path):
         os.unlink(path)
@@ -124,46 +155,92 @@ def serve(path):
     signal.signal(signal.SIGINT, signal.default_int_handler)
     with open(path + ".pid", "w") as f:
         f.write(str(os.getpid()))
+    count = 0
     while True:
-        conn, _ = srv.accept()
-        with conn, conn.makefile("rwb") as f:
-            try:
-                req = json.loads(f.readline())
-            except (ValueError, OSError):
-                continue
-
-            def send(ev, f=f):
+        try:
+            conn, _ = srv.accept()
+            with conn, conn.makefile("rwb") as f:
                 try:
-                    f.write(json.dumps(ev).encode() + b"\n")
-                    f.flush()
-                except OSError:
-                    pass
+                    req = json.loads(f.readline())
+                except (ValueError, OSError):
+                    continue
 
-            send({"type": "started", "pid": os.getpid()})
-            try:
-                execute(req.get("code", ""), namespace, send)
-            except KeyboardInterrupt:  # an interrupt that came between runs
-                pass
-            send({"type": "end"})
+                def send(ev, f=f):
+                    try:
+                        f.write(json.dumps(ev).encode() + b"\n")
+                        f.flush()
+                    except OSError:
+                        pass
+
+                send({"type": "started", "pid": os.getpid()})
+                count += 1
+                saved = {}
+                try:
+                    saved = set_env(req.get("env"))
+                    execute(req.get("code", ""), namespace, send)
+                except KeyboardInterrupt:  # an interrupt that came between runs
+                    pass
+                finally:
+                    restore_env(saved)
+                send({"type": "end", "execution_count": count})
+        # The client went away mid-run (its end could not be sent), or an interrupt came late,
+        # after the run: the context lives on.
+        except (OSError, KeyboardInterrupt):
+            pass
+
+
+def ended(path):
+    """Whether the context's process is known to have ended (its pid file names no process)."""
+    try:
+        with open(path + ".pid") as f:
+            os.kill(int(f.read()), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, ValueError):
+        pass
+    return False
 
 
 def run(path, timeout):
     code = sys.stdin.read()
     deadline = time.monotonic() + timeout if timeout > 0 else None
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connected = False
     for _ in range(200):  # the context may still be starting
         try:
             s.connect(path)
+            connected = True
             break
         except (FileNotFoundError, ConnectionRefusedError):
+            if ended(path):
+                break
             time.sleep(0.05)
-    else:
+    if not connected:
         sys.stdout.write(json.dumps({"type": "error", "name": "ContextError",
                                      "value": "the code context is not running (its process "
                                               "ended); create a new one", "traceback": ""}) + "\n")
         sys.stdout.write(json.dumps({"type": "end"}) + "\n")
         return
-    s.sendall(json.dumps({"code": code}).encode() + b"\n")
+    req = {"code": code}
+    try:
+        env = json.loads(os.environ.get("SPACE_INTERPRETER_ENV") or "null")
+    except ValueError:
+        env = None
+    if isinstance(env, dict):
+        req["env"] = env
+    server = {}
+
+    def stop(signum, frame):  # the caller went away: interrupt the context's run, and end
+        if server.get("pid"):
+            try:
+                os.kill(server["pid"], signal.SIGINT)
+            except OSError:
+                pass
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    s.sendall(json.dumps(req).encode() + b"\n")
     interrupted = False
     server_pid = None
     pending = b""
@@ -188,7 +265,7 @@ def run(path, timeout):
             line, pending = pending.split(b"\n", 1)
             ev = json.loads(line)
             if ev.get("type") == "started":
-                server_pid = ev.get("pid")
+                server_pid = server["pid"] = ev.get("pid")
                 continue
             sys.stdout.write(line.decode() + "\n")
             sys.stdout.flush()

@@ -191,6 +191,10 @@ TEST(Args, TokenCommands) {
   EXPECT_EQ(c.ops, (std::vector<std::string>{"read", "exec", "files"}));
   EXPECT_EQ(c.ttl, "24h");
   EXPECT_TRUE(c.json);
+  EXPECT_FALSE(c.e2b);
+  EXPECT_TRUE(ok({"token", "create", "--name", "e2b", "--profile", "test", "--op", "create",
+                  "--ttl", "1h", "--e2b"})
+                  .e2b);
   EXPECT_EQ(
       ok({"token", "create", "--name", "all", "--profile", "*", "--op", "admin", "--ttl", "1h"})
           .profiles,
