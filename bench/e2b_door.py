@@ -132,10 +132,13 @@ def main():
     try:
         d.start()
         env = dict(os.environ, SPACE_SOCKET=d.socket)
-        out = subprocess.run([SPACE, "token", "create", "--name", "bench", "--profile", "*"] +
+        out = subprocess.run([SPACE, "token", "create", "--name", "bench", "--ttl", "2h", "--profile", "*"] +
                              ["--op=" + op for op in ("read", "create", "exec", "files",
                                                       "lifecycle")], env=env,
-                             capture_output=True, text=True, check=True).stdout
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SystemExit("space token create failed: " + out.stderr)
+        out = out.stdout
         token = next(w for w in out.split() if w.startswith("spt_"))
         key = "e2b_" + token[4:16] + token[17:]
         space = Client(api_port, {"Authorization": "Bearer " + token})

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -267,6 +268,13 @@ void ApiServer::accept_one(int listen_fd, Transport transport) {
   }
   const bool with_tls = transport == Transport::kTcp && options_.tls;
   const bool tcp = transport == Transport::kTcp;
+  if (tcp) {
+    // A response goes out as a header, then body pieces (an exec's events, a stream's chunks):
+    // with Nagle's algorithm each small write after the first waits for the client's delayed
+    // ACK, ~40 ms per answer on Linux.
+    int one = 1;
+    (void)::setsockopt(conn.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
   {
     // Each transport's own budget: TCP clients never use up the Unix socket's.
     std::lock_guard lock(mu_);
