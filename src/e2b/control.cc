@@ -311,6 +311,8 @@ Result<void> create(Call& call) {
   req.image = call.door.image_for(template_id);
   req.profile = profile_for(call);
   req.timeout_s = timeout;
+  // As in E2B's sandboxes (envd adds E2B_SANDBOX_ID to what it starts).
+  req.env.push_back("E2B_SANDBOX=true");
   daemon::SandboxInfo info = TRY(call.service.create(req));
   return call.ex.respond_json(http::status::created, created_json(info, call, template_id));
 }

@@ -144,8 +144,9 @@ void Door::dispatch(api::Exchange& ex, api::ApiContext& ctx) {
     std::string sandbox_id(ex.header("E2b-Sandbox-Id"));
     std::optional<uint16_t> port;
     if (!sandbox_id.empty()) {
-      port = parse_port(ex.header("E2b-Sandbox-Port"));
-      if (!port) port = kEnvdPort;
+      // No E2b-Sandbox-Port is envd's; a bad one reaches serve_port as 0, which refuses it.
+      std::string_view port_header = ex.header("E2b-Sandbox-Port");
+      port = port_header.empty() ? kEnvdPort : parse_port(port_header).value_or(0);
     } else if (auto h = route_host(ex.header(http::field::host), options_.domain)) {
       port = h->first;
       sandbox_id = h->second;
@@ -155,7 +156,9 @@ void Door::dispatch(api::Exchange& ex, api::ApiContext& ctx) {
       name = *port == kEnvdPort              ? "e2b.envd"
              : *port == kCodeInterpreterPort ? "e2b.interpreter"
                                              : "e2b.port";
-      const bool health = ex.target().path == "/health";
+      // (/health of a user's port is the user's server's: proxied, with the token.)
+      const bool health =
+          (*port == kEnvdPort || *port == kCodeInterpreterPort) && ex.target().path == "/health";
       std::string_view token = ex.header("X-Access-Token");
       // @e2b/code-interpreter sends X-Access-Token on /execute only; its /contexts calls carry
       // just E2B's traffic access token, which create answers as the same secret.
@@ -196,11 +199,7 @@ void Door::dispatch(api::Exchange& ex, api::ApiContext& ctx) {
         else if (*port == kCodeInterpreterPort)
           r = serve_interpreter(call);
         else
-          r = fail(Code::kUnimplemented,
-                   "port " + std::to_string(*port) +
-                       " of a sandbox is not served through the E2B door yet; use SPACE's port "
-                       "forwarding (`space port " +
-                       sandbox_id + " " + std::to_string(*port) + "`)");
+          r = serve_port(call);
       }
     } else {
       // The control plane.

@@ -26,6 +26,8 @@ namespace space::e2b {
 namespace {
 
 constexpr std::string_view kDefaultUser = "user";
+
+Result<EnvdUser> resolve_user(Call& call, const std::string& name);
 constexpr size_t kMaxPasswd = 1 << 20;
 
 std::mutex g_homes_mu;
@@ -67,6 +69,16 @@ std::string envd_username(const api::Exchange& ex) {
 }
 
 Result<EnvdUser> envd_user(Call& call, const std::string& name) {
+  EnvdUser u = TRY(resolve_user(call, name));
+  // What E2B's sandboxes tell their processes (E2B_SANDBOX=true is in the sandbox's own
+  // environment, set by the control plane's create).
+  u.env.push_back("E2B_SANDBOX_ID=" + call.sandbox_id);
+  return u;
+}
+
+namespace {
+
+Result<EnvdUser> resolve_user(Call& call, const std::string& name) {
   EnvdUser u;
   u.name = name;
   if (name == "root") {
@@ -119,6 +131,8 @@ Result<EnvdUser> envd_user(Call& call, const std::string& name) {
   g_homes_made.insert(call.sandbox_id);
   return u;
 }
+
+}  // namespace
 
 std::string envd_path(const EnvdUser& user, std::string_view path) {
   std::string full =

@@ -47,6 +47,10 @@ void stop_envd_processes();
 // The code interpreter (port 49999): /execute, /contexts, /health.
 Result<void> serve_interpreter(Call& call);
 
+// Any other port (port_proxy.cc): an HTTP/1.1 reverse proxy, WebSocket upgrades included, to
+// that TCP port inside the sandbox (SandboxService::connect_port, as `space port`).
+Result<void> serve_port(Call& call);
+
 // envd's parts (envd.cc routes to them; `method` is the RPC's name after the service).
 Result<void> envd_process(Call& call, std::string_view method);
 Result<void> envd_filesystem(Call& call, std::string_view method);

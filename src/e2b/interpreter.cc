@@ -211,7 +211,8 @@ Result<void> start_context(Call& call, const Context& c) {
   remove_quietly(call, socket_path(c.id) + ".pid");
   daemon::ExecRequest req;
   req.argv = {"python3", kScript, "serve", socket_path(c.id)};
-  req.env = {"SPACE_INTERPRETER_CWD=" + c.cwd, "PYTHONUNBUFFERED=1"};
+  req.env = {"SPACE_INTERPRETER_CWD=" + c.cwd, "PYTHONUNBUFFERED=1",
+             "E2B_SANDBOX_ID=" + call.sandbox_id};
   req.cwd = "/";
   req.detach = true;
   auto session = TRY(call.service.exec(call.sandbox_id, req));

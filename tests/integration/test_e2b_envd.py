@@ -117,7 +117,10 @@ class E2bEnvdTest(E2bEnvdBase):
           out.cwd = (await sbx.commands.run("pwd", { cwd: "/tmp" })).stdout;
           out.home = (await sbx.commands.run("pwd; echo $HOME")).stdout;
           out.rootHome = (await sbx.commands.run("echo $HOME", { user: "root" })).stdout;
+          out.e2b = (await sbx.commands.run("echo $E2B_SANDBOX $E2B_SANDBOX_ID")).stdout;
+          out.id = sbx.sandboxId;
         """)
+        self.assertEqual(out["e2b"], "true %s\n" % out["id"], "E2B's variables inside")
         self.assertEqual(out["stdout"], "hi\n")
         self.assertEqual(out["stderr"], "err\n")
         self.assertEqual(out["code"], 0)
