@@ -67,6 +67,14 @@ class CheckLayersTest(unittest.TestCase):
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         self.assertIn("src/common/hex.h:2", r.stdout)
 
+    def test_api_including_the_e2b_door_fails(self):
+        # The E2B door sits above the API it reuses: the API never reaches up into it.
+        r = check_with({"e2b/door.h": '#include "api/server.h"\n',
+                        "api/router.cc": '#include "e2b/door.h"\n'})
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn('src/api/router.cc:1: #include "e2b/door.h"', r.stdout)
+        self.assertNotIn("src/e2b/door.h", r.stdout)
+
     def test_directory_without_a_level_fails(self):
         r = check_with({"newthing/x.cc": '#include "common/error.h"\n'})
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
