@@ -192,6 +192,7 @@ export class Client {
   private send(req: http.ClientRequest, body: Body | undefined, timeout: number): Promise<Response> {
     return new Promise<Response>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
+      let early: NodeJS.Timeout | undefined; // after EPIPE/ECONNRESET: a moment for an answer
       if (timeout > 0) {
         timer = setTimeout(() => {
           req.destroy(errorFor("timeout", `no answer from spaced at ${this.where()} within ${timeout} ms`));
@@ -218,14 +219,18 @@ export class Client {
         }
         if (e.code === "EPIPE" || e.code === "ECONNRESET") {
           // spaced may have answered early (an error) and closed: give that answer a moment.
-          setTimeout(() => reject(new UnavailableError(`spaced at ${this.where()} closed the connection: ${e.message}`,
-                                                       "unavailable")), 5000).unref();
+          // Not unref'd: while the caller awaits this promise the timer is what keeps Node's
+          // event loop alive (unref'd, a program whose only pending work was this call exited
+          // with the promise unsettled, and node:test cancelled a file's tests).
+          early = setTimeout(() => reject(new UnavailableError(`spaced at ${this.where()} closed the connection: ${e.message}`,
+                                                               "unavailable")), 5000);
           return;
         }
         reject(transportError(e, this.where()));
       });
       req.on("response", (res) => {
         if (timer) clearTimeout(timer);
+        if (early) clearTimeout(early);
         const r = new Response(res.statusCode ?? 0, res.headers, res, req, this.where());
         if (r.status >= 400) {
           r.bytes().then((b) => reject(errorFromBody(r.status, b)), reject);

@@ -11,17 +11,11 @@ import {
 const client = new Client({ socketPath: process.env.SPACE_SOCKET });
 let sb;
 
-// Keeps this file's event loop alive while its tests await: a make test run once saw every test
-// here cancelled ("Promise resolution is still pending but the event loop has already
-// resolved") 172 ms in, with nothing else holding the loop (see the stop's note).
-let keepAlive;
 before(async () => {
-  keepAlive = setInterval(() => {}, 1000);
   sb = await Sandbox.create({ client, timeoutMs: 600_000 });
 });
 after(async () => {
   await sb?.destroy();
-  clearInterval(keepAlive);
 });
 
 const waitFor = async (cond, what, ms = 20_000) => {
