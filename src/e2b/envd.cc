@@ -5,14 +5,16 @@
 //
 // The user rule (docs/e2b.md): E2B's SDKs name the user in "Authorization: Basic
 // base64(name:)" (REST /files: ?username=); without one E2B's default is "user" (uid 1000,
-// home /home/user), an account SPACE's images (the host image included) usually lack. So:
+// home /home/user), which the host image has (daemon/images.cc) and other images may lack. So:
 //   - "root" runs as root, home /root;
 //   - a name in the sandbox's /etc/passwd runs as that user (the agent resolves it), home from
 //     its entry;
 //   - "user" missing from /etc/passwd runs as root with HOME=/home/user, USER=user and cwd
 //     /home/user (made on first use), so that E2B's default relative paths and `pwd` match;
 //   - any other name is an invalid_argument error.
-// Files are read and written by the daemon as root whatever the user (owner "root").
+// Files are written, and directories made and moved, as that user (envd_write, envd_run: the
+// user's ownership and the sandbox's permissions, as E2B's envd does); reads, listings and
+// removals are the daemon's, as root.
 #include <algorithm>
 #include <mutex>
 #include <set>
@@ -155,9 +157,10 @@ std::string envd_path(const EnvdUser& user, std::string_view path) {
   return out.empty() ? "/" : out;
 }
 
-Result<void> envd_run(Call& call, std::vector<std::string> argv) {
+Result<void> envd_run(Call& call, std::vector<std::string> argv, const std::string& user) {
   daemon::ExecRequest req;
   req.argv = std::move(argv);
+  req.user = user;
   req.cwd = "/";
   req.timeout_s = 60;
   auto session = TRY(call.service.exec(call.sandbox_id, req));
@@ -172,7 +175,9 @@ Result<void> envd_run(Call& call, std::vector<std::string> argv) {
     if (ev.exit.exit_code == 0) return {};
     while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
     if (err.empty()) err = req.argv[0] + " failed (" + std::to_string(ev.exit.shell_code()) + ")";
-    return fail(Code::kInvalidArgument, err);
+    return fail(err.find("Permission denied") != std::string::npos ? Code::kPermissionDenied
+                                                                   : Code::kInvalidArgument,
+                err);
   }
 }
 
@@ -207,6 +212,54 @@ Result<void> serve_envd(Call& call) {
                                    path +
                                    " (SPACE's envd serves /health, /files, /envs and the "
                                    "process.Process and filesystem.Filesystem Connect services)");
+}
+
+}  // namespace space::e2b
+
+namespace space::e2b {
+
+Result<void> envd_write(Call& call, const EnvdUser& user, const std::string& path,
+                        const daemon::ChunkSource& source) {
+  if (user.exec_user.empty())
+    return call.service.write_file(call.sandbox_id, path, 0644, source, /*parents=*/true);
+  using Kind = daemon::ExecSession::Event::Kind;
+  daemon::ExecRequest req;
+  req.argv = {"/bin/sh", "-c",
+              "umask 022; d=$(dirname -- \"$1\") && mkdir -p -- \"$d\" && cat > \"$1\"",
+              "envd-write", path};
+  req.user = user.exec_user;
+  req.cwd = "/";
+  req.stdin = true;
+  auto session = TRY(call.service.exec(call.sandbox_id, req));
+  auto first = TRY(session->next());
+  if (first.kind == Kind::kExit)
+    return fail(
+        Code::kInvalidArgument,
+        "writing " + path + " as " + user.name + ": " +
+            (first.exit.error.empty() ? std::string("it did not start") : first.exit.error));
+  // The content on the writer's stdin; a writer that stopped (it could not open the file)
+  // refuses more, and its exit says why.
+  bool open = true;
+  for (std::string chunk;;) {
+    TRY_VOID(source(chunk));
+    if (chunk.empty()) break;
+    if (open) open = session->write_stdin(chunk).has_value();
+  }
+  if (open) (void)session->close_stdin();
+  std::string err;
+  for (;;) {
+    auto ev = TRY(session->next());
+    if (ev.kind == Kind::kStderr && err.size() < 4096) err += ev.data;
+    if (ev.kind == Kind::kStdout || ev.kind == Kind::kStderr) session->consumed(ev.data.size());
+    if (ev.kind != Kind::kExit) continue;
+    if (!ev.exit.error.empty()) return fail(Code::kInternal, ev.exit.error);
+    if (ev.exit.exit_code == 0) return {};
+    while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+    const bool denied = err.find("Permission denied") != std::string::npos;
+    return fail(denied ? Code::kPermissionDenied : Code::kInvalidArgument,
+                "writing " + path + " as " + user.name + ": " +
+                    (err.empty() ? "exit " + std::to_string(ev.exit.shell_code()) : err));
+  }
 }
 
 }  // namespace space::e2b

@@ -182,10 +182,11 @@ Result<void> get_file(Call& call, const EnvdUser& user) {
   return call.ex.end_chunked();
 }
 
-Result<void> write_one(Call& call, const std::string& path, const daemon::ChunkSource& source) {
+Result<void> write_one(Call& call, const EnvdUser& user, const std::string& path,
+                       const daemon::ChunkSource& source) {
   if (auto st = call.service.stat(call.sandbox_id, path); st && st->type == "dir")
     return fail(Code::kInvalidArgument, "path " + path + " is a directory");
-  return call.service.write_file(call.sandbox_id, path, 0644, source, /*parents=*/true);
+  return envd_write(call, user, path, source);
 }
 
 Result<void> post_file(Call& call, const EnvdUser& user) {
@@ -208,7 +209,7 @@ Result<void> post_file(Call& call, const EnvdUser& user) {
       inflater = std::make_shared<Inflater>(std::move(source));
       source = [inflater](std::string& o) { return inflater->next(o); };
     }
-    TRY_VOID(write_one(call, path, source));
+    TRY_VOID(write_one(call, user, path, source));
     out.push_back(written(path));
     return call.ex.respond_json(http::status::ok, out);
   }
@@ -229,7 +230,7 @@ Result<void> post_file(Call& call, const EnvdUser& user) {
     std::string path = envd_path(user, target);
     bool given = false;
     std::string_view data = part.data;
-    TRY_VOID_CTX(write_one(call, path,
+    TRY_VOID_CTX(write_one(call, user, path,
                            [&](std::string& o) -> Result<void> {
                              o.clear();
                              if (given || data.empty()) return {};

@@ -117,23 +117,27 @@ Result<void> stat(Call& call, const json& msg) {
 }
 
 Result<void> make_dir(Call& call, const json& msg) {
+  EnvdUser user = TRY(envd_user(call, envd_username(call.ex)));
   std::string path = TRY(path_field(call, msg));
   if (auto st = call.service.stat(call.sandbox_id, path)) {
     if (st->type == "dir")
       return fail(Code::kAlreadyExists, "directory " + path + " already exists");
     return fail(Code::kInvalidArgument, "path " + path + " exists and is not a directory");
   }
-  TRY_VOID_CTX(envd_run(call, {"mkdir", "-p", "--", path}), "making directory " + path);
+  TRY_VOID_CTX(envd_run(call, {"mkdir", "-p", "--", path}, user.exec_user),
+               "making directory " + path);
   return connect::respond(call.ex, {{"entry", TRY(entry_of(call, path))}});
 }
 
 Result<void> move(Call& call, const json& msg) {
+  EnvdUser user = TRY(envd_user(call, envd_username(call.ex)));
   std::string src = TRY(path_field(call, msg, "source"));
   std::string dst = TRY(path_field(call, msg, "destination"));
   TRY_VOID(call.service.stat(call.sandbox_id, src));  // not_found when missing
-  TRY_VOID_CTX(envd_run(call, {"mkdir", "-p", "--", dir_name(dst)}),
+  TRY_VOID_CTX(envd_run(call, {"mkdir", "-p", "--", dir_name(dst)}, user.exec_user),
                "making the destination's directory");
-  TRY_VOID_CTX(envd_run(call, {"mv", "-T", "--", src, dst}), "moving " + src + " to " + dst);
+  TRY_VOID_CTX(envd_run(call, {"mv", "-T", "--", src, dst}, user.exec_user),
+               "moving " + src + " to " + dst);
   return connect::respond(call.ex, {{"entry", TRY(entry_of(call, dst))}});
 }
 

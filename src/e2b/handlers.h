@@ -71,7 +71,13 @@ Result<EnvdUser> envd_user(Call& call, const std::string& name);
 // `path` made absolute against the user's home ("" = the home), "." and ".." folded.
 std::string envd_path(const EnvdUser& user, std::string_view path);
 // Runs argv to completion as root; its stderr (trimmed) as the error of a non-zero exit.
-Result<void> envd_run(Call& call, std::vector<std::string> argv);
+Result<void> envd_run(Call& call, std::vector<std::string> argv, const std::string& user = "");
+// Writes `source` to `path` as `user` would (E2B's envd writes as the call's user): root's
+// writes go through SandboxService::write_file; another user's through `sh -c 'mkdir -p DIR &&
+// cat > PATH'` run as that user, so the file and the directories made for it are the user's
+// and the sandbox's permissions apply (writing where the user may not is permission_denied).
+Result<void> envd_write(Call& call, const EnvdUser& user, const std::string& path,
+                        const daemon::ChunkSource& source);
 
 // What the control plane answers for a sandbox (GET /sandboxes/{id}, list, create).
 nlohmann::json sandbox_json(const daemon::SandboxInfo& info, const Door& door);
