@@ -2,7 +2,9 @@
 #include "api/exchange.h"
 
 #include <poll.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 
 #include "common/relay.h"
@@ -250,6 +252,54 @@ Result<std::string> Exchange::switch_protocols(std::string_view protocol) {
   stream_.set_read_deadline(FdStream::Clock::time_point::max());
   stream_.set_read_timeout(std::chrono::milliseconds(0));
   return early;
+}
+
+Result<void> Exchange::relay_response(int status, std::string first, int peer, bool both_ways,
+                                      std::chrono::milliseconds idle) {
+  keep_alive_ = false;
+  status_ = status;
+  if (both_ways) {
+    broken_ = true;  // nothing more goes on this connection as HTTP
+    RelayOptions o;
+    o.a_pending.assign(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+    buffer_.consume(buffer_.size());
+    o.b_pending = std::move(first);
+    o.stop_fd = stream_.stop_fd();
+    o.idle_timeout = idle;
+    return relay(stream_.fd(), peer, std::move(o));
+  }
+  stream_.set_write_timeout(idle);
+  TRY_VOID(write_raw(first));
+  std::string buf(kReadChunk, '\0');
+  for (;;) {
+    // The client hanging up (POLLRDHUP: it may have sent more, which stays unread) ends it too,
+    // rather than a silent upstream (a stream of events) holding this thread.
+    pollfd fds[3] = {
+        {peer, POLLIN, 0}, {stream_.stop_fd(), POLLIN, 0}, {stream_.fd(), POLLRDHUP, 0}};
+    int r = ::poll(fds, 3, idle.count() > 0 ? static_cast<int>(idle.count()) : -1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      broken_ = true;
+      return fail_sys("poll");
+    }
+    if (fds[1].revents != 0 || fds[2].revents != 0) {  // the server stops, the client left
+      broken_ = true;
+      return {};
+    }
+    if (r == 0) {
+      broken_ = true;
+      return fail(Code::kTimeout,
+                  "the response stalled for " + std::to_string(idle.count() / 1000) + " s");
+    }
+    ssize_t n = ::read(peer, buf.data(), buf.size());
+    if (n == 0) return {};
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      broken_ = true;
+      return fail_sys("read", "the response");
+    }
+    TRY_VOID(write_raw(std::string_view(buf.data(), static_cast<size_t>(n))));
+  }
 }
 
 Result<size_t> Exchange::raw_read(char* out, size_t n) {

@@ -107,6 +107,26 @@ class Exchange {
   Result<void> raw_write(std::string_view data) { return write_raw(data); }
   void raw_shutdown_write() { stream_.shutdown(SHUT_WR); }
 
+  // --- a response made by another server (the E2B door's proxy to a sandbox's ports)
+  // The request's target as sent, and all its header fields.
+  std::string_view raw_target() const {
+    auto t = parser_.get().target();
+    return std::string_view(t.data(), t.size());
+  }
+  const http::fields& fields() const { return parser_.get(); }
+  // The server's stop eventfd (-1 = none), for a handler that waits on fds of its own.
+  int stop_fd() const { return stream_.stop_fd(); }
+  // Answers with a response another server made: `first` (its head, as the caller rewrote it,
+  // and whatever of its body came with it), then the bytes read from `peer`, raw, until `peer`
+  // ends. With `both_ways` (the head is a 101: the connection was upgraded) the client's bytes
+  // go to `peer` too (those it sent past its request first) until both sides have ended, as in
+  // tunnel(). `status` is the response's, for the logs and metrics. The server's stop and (one
+  // way) the client's hang-up end it, cut short, not as an error; so does nothing moving for
+  // `idle` (0 = no limit; a kTimeout error one way, an end both ways). The connection closes
+  // afterwards.
+  Result<void> relay_response(int status, std::string first, int peer, bool both_ways,
+                              std::chrono::milliseconds idle);
+
   bool responded() const { return status_ != 0; }
   int status() const { return status_; }
   // Whether the connection can carry another request after this one.

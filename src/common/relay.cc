@@ -31,6 +31,7 @@ Result<void> relay(int a, int b, RelayOptions o) {
   }
   Pipe ab{a, b, std::move(o.a_pending)}, ba{b, a, std::move(o.b_pending)};
   auto next_check = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  auto last_moved = std::chrono::steady_clock::now();
   while (!(ab.done() && ba.done())) {
     if (o.still_allowed && std::chrono::steady_clock::now() >= next_check) {
       TRY_VOID(o.still_allowed());
@@ -61,6 +62,9 @@ Result<void> relay(int a, int b, RelayOptions o) {
       return fail_sys("poll");
     }
     if (o.stop_fd >= 0 && fds[2].revents != 0) return {};
+    if (o.idle_timeout.count() > 0 &&
+        std::chrono::steady_clock::now() - last_moved >= o.idle_timeout)
+      return {};
     for (Pipe* p : {&ab, &ba}) {
       short rev = p == &ab ? fds[0].revents : fds[1].revents;
       short wev = p == &ab ? fds[1].revents : fds[0].revents;
@@ -69,6 +73,7 @@ Result<void> relay(int a, int b, RelayOptions o) {
         ssize_t got = ::read(p->from, tmp, kBuffer - p->buf.size());
         if (got > 0) {
           p->buf.append(tmp, static_cast<size_t>(got));
+          last_moved = std::chrono::steady_clock::now();
         } else if (got == 0) {
           p->eof = true;
         } else if (errno != EAGAIN && errno != EINTR) {
@@ -83,6 +88,7 @@ Result<void> relay(int a, int b, RelayOptions o) {
         ssize_t put = ::send(p->to, p->buf.data(), p->buf.size(), MSG_NOSIGNAL);
         if (put > 0) {
           p->buf.erase(0, static_cast<size_t>(put));
+          last_moved = std::chrono::steady_clock::now();
         } else if (put < 0 && errno != EAGAIN && errno != EINTR) {
           if (errno == EPIPE || errno == ECONNRESET) return {};  // the other side is gone
           return fail_sys("send");

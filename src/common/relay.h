@@ -4,6 +4,7 @@
 // POST /v1/sandboxes/{id}/ports/{port} use it on both ends.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 
@@ -17,6 +18,9 @@ struct RelayOptions {
   std::string a_pending, b_pending;
   // Called about once a second; an error ends the relay with it (a token that went bad).
   std::function<Result<void>()> still_allowed;
+  // No byte moving either way for this long ends the relay, as an end (0 = no limit). The E2B
+  // door's proxy to a sandbox's ports sets it; `space port`'s tunnels do not.
+  std::chrono::milliseconds idle_timeout{0};
 };
 
 // Both fds are made non-blocking. Returns once the relay is over; the caller closes the fds.

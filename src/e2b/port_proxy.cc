@@ -25,6 +25,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -228,6 +229,9 @@ Result<void> serve_port(Call& call) {
   for (;;) {
     parser.emplace();
     parser->header_limit(kMaxResponseHead);
+    // The body is relayed, not parsed: no limit (and not boost::none, which Boost 1.74 takes
+    // as smaller than any Content-Length).
+    parser->body_limit(std::numeric_limits<std::uint64_t>::max());
     boost::system::error_code rec;
     http::read_header(up, rbuf, *parser, rec);
     if (rec == boost::asio::error::operation_aborted)
