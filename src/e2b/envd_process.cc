@@ -246,8 +246,11 @@ Result<void> follow(Call& call, std::shared_ptr<Proc> p, std::shared_ptr<Followe
       last_write = now;
     }
     if (!r) {
-      leave();  // the client went away: the process runs on
-      return r;
+      // The client went away (a background command's SDK disconnected): the process runs on,
+      // nothing is wrong to report; the connection is not reused.
+      leave();
+      call.ex.mark_broken();
+      return {};
     }
   }
 }
