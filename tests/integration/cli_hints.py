@@ -77,10 +77,13 @@ def messages(text):
 def spaced_cli_hints(root=os.path.join(REPO, "src")):
     """{"space ls": ["src/daemon/daemon.cc", ...], ...}: each command between backticks in a
     message of spaced's sources (and space-gateway's, which answers SDKs in a cluster), with the
-    files that send it."""
+    files that send it. Left out: the CLI itself, and the E2B door (src/e2b), whose messages go
+    to E2B's SDKs, never to SPACE's (docs/e2b.md: they name SPACE's CLI on purpose, as what to
+    use instead)."""
     found = {}
+    skip = {os.path.join(root, "cli"), os.path.join(root, "e2b")}
     for d, dirs, files in os.walk(root):
-        dirs[:] = sorted(x for x in dirs if os.path.join(d, x) != os.path.join(root, "cli"))
+        dirs[:] = sorted(x for x in dirs if os.path.join(d, x) not in skip)
         for f in sorted(files):
             if not f.endswith((".cc", ".h")):
                 continue
