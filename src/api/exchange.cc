@@ -255,7 +255,8 @@ Result<std::string> Exchange::switch_protocols(std::string_view protocol) {
 }
 
 Result<void> Exchange::relay_response(int status, std::string first, int peer, bool both_ways,
-                                      std::chrono::milliseconds idle) {
+                                      std::chrono::milliseconds idle,
+                                      std::function<Result<void>()> still_allowed) {
   keep_alive_ = false;
   status_ = status;
   if (both_ways) {
@@ -266,17 +267,27 @@ Result<void> Exchange::relay_response(int status, std::string first, int peer, b
     o.b_pending = std::move(first);
     o.stop_fd = stream_.stop_fd();
     o.idle_timeout = idle;
+    o.still_allowed = std::move(still_allowed);
     return relay(stream_.fd(), peer, std::move(o));
   }
   stream_.set_write_timeout(idle);
   TRY_VOID(write_raw(first));
   std::string buf(kReadChunk, '\0');
+  auto idle_since = FdStream::Clock::now();
   for (;;) {
     // The client hanging up (POLLRDHUP: it may have sent more, which stays unread) ends it too,
     // rather than a silent upstream (a stream of events) holding this thread.
     pollfd fds[3] = {
         {peer, POLLIN, 0}, {stream_.stop_fd(), POLLIN, 0}, {stream_.fd(), POLLRDHUP, 0}};
-    int r = ::poll(fds, 3, idle.count() > 0 ? static_cast<int>(idle.count()) : -1);
+    // Woken at least once a second to ask still_allowed; the idle time counts across wakes.
+    int wait = -1;
+    if (idle.count() > 0)
+      wait = static_cast<int>(std::max<int64_t>(
+          0, std::chrono::duration_cast<std::chrono::milliseconds>(idle_since + idle -
+                                                                   FdStream::Clock::now())
+                 .count()));
+    if (still_allowed && (wait < 0 || wait > 1000)) wait = 1000;
+    int r = ::poll(fds, 3, wait);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       broken_ = true;
@@ -286,6 +297,13 @@ Result<void> Exchange::relay_response(int status, std::string first, int peer, b
       broken_ = true;
       return {};
     }
+    if (still_allowed) {
+      if (auto allowed = still_allowed(); !allowed) {
+        broken_ = true;  // cut short: the client sees a truncated response
+        return allowed;
+      }
+    }
+    if (r == 0 && (idle.count() <= 0 || FdStream::Clock::now() < idle_since + idle)) continue;
     if (r == 0) {
       broken_ = true;
       return fail(Code::kTimeout,
@@ -298,6 +316,7 @@ Result<void> Exchange::relay_response(int status, std::string first, int peer, b
       broken_ = true;
       return fail_sys("read", "the response");
     }
+    idle_since = FdStream::Clock::now();
     TRY_VOID(write_raw(std::string_view(buf.data(), static_cast<size_t>(n))));
   }
 }

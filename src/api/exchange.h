@@ -125,7 +125,8 @@ class Exchange {
   // `idle` (0 = no limit; a kTimeout error one way, an end both ways). The connection closes
   // afterwards.
   Result<void> relay_response(int status, std::string first, int peer, bool both_ways,
-                              std::chrono::milliseconds idle);
+                              std::chrono::milliseconds idle,
+                              std::function<Result<void>()> still_allowed = {});
 
   bool responded() const { return status_ != 0; }
   int status() const { return status_; }

@@ -194,6 +194,10 @@ void Door::dispatch(api::Exchange& ex, api::ApiContext& ctx) {
         Call call{ex,         scoped ? static_cast<daemon::SandboxService&>(*scoped) : ctx.service,
                   *this,      nullptr,
                   sandbox_id, *port};
+        if (principal && ctx.tokens)
+          call.still_allowed = [tokens = ctx.tokens, id = principal->token_id()] {
+            return tokens->check_still_valid(id, now_s());
+          };
         if (*port == kEnvdPort)
           r = serve_envd(call);
         else if (*port == kCodeInterpreterPort)

@@ -199,7 +199,18 @@ Result<void> follow(Call& call, std::shared_ptr<Proc> p, std::shared_ptr<Followe
   }
   const auto keepalive = std::chrono::seconds(connect::keepalive_interval(call.ex).value_or(50));
   auto last_write = std::chrono::steady_clock::now();
+  auto last_check = last_write;
   for (;;) {
+    // The API token behind this stream's envd token: revoked or expired, the stream ends (the
+    // process runs on, as when the client leaves).
+    if (auto now = std::chrono::steady_clock::now();
+        call.still_allowed && now - last_check >= std::chrono::seconds(1)) {
+      last_check = now;
+      if (auto allowed = call.still_allowed(); !allowed) {
+        leave();
+        return st.end(&allowed.error());
+      }
+    }
     std::deque<json> batch;
     bool gone = false;
     {

@@ -5,6 +5,7 @@
 // which door.cc renders in E2B's shape (or Connect's, for RPCs).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,10 @@ struct Call {
   const api::Principal* principal = nullptr;  // the control plane's caller; null sandbox-side
   std::string sandbox_id;                     // sandbox side, and {sandboxID} routes
   uint16_t port = 0;                          // sandbox side: E2b-Sandbox-Port
+  // Sandbox side: whether the API token behind the envd access token still holds (revoked or
+  // expired: kUnauthenticated). Streams and relays that outlive their request ask it about once
+  // a second and end with its error. Empty for /health.
+  std::function<Result<void>()> still_allowed;
 };
 
 // --- the control plane (control.cc)

@@ -573,9 +573,16 @@ Result<void> execute(Call& call) {
   Translator tr;
   std::mutex tr_mu;  // the translator, and the order of its lines (taken before write_mu)
   std::thread ticker([&] {
-    for (;;) {
+    for (int tick = 1;; ++tick) {
       pollfd p{done.get(), POLLIN, 0};
       if (::poll(&p, 1, 100) != 0) return;  // done (or an error): the run is over
+      // About once a second: the API token behind the envd token still holds; revoked or
+      // expired, the run is interrupted and its stream cut (the context lives on).
+      if (tick % 10 == 0 && call.still_allowed && !gone && !call.still_allowed()) {
+        gone = true;
+        interrupt();
+        continue;
+      }
       {
         std::lock_guard l(tr_mu);
         if (std::string held = tr.flush_stale(); !held.empty()) write(held);

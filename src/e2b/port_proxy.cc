@@ -258,7 +258,8 @@ Result<void> serve_port(Call& call) {
                                  call.sandbox_id + " switched protocols unasked");
   std::string first = response_head(head);
   first.append(static_cast<const char*>(rbuf.data().data()), rbuf.size());
-  return ex.relay_response(status, std::move(first), up.fd(), status == 101, idle);
+  return ex.relay_response(status, std::move(first), up.fd(), status == 101, idle,
+                           call.still_allowed);
 }
 
 }  // namespace space::e2b

@@ -450,8 +450,32 @@ class E2bEnvdTest(E2bEnvdBase):
         full, full_key = key_of("create", "lifecycle", "read", "exec", "files", name="revoked")
         d, token_d = create(full_key)
         self.assertEqual(stat(d, token_d)[0], 200)
+        # A command's stream open when the token is revoked ends with the refusal (the process
+        # runs on, as when a client leaves).
+        import time
+        msg = json.dumps({"process": {"cmd": "/bin/sh", "args": ["-c", "echo up; sleep 60"]}})
+        c = http.client.HTTPConnection("127.0.0.1", self.e2b_port, timeout=30)
+        c.request("POST", "/process.Process/Start",
+                  body=struct.pack(">BI", 0, len(msg)) + msg.encode(),
+                  headers={"E2b-Sandbox-Id": d, "X-Access-Token": token_d,
+                           "Content-Type": "application/connect+json"})
+        stream = c.getresponse()
+        self.assertEqual(stream.status, 200)
         rc, _, err = self.space_cls("token", "rm", full[4:16])
         self.assertEqual(rc, 0, err)
+        t0 = time.monotonic()
+        data = stream.read()  # to the end of the stream
+        self.assertLess(time.monotonic() - t0, 10, "the stream ended soon after the revocation")
+        c.close()
+        last = data
+        while last:
+            flags, n = struct.unpack(">BI", last[:5])
+            if flags & 2:
+                break
+            last = last[5 + n:]
+        self.assertTrue(last, "an end-of-stream envelope: %r" % data[-200:])
+        end = json.loads(last[5:])
+        self.assertEqual(end["error"]["code"], "unauthenticated", end)
         st, body = stat(d, token_d)
         self.assertEqual(st, 401, body)
         self.assertIn("revoked", json.loads(body)["message"])

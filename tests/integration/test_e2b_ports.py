@@ -453,6 +453,45 @@ class E2bPortsTest(SpaceTestCase):
             finally:
                 s.close()
 
+    def test_websocket_ends_when_its_token_is_revoked(self):
+        """A relay re-checks the API token behind its envd token about once a second: revoked,
+        the open WebSocket is cut (new requests were refused already)."""
+        from harness import SPACE
+        env = dict(os.environ, SPACE_SOCKET=self.daemon.socket)
+        p = subprocess.run([SPACE, "token", "create", "--name", "e2b-ports-revoked", "--ttl",
+                            "1h", "--profile", "test", "--op", "read", "--op", "exec", "--op",
+                            "lifecycle"], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        tok = p.stdout.strip()
+        c = http.client.HTTPConnection("127.0.0.1", self.e2b_port, timeout=60)
+        try:
+            c.request("POST", "/v2/sandboxes/%s/connect" % self.sid, body=json.dumps({}),
+                      headers={"X-API-KEY": "e2b_" + tok[4:16] + tok[17:],
+                               "Content-Type": "application/json"})
+            r = c.getresponse()
+            j = json.loads(r.read())
+            self.assertIn(r.status, (200, 201), j)
+        finally:
+            c.close()
+        saved, self.token = self.token, j["envdAccessToken"]
+        try:
+            s, head, _ = self.ws_connect()
+        finally:
+            self.token = saved
+        try:
+            self.assertTrue(head.startswith("HTTP/1.1 101"), head)
+            s.sendall(self.frame(b"before"))
+            self.assertEqual(self.read_frame(s), (1, b"before"))
+            p = subprocess.run([SPACE, "token", "rm", tok[4:16]], env=env, capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            s.settimeout(10)
+            t0 = time.monotonic()
+            self.assertEqual(s.recv(10), b"", "the relay is cut")
+            self.assertLess(time.monotonic() - t0, 5)
+        finally:
+            s.close()
+
     # -- auth and errors ----------------------------------------------------------------------
 
     def test_token_required(self):
