@@ -157,6 +157,30 @@ std::string envd_path(const EnvdUser& user, std::string_view path) {
   return out.empty() ? "/" : out;
 }
 
+namespace {
+
+// Reads a helper command's events to its exit: ok for exit 0; else its stderr (or `what` and
+// the exit code) as the error, permission_denied when it says "Permission denied".
+Result<void> finish(daemon::ExecSession& session, const std::string& what) {
+  using Kind = daemon::ExecSession::Event::Kind;
+  std::string err;
+  for (;;) {
+    auto ev = TRY(session.next());
+    if (ev.kind == Kind::kStderr && err.size() < 4096) err += ev.data;
+    if (ev.kind == Kind::kStdout || ev.kind == Kind::kStderr) session.consumed(ev.data.size());
+    if (ev.kind != Kind::kExit) continue;
+    if (!ev.exit.error.empty()) return fail(Code::kInternal, ev.exit.error);
+    if (ev.exit.exit_code == 0) return {};
+    while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+    if (err.empty()) err = what + " failed (exit " + std::to_string(ev.exit.shell_code()) + ")";
+    return fail(err.find("Permission denied") != std::string::npos ? Code::kPermissionDenied
+                                                                   : Code::kInvalidArgument,
+                err);
+  }
+}
+
+}  // namespace
+
 Result<void> envd_run(Call& call, std::vector<std::string> argv, const std::string& user) {
   daemon::ExecRequest req;
   req.argv = std::move(argv);
@@ -164,21 +188,7 @@ Result<void> envd_run(Call& call, std::vector<std::string> argv, const std::stri
   req.cwd = "/";
   req.timeout_s = 60;
   auto session = TRY(call.service.exec(call.sandbox_id, req));
-  std::string err;
-  for (;;) {
-    auto ev = TRY(session->next());
-    using Kind = daemon::ExecSession::Event::Kind;
-    if (ev.kind == Kind::kStderr && err.size() < 4096) err += ev.data;
-    if (ev.kind == Kind::kStdout || ev.kind == Kind::kStderr) session->consumed(ev.data.size());
-    if (ev.kind != Kind::kExit) continue;
-    if (!ev.exit.error.empty()) return fail(Code::kInternal, ev.exit.error);
-    if (ev.exit.exit_code == 0) return {};
-    while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
-    if (err.empty()) err = req.argv[0] + " failed (" + std::to_string(ev.exit.shell_code()) + ")";
-    return fail(err.find("Permission denied") != std::string::npos ? Code::kPermissionDenied
-                                                                   : Code::kInvalidArgument,
-                err);
-  }
+  return finish(*session, req.argv[0]);
 }
 
 Result<void> serve_envd(Call& call) {
@@ -246,20 +256,11 @@ Result<void> envd_write(Call& call, const EnvdUser& user, const std::string& pat
     if (open) open = session->write_stdin(chunk).has_value();
   }
   if (open) (void)session->close_stdin();
-  std::string err;
-  for (;;) {
-    auto ev = TRY(session->next());
-    if (ev.kind == Kind::kStderr && err.size() < 4096) err += ev.data;
-    if (ev.kind == Kind::kStdout || ev.kind == Kind::kStderr) session->consumed(ev.data.size());
-    if (ev.kind != Kind::kExit) continue;
-    if (!ev.exit.error.empty()) return fail(Code::kInternal, ev.exit.error);
-    if (ev.exit.exit_code == 0) return {};
-    while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
-    const bool denied = err.find("Permission denied") != std::string::npos;
-    return fail(denied ? Code::kPermissionDenied : Code::kInvalidArgument,
-                "writing " + path + " as " + user.name + ": " +
-                    (err.empty() ? "exit " + std::to_string(ev.exit.shell_code()) : err));
-  }
+  const std::string what = "writing " + path + " as " + user.name;
+  auto done = finish(*session, what);
+  if (!done && !done.error().message().starts_with(what))
+    return fail(done.error().code(), what + ": " + done.error().message());
+  return done;
 }
 
 }  // namespace space::e2b

@@ -13,14 +13,12 @@ import http.client
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import time
-import unittest
 
-from harness import REPO, SpaceTestCase, free_port, main, npm_ci
+from e2b_support import E2B_DIR, E2bDoorTestCase
+from harness import main
 
-E2B_DIR = os.path.join(REPO, "tests", "e2b")
 E2B_SDK = pathlib.Path(E2B_DIR, "node_modules", "e2b", "dist", "index.mjs").as_uri()
 
 # What every script starts with: the SDK, the script's arguments (ARGS), and `thrown`, which
@@ -41,29 +39,7 @@ const out = (v) => console.log(JSON.stringify(v));
 """ % json.dumps(E2B_SDK)
 
 
-class E2bControlTest(SpaceTestCase):
-    API_LISTEN = True
-
-    @classmethod
-    def daemon_config(cls):
-        cfg = super().daemon_config()
-        cls.e2b_port = free_port()
-        cfg["e2b"] = {"listen": "127.0.0.1:%d" % cls.e2b_port}
-        return cfg
-
-    @classmethod
-    def prepare_class(cls):
-        if shutil.which("node") is None:
-            raise unittest.SkipTest("node is not installed (scripts/install-deps.sh)")
-        npm_ci(E2B_DIR)
-
-    def setUp(self):
-        if not hasattr(type(self), "key"):
-            type(self).key = self.e2b_key("e2b-it", "test")
-
-    def tearDown(self):
-        self.assertTrue(self.daemon.alive(), "spaced died:\n%s" % self.daemon.log_tail())
-
+class E2bControlTest(E2bDoorTestCase):
     # -- helpers ------------------------------------------------------------------------------
 
     def e2b_key(self, name, profile):
@@ -83,12 +59,7 @@ class E2bControlTest(SpaceTestCase):
         script = os.path.join(self.tmp, "e2b-%d.mjs" % time.monotonic_ns())
         with open(script, "w") as f:
             f.write(PRELUDE + body)
-        url = "http://127.0.0.1:%d" % self.e2b_port
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-               "HOME": os.environ.get("HOME", "/root"),
-               "E2B_API_URL": url, "E2B_SANDBOX_URL": url,
-               "E2B_API_KEY": key or self.key}
-        p = subprocess.run(["node", script, json.dumps(args or {})], env=env,
+        p = subprocess.run(["node", script, json.dumps(args or {})], env=self.e2b_env(key),
                            capture_output=True, text=True, timeout=timeout)
         self.assertEqual(p.returncode, 0, "node failed:\n%s\n%s" % (p.stdout, p.stderr))
         lines = p.stdout.strip().splitlines()

@@ -9,11 +9,10 @@ import os
 import signal
 import struct
 import subprocess
-import unittest
 
-from harness import REPO, SpaceTestCase, free_port, main, npm_ci
+from e2b_support import E2B_DIR, E2bDoorTestCase
+from harness import SPACE, main
 
-E2B = os.path.join(REPO, "tests", "e2b")
 
 PRELUDE = r"""
 import { Sandbox, CommandExitError } from "e2b";
@@ -29,51 +28,23 @@ console.log("RESULT " + JSON.stringify(out));
 """
 
 
-class E2bEnvdBase(SpaceTestCase):
-    """spaced with the E2B door, a token in E2B's form, and the helpers."""
-
-    API_LISTEN = True
-
-    @classmethod
-    def daemon_config(cls):
-        cls.port = free_port()
-        cls.e2b_port = free_port()
-        return {"api_listen": "127.0.0.1:%d" % cls.port,
-                "e2b": {"listen": "127.0.0.1:%d" % cls.e2b_port}}
-
-    @classmethod
-    def prepare_class(cls):
-        npm_ci(E2B)
-        rc, out, err = cls.space_cls("token", "create", "--name", "e2b-envd", "--ttl", "2h",
-                                     "--profile", "test", "--op", "read", "--op", "create",
-                                     "--op", "exec", "--op", "files", "--op", "lifecycle")
-        if rc != 0:
-            raise AssertionError("token create failed: " + err)
-        tok = out.strip()
-        assert tok.startswith("spt_"), tok
-        cls.key = "e2b_" + tok[4:16] + tok[17:]
+class E2bEnvdBase(E2bDoorTestCase):
+    """spaced with the E2B door, a key in E2B's form, and the helpers."""
 
     @classmethod
     def space_cls(cls, *args):
-        from harness import SPACE
         env = dict(os.environ, SPACE_SOCKET=cls.daemon.socket)
         p = subprocess.run([SPACE] + list(args), env=env, capture_output=True, text=True,
                            timeout=60)
         return p.returncode, p.stdout, p.stderr
-
-    def tearDown(self):
-        self.assertTrue(self.daemon.alive(), "spaced died:\n%s" % self.daemon.log_tail())
 
     # -- helpers ------------------------------------------------------------------------------
 
     def node(self, body, timeout=180):
         """Runs `body` inside PRELUDE (a sandbox `sbx` made through the SDK, results in `out`)
         with only E2B's three variables set; returns `out`."""
-        url = "http://127.0.0.1:%d" % self.e2b_port
-        env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"),
-               "E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": self.key}
-        p = subprocess.run(["node", "--input-type=module", "-e", PRELUDE % body], cwd=E2B,
-                           env=env, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(["node", "--input-type=module", "-e", PRELUDE % body], cwd=E2B_DIR,
+                           env=self.e2b_env(), capture_output=True, text=True, timeout=timeout)
         lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
         if p.returncode != 0 or not lines:
             self.fail("node failed (rc %s):\nstdout: %s\nstderr: %s\nspaced: %s" %

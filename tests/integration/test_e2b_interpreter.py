@@ -13,9 +13,9 @@ import json
 import os
 import subprocess
 
-from harness import REPO, SPACE, SpaceTestCase, free_port, main, npm_ci
+from e2b_support import E2B_DIR, E2bDoorTestCase
+from harness import main
 
-E2B_DIR = os.path.join(REPO, "tests", "e2b")
 
 # Each script prints one JSON line (its last line of stdout): what the test asserts on. Run with
 # `node --input-type=module` in tests/e2b, so that the packages resolve from its node_modules.
@@ -130,41 +130,12 @@ process.exit(0);  // runCode leaves its request timer behind when it throws
 """
 
 
-class E2bInterpreterTest(SpaceTestCase):
-    API_LISTEN = True
-
-    @classmethod
-    def daemon_config(cls):
-        cls.port = free_port()
-        cls.e2b_port = free_port()
-        return {"api_listen": "127.0.0.1:%d" % cls.port,
-                "e2b": {"listen": "127.0.0.1:%d" % cls.e2b_port}}
-
-    @classmethod
-    def prepare_class(cls):
-        npm_ci(E2B_DIR)
-        p = subprocess.run(
-            [SPACE, "token", "create", "--name", "e2b-interp", "--ttl", "1h",
-             "--profile", "test", "--op", "read", "--op", "create", "--op", "exec", "--op",
-             "files", "--op", "lifecycle"],
-            env=dict(os.environ, SPACE_SOCKET=cls.daemon.socket), capture_output=True, text=True,
-            timeout=60)
-        if p.returncode != 0:
-            raise AssertionError("space token create failed: %s" % p.stderr)
-        token = p.stdout.strip()
-        assert token.startswith("spt_") and len(token) == 81, token
-        cls.key = "e2b_" + token[4:16] + token[17:]
-
-    def tearDown(self):
-        self.assertTrue(self.daemon.alive(), "spaced died:\n%s" % self.daemon.log_tail())
-
+class E2bInterpreterTest(E2bDoorTestCase):
     # -- helpers ------------------------------------------------------------------------------
 
     def node(self, script, timeout=180):
-        url = "http://127.0.0.1:%d" % self.e2b_port
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/"),
-               "E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": self.key}
-        p = subprocess.run(["node", "--input-type=module"], input=script, cwd=E2B_DIR, env=env,
+        p = subprocess.run(["node", "--input-type=module"], input=script, cwd=E2B_DIR,
+                           env=self.e2b_env(),
                            capture_output=True, text=True, timeout=timeout)
         lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
         self._learn_ids(p.stdout, p.stderr)

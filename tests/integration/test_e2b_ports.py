@@ -13,11 +13,10 @@ import socket
 import struct
 import subprocess
 import time
-import unittest
 
-from harness import REPO, RssSampler, SpaceTestCase, free_port, main, npm_ci, wait_for
+from e2b_support import E2B_DIR, E2bDoorTestCase
+from harness import RssSampler, main, wait_for
 
-E2B = os.path.join(REPO, "tests", "e2b")
 DOMAIN = "e2b.localhost"
 BIG = 24 << 20  # the large response, streamed through the door
 
@@ -174,36 +173,17 @@ def pattern(n):
     return bytes(out[:n])
 
 
-class E2bPortsTest(SpaceTestCase):
+class E2bPortsTest(E2bDoorTestCase):
     """HTTP and WebSockets to a sandbox's ports through the door; its auth and errors."""
 
-    API_LISTEN = True
-
-    @classmethod
-    def daemon_config(cls):
-        cls.port = free_port()
-        cls.e2b_port = free_port()
-        return {"api_listen": "127.0.0.1:%d" % cls.port,
-                "e2b": {"listen": "127.0.0.1:%d" % cls.e2b_port, "domain": DOMAIN}}
+    E2B_DOMAIN = DOMAIN
 
     @classmethod
     def prepare_class(cls):
-        npm_ci(E2B)
-        from harness import SPACE
-        env = dict(os.environ, SPACE_SOCKET=cls.daemon.socket)
-        p = subprocess.run([SPACE, "token", "create", "--name", "e2b-ports", "--ttl", "2h",
-                            "--profile", "test", "--op", "read", "--op", "create", "--op",
-                            "exec", "--op", "files", "--op", "lifecycle"],
-                           env=env, capture_output=True, text=True, timeout=60)
-        if p.returncode != 0:
-            raise AssertionError("token create failed: " + p.stderr)
-        tok = p.stdout.strip()
-        cls.key = "e2b_" + tok[4:16] + tok[17:]
-        url = "http://127.0.0.1:%d" % cls.e2b_port
-        nenv = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"),
-                "E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": cls.key}
+        super().prepare_class()
+        nenv = cls.e2b_env()
         p = subprocess.run(["node", "--input-type=module", "-e",
-                            SETUP % json.dumps(SERVERS)], cwd=E2B, env=nenv,
+                            SETUP % json.dumps(SERVERS)], cwd=E2B_DIR, env=nenv,
                            capture_output=True, text=True, timeout=180)
         lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
         if p.returncode != 0 or not lines:
