@@ -365,8 +365,8 @@ Result<runtime::VmDevices> Config::load_vm_devices(const nlohmann::json& v) {
   return d;
 }
 
-// "api_tls": "auto" | {"auto": true, "names": ["host.example", "10.0.0.5"]} |
-//            {"cert": "/etc/space/tls/cert.pem", "key": "/etc/space/tls/key.pem"}.
+// "e2b": {"listen": "127.0.0.1:PORT", "domain": ..., "templates": {...}, "profile": ...}
+// (docs/e2b.md).
 Result<void> Config::load_e2b(const nlohmann::json& v) {
   constexpr const char* kForm =
       " (expected {\"listen\": \"127.0.0.1:PORT\", \"domain\": \"...\", \"templates\": "
@@ -400,6 +400,8 @@ Result<void> Config::load_e2b(const nlohmann::json& v) {
   return {};
 }
 
+// "api_tls": "auto" | {"auto": true, "names": ["host.example", "10.0.0.5"]} |
+//            {"cert": "/etc/space/tls/cert.pem", "key": "/etc/space/tls/key.pem"}.
 Result<void> Config::load_api_tls(const nlohmann::json& v) {
   constexpr const char* kForms =
       " (expected \"auto\", {\"auto\": true, \"names\": [\"host.example\"]} or "

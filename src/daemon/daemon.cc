@@ -550,12 +550,16 @@ Result<void> Daemon::pause(const std::string& id) {
   std::lock_guard lock(sb->mu);
   if (sb->destroyed) return fail(Code::kConflict, "sandbox " + id + " was destroyed");
   if (sb->paused) return {};
-  TRY_VOID_CTX(sb->inst->pause(), "pausing sandbox " + id);
+  return pause_locked(*sb, json::object());
+}
+
+Result<void> Daemon::pause_locked(Sandbox& sb, const nlohmann::json& audit_data) {
+  TRY_VOID_CTX(sb.inst->pause(), "pausing sandbox " + sb.rec.id);
   failpoint("pause.after_freeze");  // reconcile thaws it: the record says running
-  sb->paused = true;
-  move(sb->rec, SandboxState::kPaused);
-  audit(id, "sandbox.pause", json::object());
-  return store_->put_sandbox(sb->rec);
+  sb.paused = true;
+  move(sb.rec, SandboxState::kPaused);
+  audit(sb.rec.id, "sandbox.pause", audit_data);
+  return store_->put_sandbox(sb.rec);
 }
 
 Result<void> Daemon::resume(const std::string& id) {
@@ -581,15 +585,12 @@ void Daemon::reaper() {
       store_->retry_unsaved();
     }
     std::vector<std::pair<std::shared_ptr<Sandbox>, std::string>> doomed;
-    std::vector<std::shared_ptr<Sandbox>> to_pause;  // lifetime over, "on_timeout": "pause"
+    std::vector<std::shared_ptr<Sandbox>> expired;  // lifetime over: end_lifetime decides
     double now = now_s();
     registry_.sweep([&](const std::shared_ptr<Sandbox>& sb) {
       if (sb->destroyed) return;
-      if (sb->rec.expires_at && *sb->rec.expires_at <= now &&
-          sb->rec.spec.value("on_timeout", std::string()) == "pause")
-        to_pause.push_back(sb);
-      else if (sb->rec.expires_at && *sb->rec.expires_at <= now)
-        doomed.emplace_back(sb, "lifetime timeout expired");
+      if (sb->rec.expires_at && *sb->rec.expires_at <= now)
+        expired.push_back(sb);
       else if (sb->idle_timeout_s > 0 && sb->open_execs.load() == 0 &&
                now - sb->last_active.load() > sb->idle_timeout_s)
         doomed.emplace_back(sb, "idle timeout expired: no client used it for " +
@@ -597,42 +598,49 @@ void Daemon::reaper() {
       else if (sb->conn && !sb->conn->alive())
         doomed.emplace_back(sb, "the sandbox's agent exited");
     });
+    for (auto& sb : expired) end_lifetime(sb);
     for (auto& [sb, why] : doomed) {
-      if (why.starts_with("lifetime") || why.starts_with("idle")) metrics_.timeouts++;
+      if (why.starts_with("idle")) metrics_.timeouts++;
       (void)destroy_sandbox(sb, why);
     }
-    for (auto& sb : to_pause) pause_expired(sb);
   }
 }
 
-void Daemon::pause_expired(const std::shared_ptr<Sandbox>& sb) {
+void Daemon::end_lifetime(const std::shared_ptr<Sandbox>& sb) {
+  std::string why = "lifetime timeout expired";
   {
+    // Under the sandbox's lock: its spec is not the sweep's to read (it changes under this lock).
     std::lock_guard lock(sb->mu);
     if (sb->destroyed) return;
-    const std::string& id = sb->rec.id;
-    // Already paused when its lifetime ended (the kept week below is over, or it was paused
-    // by hand): nothing is left to keep it for.
-    if (!sb->paused) {
-      auto paused = sb->inst->pause();
-      if (paused) {
-        sb->paused = true;
-        move(sb->rec, SandboxState::kPaused);
-        audit(id, "sandbox.pause", {{"reason", "lifetime timeout expired (on_timeout pause)"}});
-        // Kept paused for at most SPACE's longest lifetime, then destroyed: a paused sandbox
-        // still holds its memory and disk.
+    if (sb->rec.spec.value("on_timeout", std::string()) == "pause") {
+      // E2B's autoPause: paused instead of destroyed, and kept so for at most kPausedKeepS (a
+      // paused sandbox still holds its memory and disk); one already paused when its lifetime
+      // ends (that week is over, or it was paused by hand) has nothing left to keep it for.
+      if (sb->paused) {
+        why = "lifetime timeout expired while paused";
+      } else {
+        // The new end goes into the record the pause writes: cut between the freeze and that
+        // write, the record still says running with its lifetime over, reconcile thaws it and
+        // the next sweep pauses it again.
+        const auto ended = sb->rec.expires_at;
         registry_.set_expiry(*sb, now_s() + kPausedKeepS);
-        if (auto r = store_->put_sandbox(sb->rec); !r)
-          spdlog::warn("sandbox {}: recording its pause: {}", id, r.error().message());
-        return;
+        auto paused =
+            pause_locked(*sb, {{"reason", "lifetime timeout expired (on_timeout pause)"}});
+        if (paused) return;
+        if (sb->paused) {  // frozen, its record not written: the store retries nothing here
+          spdlog::warn("sandbox {}: recording its pause: {}", sb->rec.id, paused.error().message());
+          return;
+        }
+        // It cannot be kept: its lifetime is over all the same.
+        registry_.set_expiry(*sb, *ended);
+        spdlog::warn("sandbox {}: pausing it at the end of its lifetime: {}; destroying it",
+                     sb->rec.id, paused.error().message());
+        why = "lifetime timeout expired (pausing it failed)";
       }
-      // It cannot be kept: its lifetime is over all the same.
-      spdlog::warn("sandbox {}: pausing it at the end of its lifetime: {}; destroying it", id,
-                   paused.error().message());
     }
   }
   metrics_.timeouts++;
-  (void)destroy_sandbox(sb, sb->paused ? "lifetime timeout expired while paused"
-                                       : "lifetime timeout expired (pausing it failed)");
+  (void)destroy_sandbox(sb, why);
 }
 
 namespace {

@@ -175,10 +175,14 @@ class Daemon : public SandboxService {
                                        const std::string& ca_pem, const TrustBase& base);
   Result<void> reconcile();
   void reaper();
-  // The reaper's end of a lifetime with "on_timeout": "pause": pauses it and keeps it paused for
-  // kPausedKeepS more; one that was paused already when its lifetime ended is destroyed.
-  void pause_expired(const std::shared_ptr<Sandbox>& sb);
+  // The reaper's end of a sandbox's lifetime: destroyed; or, with "on_timeout": "pause"
+  // (E2B's autoPause), paused and kept paused for kPausedKeepS more (one already paused when
+  // its lifetime ends is destroyed).
+  void end_lifetime(const std::shared_ptr<Sandbox>& sb);
   static constexpr double kPausedKeepS = 7 * 24 * 3600;
+  // Freezes a running sandbox and writes its record, paused, once (with whatever the caller
+  // changed in it before); sb.mu held. Failpoint pause.after_freeze between the two.
+  Result<void> pause_locked(Sandbox& sb, const nlohmann::json& audit_data);
   Result<std::shared_ptr<Sandbox>> live(const std::string& id);
   Result<std::shared_ptr<Sandbox>> running(const std::string& id);  // live and not paused
   Result<void> destroy_sandbox(const std::shared_ptr<Sandbox>& sb, const std::string& reason);

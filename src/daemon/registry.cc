@@ -56,7 +56,7 @@ size_t Registry::size() const {
   return sandboxes_.size();
 }
 
-void Registry::set_expiry(Sandbox& sb, std::optional<double> at) {
+void Registry::set_expiry(Sandbox& sb, double at) {
   std::lock_guard lock(mu_);
   sb.rec.expires_at = at;
 }

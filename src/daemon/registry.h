@@ -9,7 +9,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,7 +50,7 @@ class Registry {
   std::vector<std::shared_ptr<Sandbox>> all() const;
   size_t size() const;
   // Sets a registered sandbox's lifetime end (rec.expires_at), which the reaper reads here.
-  void set_expiry(Sandbox& sb, std::optional<double> at);  // nullopt: no lifetime
+  void set_expiry(Sandbox& sb, double at);
   // Calls `fn` on every registered sandbox under the lock (the reaper): `fn` reads the record's
   // expiry and atomics only, and takes no lock.
   void sweep(const std::function<void(const std::shared_ptr<Sandbox>&)>& fn) const;

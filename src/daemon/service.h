@@ -48,7 +48,7 @@ struct CreateRequest {
   // values of at most 4096.
   std::map<std::string, std::string> metadata;
   // When the lifetime (timeout_s) expires, pause the sandbox instead of destroying it (E2B's
-  // autoPause); it then stays paused, with no lifetime, until resumed or destroyed.
+  // autoPause); it then stays paused until resumed or destroyed, for 7 days at most.
   bool pause_on_timeout = false;
 };
 inline constexpr size_t kMaxMetadataEntries = 64;

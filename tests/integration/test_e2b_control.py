@@ -418,5 +418,52 @@ def _ms(rfc3339):
     return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp() * 1000
 
 
+class E2bAutoPauseCrashTest(E2bDoorTestCase):
+    """autoPause is two steps, the freeze and the record (failpoint pause.after_freeze): spaced
+    killed between them comes back with the record saying running and the lifetime over;
+    reconcile thaws the sandbox and the reaper pauses it again, kept for the week. Its own
+    daemon: the test kills it."""
+
+    def tearDown(self):
+        pass
+
+    def test_killed_between_freeze_and_record(self):
+        import signal
+        before = self.snapshot_host()
+        before["daemon_fds"] = before["daemon_namespaces"] = None
+        self.daemon.stop(signal.SIGTERM)
+        self.daemon.extra_env = {"SPACE_FAILPOINTS": "pause.after_freeze"}
+        self.daemon.start()
+        c = http.client.HTTPConnection("127.0.0.1", self.e2b_port, timeout=60)
+        try:
+            c.request("POST", "/v2/sandboxes",
+                      body=json.dumps({"templateID": "base", "timeout": 1, "autoPause": True}),
+                      headers={"X-API-KEY": self.key, "Content-Type": "application/json"})
+            r = c.getresponse()
+            made = json.loads(r.read())
+            self.assertEqual(r.status, 201, made)
+        finally:
+            c.close()
+        sid = made["sandboxID"]
+        self.known_ids.add(sid)
+        rc = self.daemon.proc.wait(60)  # the reaper reaches the failpoint when the second ends
+        self.assertEqual(rc, -signal.SIGKILL, self.daemon.log_tail())
+        self.assertIn("failpoint pause.after_freeze: killing", self.daemon.log_text())
+        self.daemon.extra_env = {}
+        self.daemon.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and self.inspect(sid)["state"] != "paused":
+            time.sleep(0.3)
+        info = self.inspect(sid)
+        self.assertEqual(info["state"], "paused", "paused again after the restart")
+        left = datetime.datetime.fromisoformat(info["expires_at"].replace("Z", "+00:00")) - \
+            datetime.datetime.now(datetime.timezone.utc)
+        self.assertGreater(left.total_seconds(), 7 * 86400 - 120, "kept for the week")
+        self.space_ok("resume", sid)
+        self.assertEqual(self.exec_ok(sid, "echo", "ok"), "ok\n")
+        self.space_ok("rm", "--force", sid)
+        self.assert_no_leaks(before, timeout=20)
+
+
 if __name__ == "__main__":
     main()
