@@ -108,6 +108,12 @@ Result<Request> read_request(api::Exchange& ex) {
                   "application/connect+json (server streams); binary protobuf is not served");
 }
 
+Kind kind_of(const api::Exchange& ex) {
+  return media_type(ex.header(http::field::content_type)) == "application/connect+json"
+             ? Kind::kServerStream
+             : Kind::kUnary;
+}
+
 Result<void> respond(api::Exchange& ex, const nlohmann::json& message) {
   return ex.respond(http::status::ok, "application/json", api::json_text(message));
 }

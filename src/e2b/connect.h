@@ -43,6 +43,9 @@ struct Request {
   nlohmann::json message;
 };
 Result<Request> read_request(api::Exchange& ex);
+// The kind of RPC the request's Content-Type says it is (application/connect+json: a server
+// stream; anything else is answered as unary).
+Kind kind_of(const api::Exchange& ex);
 
 // Answers a unary RPC.
 Result<void> respond(api::Exchange& ex, const nlohmann::json& message);

@@ -43,18 +43,12 @@ Result<void> envs(Call& call) {
   return call.ex.respond_json(http::status::ok, out);
 }
 
-connect::Kind rpc_kind(const api::Exchange& ex) {
-  std::string_view t = ex.header(http::field::content_type);
-  return t.substr(0, 24) == "application/connect+json" ? connect::Kind::kServerStream
-                                                       : connect::Kind::kUnary;
-}
-
 // A Connect RPC: the handler's error (if it has not answered yet) in Connect's shape.
 Result<void> rpc(Call& call, Result<void> (*handler)(Call&, std::string_view),
                  std::string_view method) {
   auto r = handler(call, method);
   if (r || call.ex.responded()) return r;
-  return connect::respond_error(call.ex, rpc_kind(call.ex), r.error());
+  return connect::respond_error(call.ex, connect::kind_of(call.ex), r.error());
 }
 
 }  // namespace
@@ -191,6 +185,24 @@ Result<void> envd_run(Call& call, std::vector<std::string> argv, const std::stri
   return finish(*session, req.argv[0]);
 }
 
+Result<void> serve_rpc(Call& call, std::string_view service, std::string_view method,
+                       const std::vector<Rpc>& rpcs) {
+  auto it = std::find_if(rpcs.begin(), rpcs.end(), [&](const Rpc& r) { return r.name == method; });
+  if (it == rpcs.end()) {
+    std::string served;
+    for (const auto& r : rpcs) served += (served.empty() ? "" : ", ") + std::string(r.name);
+    return fail(Code::kUnimplemented, std::string(service) + "/" + std::string(method) +
+                                          " is not served; SPACE's envd serves " + served);
+  }
+  auto req = TRY(connect::read_request(call.ex));
+  if (it->streaming != (req.kind == connect::Kind::kServerStream))
+    return fail(Code::kInvalidArgument,
+                std::string(service) + "/" + std::string(method) + " is a " +
+                    (it->streaming ? "server-streaming RPC: Content-Type application/connect+json"
+                                   : "unary RPC: Content-Type application/json"));
+  return it->handler(call, req.message);
+}
+
 Result<void> serve_envd(Call& call) {
   const std::string& path = call.ex.target().path;
   if (path == "/health") {
@@ -211,7 +223,7 @@ Result<void> serve_envd(Call& call) {
   if (call.ex.target().segments.size() == 2 &&
       call.ex.target().segments[0].find('.') != std::string::npos)
     return connect::respond_error(
-        call.ex, rpc_kind(call.ex),
+        call.ex, connect::kind_of(call.ex),
         Error(Code::kUnimplemented,
               "envd: " + path +
                   " is not served; SPACE's envd serves process.Process (Start, Connect, List, "

@@ -364,32 +364,18 @@ Result<void> remove_watcher(Call& call, const json& msg) {
 }  // namespace
 
 Result<void> envd_filesystem(Call& call, std::string_view method) {
-  using Handler = Result<void> (*)(Call&, const json&);
-  static const std::map<std::string_view, std::pair<Handler, bool>> kMethods = {
-      {"Stat", {stat, false}},
-      {"MakeDir", {make_dir, false}},
-      {"Move", {move, false}},
-      {"ListDir", {list_dir, false}},
-      {"Remove", {remove, false}},
-      {"WatchDir", {watch_dir, true}},
-      {"CreateWatcher", {create_watcher, false}},
-      {"GetWatcherEvents", {get_watcher_events, false}},
-      {"RemoveWatcher", {remove_watcher, false}},
+  static const std::vector<Rpc> kRpcs = {
+      {"Stat", stat, false},
+      {"MakeDir", make_dir, false},
+      {"Move", move, false},
+      {"ListDir", list_dir, false},
+      {"Remove", remove, false},
+      {"WatchDir", watch_dir, true},
+      {"CreateWatcher", create_watcher, false},
+      {"GetWatcherEvents", get_watcher_events, false},
+      {"RemoveWatcher", remove_watcher, false},
   };
-  auto it = kMethods.find(method);
-  if (it == kMethods.end())
-    return fail(Code::kUnimplemented,
-                "filesystem.Filesystem/" + std::string(method) +
-                    " is not served; SPACE's envd serves Stat, MakeDir, Move, ListDir, Remove, "
-                    "WatchDir, CreateWatcher, GetWatcherEvents, RemoveWatcher");
-  auto req = TRY(connect::read_request(call.ex));
-  const bool streaming = it->second.second;
-  if (streaming != (req.kind == connect::Kind::kServerStream))
-    return fail(Code::kInvalidArgument,
-                "filesystem.Filesystem/" + std::string(method) + " is a " +
-                    (streaming ? "server-streaming RPC: Content-Type application/connect+json"
-                               : "unary RPC: Content-Type application/json"));
-  return it->second.first(call, req.message);
+  return serve_rpc(call, "filesystem.Filesystem", method, kRpcs);
 }
 
 }  // namespace space::e2b

@@ -399,7 +399,7 @@ Result<void> connect_(Call& call, const json& msg) {
   return follow(call, p, f);
 }
 
-Result<void> list(Call& call) {
+Result<void> list(Call& call, const json&) {
   json procs = json::array();
   std::lock_guard l(g_mu);
   if (auto it = g_procs.find(call.sandbox_id); it != g_procs.end())
@@ -489,34 +489,20 @@ Result<void> update(Call& call, const json& msg) {
 }  // namespace
 
 Result<void> envd_process(Call& call, std::string_view method) {
-  static const std::string_view kServed =
-      "Start, Connect, List, SendInput, CloseStdin, SendSignal, Update";
-  auto known = [](std::string_view m) {
-    return m == "Start" || m == "Connect" || m == "List" || m == "SendInput" || m == "CloseStdin" ||
-           m == "SendSignal" || m == "Update";
-  };
   if (method == "StreamInput")
     return fail(Code::kUnimplemented,
                 "process.Process/StreamInput (client streaming) is not served by SPACE's envd: "
                 "send input with SendInput");
-  if (!known(method))
-    return fail(Code::kUnimplemented, "process.Process/" + std::string(method) +
-                                          " is not served; SPACE's envd serves " +
-                                          std::string(kServed));
-  auto req = TRY(connect::read_request(call.ex));
-  const bool streaming = method == "Start" || method == "Connect";
-  if (streaming != (req.kind == connect::Kind::kServerStream))
-    return fail(Code::kInvalidArgument,
-                "process.Process/" + std::string(method) + " is a " +
-                    (streaming ? "server-streaming RPC: Content-Type application/connect+json"
-                               : "unary RPC: Content-Type application/json"));
-  if (method == "Start") return start(call, req.message);
-  if (method == "Connect") return connect_(call, req.message);
-  if (method == "List") return list(call);
-  if (method == "SendInput") return send_input(call, req.message);
-  if (method == "CloseStdin") return close_stdin(call, req.message);
-  if (method == "SendSignal") return send_signal(call, req.message);
-  return update(call, req.message);
+  static const std::vector<Rpc> kRpcs = {
+      {"Start", start, true},
+      {"Connect", connect_, true},
+      {"List", list, false},
+      {"SendInput", send_input, false},
+      {"CloseStdin", close_stdin, false},
+      {"SendSignal", send_signal, false},
+      {"Update", update, false},
+  };
+  return serve_rpc(call, "process.Process", method, kRpcs);
 }
 
 void stop_envd_processes() {

@@ -59,6 +59,18 @@ Result<void> serve_port(Call& call);
 // envd's parts (envd.cc routes to them; `method` is the RPC's name after the service).
 Result<void> envd_process(Call& call, std::string_view method);
 Result<void> envd_filesystem(Call& call, std::string_view method);
+// One method of a Connect service: its handler (given the request message) and whether it is
+// a server stream (Content-Type application/connect+json) or unary (application/json).
+struct Rpc {
+  std::string_view name;
+  Result<void> (*handler)(Call&, const nlohmann::json&);
+  bool streaming;
+};
+// Serves `method` of Connect service `service` ("process.Process") from its `rpcs`: an unknown
+// method is unimplemented, naming what is served; the request is read and its kind must be the
+// method's (invalid_argument saying which Content-Type it takes).
+Result<void> serve_rpc(Call& call, std::string_view service, std::string_view method,
+                       const std::vector<Rpc>& rpcs);
 Result<void> envd_files(Call& call);  // GET and POST /files
 
 // Who an envd call runs as (envd.cc): the name from Authorization: Basic base64(name:) (or
