@@ -53,13 +53,6 @@ int status_of(std::string_view code) {
 
 namespace {
 
-std::string_view media_type(std::string_view content_type) {
-  auto semi = content_type.find(';');
-  if (semi != std::string_view::npos) content_type = content_type.substr(0, semi);
-  while (!content_type.empty() && content_type.back() == ' ') content_type.remove_suffix(1);
-  return content_type;
-}
-
 Result<nlohmann::json> parse_object(std::string_view text) {
   if (text.empty()) return nlohmann::json::object();
   auto j = nlohmann::json::parse(text, nullptr, false);

@@ -40,9 +40,9 @@ bool has_token(std::string_view header, std::string_view token) {
   return false;
 }
 
-std::string media_type(std::string_view ct) {
-  std::string t(ct.substr(0, ct.find(';')));
-  while (!t.empty() && t.back() == ' ') t.pop_back();
+// The media type, lower case: /files compares it case-insensitively.
+std::string lower_media_type(std::string_view ct) {
+  std::string t(media_type(ct));
   for (auto& c : t) c = char(std::tolower(static_cast<unsigned char>(c)));
   return t;
 }
@@ -192,7 +192,7 @@ Result<void> write_one(Call& call, const EnvdUser& user, const std::string& path
 Result<void> post_file(Call& call, const EnvdUser& user) {
   auto q = call.ex.target().query.find("path");
   std::string path_param = q == call.ex.target().query.end() ? "" : q->second;
-  std::string type = media_type(call.ex.header(http::field::content_type));
+  std::string type = lower_media_type(call.ex.header(http::field::content_type));
   std::string_view encoding = call.ex.header(http::field::content_encoding);
   const bool gz = has_token(encoding, "gzip");
   if (!encoding.empty() && !gz && !has_token(encoding, "identity"))

@@ -79,6 +79,13 @@ std::string e2b_key_from_token(std::string_view token) {
   return "e2b_" + std::string(token.substr(4, 12)) + std::string(token.substr(17));
 }
 
+std::string_view media_type(std::string_view content_type) {
+  auto semi = content_type.find(';');
+  if (semi != std::string_view::npos) content_type = content_type.substr(0, semi);
+  while (!content_type.empty() && content_type.back() == ' ') content_type.remove_suffix(1);
+  return content_type;
+}
+
 std::optional<std::string> header_param(std::string_view v, std::string_view name) {
   size_t pos = 0;
   while ((pos = v.find(';', pos)) != std::string_view::npos) {

@@ -45,6 +45,8 @@ struct MultipartPart {
 };
 Result<std::vector<MultipartPart>> parse_multipart(std::string_view body,
                                                    std::string_view boundary);
+// A Content-Type's media type: what precedes its parameters, trailing spaces dropped, case kept.
+std::string_view media_type(std::string_view content_type);
 // A parameter of a header value (`boundary` of a Content-Type, `filename` of a
 // Content-Disposition), unquoted; nullopt if absent.
 std::optional<std::string> header_param(std::string_view value, std::string_view name);
