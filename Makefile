@@ -34,7 +34,8 @@ RELEASE_DIR ?= build-release
 FUZZ_DIR    ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := frame_decoder api_request agent_request agent_conn upper_listing exec_report \
-                tls_hello dns host http_request qmp firecracker_api snapshot_manifest e2b_wire
+                tls_hello dns host http_request qmp firecracker_api snapshot_manifest e2b_wire \
+                egress_wire
 # Release is -O2 without debug info here (CMakeLists.txt): debug info made the build ~25%
 # slower on 2 cores; `make check-asan` builds with it.
 BUILD_TYPE  ?= Release

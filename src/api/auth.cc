@@ -9,7 +9,6 @@
 #include "api/views.h"
 #include "common/clock.h"
 #include "common/units.h"
-#include "daemon/daemon.h"  // rfc3339
 
 namespace space::api {
 namespace {
@@ -182,7 +181,7 @@ Result<Principal> forwarded_principal(std::string_view header,
   }
   if (t.expired(now))
     return fail(Code::kUnauthenticated, "API token " + t.id + " (" + t.name + ") expired at " +
-                                            daemon::rfc3339(t.expires_at) + "; create a new one");
+                                            rfc3339(t.expires_at) + "; create a new one");
   return p;
 }
 
@@ -227,7 +226,7 @@ Result<void> StreamAuth::check() {
   Result<void> ok;
   if (t.expired(now)) {
     ok = fail(Code::kUnauthenticated, "API token " + t.id + " (" + t.name + ") expired at " +
-                                          daemon::rfc3339(t.expires_at) +
+                                          rfc3339(t.expires_at) +
                                           "; create a new one with `space token create`");
   } else if (principal_->forwarded) {
     // Not in this node's store: the gateway that forwarded it ends the stream on revocation.
@@ -326,7 +325,7 @@ Result<void> check_can_issue(const Principal& p, const TokenRequest& req, double
                     join(p.token.profiles) + "; operations " + join(p.token.ops) + ")");
   if (now + req.ttl_s > p.token.expires_at)
     return fail(Code::kPermissionDenied,
-                p.describe() + " expires at " + daemon::rfc3339(p.token.expires_at) +
+                p.describe() + " expires at " + rfc3339(p.token.expires_at) +
                     "; a token it creates may not outlive it (ttl at most " +
                     format_duration(std::max(0.0, p.token.expires_at - now)) + ")");
   return {};
@@ -334,14 +333,14 @@ Result<void> check_can_issue(const Principal& p, const TokenRequest& req, double
 
 json token_json(const daemon::TokenRecord& r, double now) {
   auto time_or_null = [](const std::optional<double>& t) {
-    return t ? json(daemon::rfc3339(*t)) : json(nullptr);
+    return t ? json(rfc3339(*t)) : json(nullptr);
   };
   return {{"id", r.id},
           {"name", r.name},
           {"profiles", r.profiles},
           {"ops", r.ops},
-          {"created_at", daemon::rfc3339(r.created_at)},
-          {"expires_at", daemon::rfc3339(r.expires_at)},
+          {"created_at", rfc3339(r.created_at)},
+          {"expires_at", rfc3339(r.expires_at)},
           {"revoked_at", time_or_null(r.revoked_at)},
           {"last_used_at", time_or_null(r.last_used_at)},
           {"state", r.revoked()      ? "revoked"

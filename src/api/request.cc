@@ -9,6 +9,7 @@
 
 #include "common/hex.h"
 #include "common/units.h"
+#include "proto/runtime_names.h"
 
 namespace space::api {
 namespace {
@@ -422,10 +423,9 @@ Result<daemon::CreateRequest> parse_create_request(const json& body) {
   daemon::CreateRequest req;
   if (auto it = body.find("runtime"); it != body.end()) {
     req.runtime = TRY(string_field(*it, "runtime"));
-    if (req.runtime != "linux" && req.runtime != "qemu" && req.runtime != "firecracker") {
-      return invalid(
-          "unknown runtime " + shown(req.runtime) +
-          "; use linux, qemu or firecracker (`space doctor` shows what this host supports)");
+    if (!proto::is_runtime_name(req.runtime)) {
+      return invalid("unknown runtime " + shown(req.runtime) + "; use " + proto::runtime_names() +
+                     " (`space doctor` shows what this host supports)");
     }
   }
   if (auto it = body.find("image"); it != body.end()) {

@@ -10,7 +10,6 @@
 
 #include "api/handlers.h"
 #include "common/clock.h"
-#include "daemon/daemon.h"  // rfc3339
 
 namespace space::api::handlers {
 namespace {
@@ -46,7 +45,7 @@ Result<void> create_token(Exchange& ex, ApiContext& ctx) {
   spdlog::info("api: {} created API token {} ({}) for profiles [{}], operations [{}], until {}",
                who.describe(), issued.record.id, issued.record.name,
                fmt::join(issued.record.profiles, ","), fmt::join(issued.record.ops, ","),
-               daemon::rfc3339(issued.record.expires_at));
+               rfc3339(issued.record.expires_at));
   nlohmann::json j = token_json(issued.record, now);
   j["token"] = std::move(issued.text);
   return ex.respond(http::status::created, "application/json", json_text(j) + "\n",

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/units.h"
+#include "proto/runtime_names.h"
 
 namespace space::cli {
 namespace {
@@ -30,7 +31,9 @@ class Want {
 };
 
 void add_sandbox_flags(CLI::App* sub, SandboxFlags& f) {
-  sub->add_option("--runtime", f.runtime, "linux | qemu | firecracker (default linux)");
+  sub->add_option("--runtime", f.runtime,
+                  proto::runtime_names(" | ", " | ") + " (default " +
+                      std::string(proto::kDefaultRuntime) + ")");
   sub->add_option("--image", f.image, "image name (default host)");
   sub->add_option("--profile", f.profile, "profile: egress policy and secrets (default test)");
   sub->add_option("--memory", f.memory, "memory limit, e.g. 512M (default 512M)");
@@ -438,9 +441,9 @@ Result<nlohmann::json> create_body(const SandboxFlags& f) {
     return fail(std::move(e).wrap("--" + std::string(flag)));
   };
   if (!f.runtime.empty()) {
-    if (f.runtime != "linux" && f.runtime != "qemu" && f.runtime != "firecracker") {
+    if (!proto::is_runtime_name(f.runtime)) {
       return fail(Code::kInvalidArgument,
-                  "--runtime must be linux, qemu or firecracker, not \"" + f.runtime + "\"");
+                  "--runtime must be " + proto::runtime_names() + ", not \"" + f.runtime + "\"");
     }
     body["runtime"] = f.runtime;
   }

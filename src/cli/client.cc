@@ -1,10 +1,8 @@
 // HTTP client over the daemon's Unix socket or TCP listener, plain or TLS (see client.h).
 #include "cli/client.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -172,39 +170,17 @@ std::string wait_status(pid_t pid) {
 Result<std::pair<UniqueFd, pid_t>> open_https(const std::string& url, int stop_fd) {
   reap_finished();
   std::string helper = TRY(https_helper_path());
-  int sv[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-    return fail_sys("socketpair", "https helper");
-  UniqueFd mine(sv[0]), theirs(sv[1]);
-  if (theirs.get() == 3) {  // dup2(3, 3) would leave close-on-exec set
-    theirs = UniqueFd(::fcntl(3, F_DUPFD_CLOEXEC, 10));
-    if (!theirs) return fail_sys("fcntl", "F_DUPFD_CLOEXEC");
-  }
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, theirs.get(), 3);
-  posix_spawnattr_init(&attr);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
+  ChannelOptions co;
+  co.inherit_env = true;
+  co.stdin_null = false;
   // Its own process group: the terminal's Ctrl-C goes to the CLI, which decides (exec forwards
   // it to the sandbox); the helper ends when the CLI closes its end.
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
-  const char* argv[] = {"space-https", url.c_str(), nullptr};
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, helper.c_str(), &fa, &attr, const_cast<char* const*>(argv), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) return fail(Error::sys("posix_spawn", helper, rc));
-  theirs.reset();
+  co.own_process_group = true;
+  SpawnedHelper spawned = TRY(spawn_with_channel(helper, {"space-https", url}, co));
+  ChildProcess& child = spawned.child;
+  UniqueFd& mine = spawned.channel;
   auto give_up = [&](Error e) -> Error {
-    ::kill(pid, SIGTERM);
-    (void)wait_status(pid);
+    (void)child.kill_and_wait(SIGTERM);
     return e;
   };
   std::string line;
@@ -222,14 +198,14 @@ Result<std::pair<UniqueFd, pid_t>> open_https(const std::string& url, int stop_f
     if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (got <= 0) {
       return fail(Code::kUnavailable, "connecting to " + url + " (SPACE_API): " + helper + " " +
-                                          wait_status(pid) + " without saying why");
+                                          wait_status(child.release()) + " without saying why");
     }
     if (ch == '\n') break;
     if (line.size() >= 64 * 1024)
       return fail(give_up(Error(Code::kProtocol, helper + " sent a status line too long")));
     line += ch;
   }
-  if (line == "ok") return std::pair{std::move(mine), pid};
+  if (line == "ok") return std::pair{std::move(mine), child.release()};
   // "error CODE MESSAGE"
   Code code = Code::kUnavailable;
   std::string message = line;
@@ -240,7 +216,7 @@ Result<std::pair<UniqueFd, pid_t>> open_https(const std::string& url, int stop_f
     message = sp == std::string_view::npos ? std::string() : std::string(rest.substr(sp + 1));
   }
   mine.reset();
-  (void)wait_status(pid);
+  (void)wait_status(child.release());
   return fail(code, message);
 }
 

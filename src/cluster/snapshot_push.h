@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cluster/object_store.h"
+#include "cluster/store_keys.h"  // the sandbox pointers, and the rules for names
 #include "common/error.h"
 #include "snapshot/cas.h"
 
@@ -26,7 +27,6 @@ namespace space::cluster {
 // Keys of the shared store (the profile and ids are checked: kInvalidArgument).
 Result<std::string> chunk_key(const std::string& profile, const std::string& chunk_id);
 Result<std::string> manifest_key(const std::string& profile, const std::string& snapshot_id);
-Result<std::string> sandbox_pointer_key(const std::string& sandbox_id);
 
 struct PushResult {
   uint64_t chunks_uploaded = 0, chunks_skipped = 0;  // skipped: already in the shared store
@@ -64,15 +64,5 @@ Result<PullResult> pull_snapshot(ObjectStore& remote, const std::string& profile
 // Snapshot ids of `profile` in the shared store (those whose manifest landed), sorted.
 Result<std::vector<std::string>> list_pushed_snapshots(ObjectStore& remote,
                                                        const std::string& profile);
-
-// The pointer to a sandbox's latest pushed snapshot, sandboxes/<sandbox>.json:
-//   {"sandbox","snapshot","profile","node","created_at","runtime","image"}
-// "sandbox", "snapshot" and "profile" are required (ids checked); the others are strings
-// ("created_at" may be a number). Write it after the snapshot's push returned.
-Result<void> write_sandbox_pointer(ObjectStore& remote, const nlohmann::json& pointer);
-// kNotFound if the sandbox has none; kProtocol if the object is not a valid pointer for it.
-Result<nlohmann::json> read_sandbox_pointer(ObjectStore& remote, const std::string& sandbox_id);
-// Ids of the sandboxes with a pointer, sorted.
-Result<std::vector<std::string>> list_sandbox_pointers(ObjectStore& remote);
 
 }  // namespace space::cluster

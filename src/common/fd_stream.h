@@ -1,11 +1,14 @@
-// A Beast SyncReadStream/SyncWriteStream over a raw, non-blocking socket fd, with the timeouts
-// and cancellation that Beast's synchronous API over Asio sockets lacks. Every wait is a poll()
-// on the socket plus up to two "cancel" eventfds: `stop` (server shutdown, CLI signal) aborts
-// reads and writes, `read_interrupt` aborts reads only (so one thread can stop another that is
-// blocked reading while it keeps writing). Reads and writes may run concurrently on two threads
-// (full duplex); each direction keeps its own timeout state. Header-only: the daemon's API
-// server (src/api), the egress gateway (src/egress) and the CLI's client (src/cli) use it;
-// only targets that link Boost include it.
+// The Beast SyncReadStream/SyncWriteStream adaptor, written once: SyncStreamOps gives any
+// stream that can read_some/write_some with an error_code the throwing overloads Beast also
+// calls and write_all (the egress gateway's TlsStream and AnyStream use it too), and FdStream
+// is that stream over a raw, non-blocking socket fd, with the timeouts and cancellation that
+// Beast's synchronous API over Asio sockets lacks. Every wait is a poll() on the socket plus up
+// to two "cancel" eventfds: `stop` (server shutdown, CLI signal) aborts reads and writes,
+// `read_interrupt` aborts reads only (so one thread can stop another that is blocked reading
+// while it keeps writing). Reads and writes may run concurrently on two threads (full duplex);
+// each direction keeps its own timeout state. Header-only: the daemon's API server (src/api),
+// the egress gateway (src/egress) and the CLI's client (src/cli) use it; only targets that link
+// Boost include it.
 #pragma once
 
 #include <fcntl.h>
@@ -27,10 +30,50 @@
 
 namespace space {
 
-class FdStream {
+// What every Beast stream of the project shares: `Derived` defines read_some(buffers, ec) and
+// write_some(buffers, ec) (and says `using SyncStreamOps::read_some; using
+// SyncStreamOps::write_some;`); this adds the overloads that throw boost::system::system_error
+// and write_all.
+template <class Derived>
+class SyncStreamOps {
+ public:
+  using error_code = boost::system::error_code;
+
+  template <class MutableBufferSequence>
+  size_t read_some(const MutableBufferSequence& buffers) {
+    error_code ec;
+    size_t n = self().read_some(buffers, ec);
+    if (ec) throw boost::system::system_error(ec);
+    return n;
+  }
+  template <class ConstBufferSequence>
+  size_t write_some(const ConstBufferSequence& buffers) {
+    error_code ec;
+    size_t n = self().write_some(buffers, ec);
+    if (ec) throw boost::system::system_error(ec);
+    return n;
+  }
+  // Writes all of `data` or fails.
+  error_code write_all(std::string_view data) {
+    error_code ec;
+    while (!data.empty()) {
+      size_t n = self().write_some(boost::asio::const_buffer(data.data(), data.size()), ec);
+      if (ec) return ec;
+      data.remove_prefix(n);
+    }
+    return ec;
+  }
+
+ private:
+  Derived& self() { return static_cast<Derived&>(*this); }
+};
+
+class FdStream : public SyncStreamOps<FdStream> {
  public:
   using Clock = std::chrono::steady_clock;
   using error_code = boost::system::error_code;
+  using SyncStreamOps::read_some;
+  using SyncStreamOps::write_some;
 
   explicit FdStream(UniqueFd fd) : fd_(std::move(fd)) {
     int flags = ::fcntl(fd_.get(), F_GETFL);
@@ -78,13 +121,6 @@ class FdStream {
       if (ec) return 0;
     }
   }
-  template <class MutableBufferSequence>
-  size_t read_some(const MutableBufferSequence& buffers) {
-    error_code ec;
-    size_t n = read_some(buffers, ec);
-    if (ec) throw boost::system::system_error(ec);
-    return n;
-  }
 
   template <class ConstBufferSequence>
   size_t write_some(const ConstBufferSequence& buffers, error_code& ec) {
@@ -108,24 +144,6 @@ class FdStream {
       ec = wait(POLLOUT, deadline, -1);
       if (ec) return 0;
     }
-  }
-  template <class ConstBufferSequence>
-  size_t write_some(const ConstBufferSequence& buffers) {
-    error_code ec;
-    size_t n = write_some(buffers, ec);
-    if (ec) throw boost::system::system_error(ec);
-    return n;
-  }
-
-  // Writes all of `data` or fails.
-  error_code write_all(std::string_view data) {
-    error_code ec;
-    while (!data.empty()) {
-      size_t n = write_some(boost::asio::const_buffer(data.data(), data.size()), ec);
-      if (ec) return ec;
-      data.remove_prefix(n);
-    }
-    return ec;
   }
 
   // Waits until the peer hangs up or half-closes, without consuming data, or until a cancel fd

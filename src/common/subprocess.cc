@@ -1,5 +1,6 @@
 // run_program (subprocess.h): posix_spawn of an explicitly found program, one poll loop over its
-// output pipes and a pidfd, the deadline, and a kill of its process group before the reap.
+// output pipes and a pidfd, the deadline, and a kill of its process group before the reap. And
+// spawn_with_channel: a long-lived helper with a socket on fd 3.
 #include "common/subprocess.h"
 
 #include <fcntl.h>
@@ -7,6 +8,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -16,7 +18,7 @@
 #include <tuple>
 #include <utility>
 
-#include "common/fd.h"
+extern char** environ;
 
 namespace space {
 namespace {
@@ -284,6 +286,77 @@ std::string first_output_line(const std::vector<std::string>& argv,
   std::string line = r->out.substr(0, r->out.find('\n'));
   while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.pop_back();
   return line;
+}
+
+ChildProcess& ChildProcess::operator=(ChildProcess&& o) noexcept {
+  if (this != &o) {
+    if (pid_ > 0) (void)kill_and_wait(SIGKILL);
+    pid_ = std::exchange(o.pid_, -1);
+  }
+  return *this;
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0) (void)kill_and_wait(SIGKILL);
+}
+
+int ChildProcess::kill_and_wait(int sig) {
+  if (pid_ <= 0) return 0;
+  ::kill(pid_, sig);  // ours until reaped: the pid cannot have been reused
+  int status = 0;
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  pid_ = -1;
+  return status;
+}
+
+Result<SpawnedHelper> spawn_with_channel(const std::string& program,
+                                         const std::vector<std::string>& argv,
+                                         const ChannelOptions& o) {
+  if (argv.empty()) return fail(Code::kInvalidArgument, "no program to run (empty argv)");
+  int sv[2];
+  int type = o.type == ChannelType::kSeqPacket ? SOCK_SEQPACKET : SOCK_STREAM;
+  if (::socketpair(AF_UNIX, type | SOCK_CLOEXEC, 0, sv) != 0)
+    return fail_sys("socketpair", program);
+  UniqueFd mine(sv[0]), theirs(sv[1]);
+  // A plain dup2(3, 3) leaves close-on-exec set (glibc's spawn clears it only since 2.29), and
+  // a source on 0 would be overwritten by the stdin action: the helper's end goes above 3.
+  if (theirs.get() <= kChannelFd) {
+    UniqueFd moved(::fcntl(theirs.get(), F_DUPFD_CLOEXEC, 10));
+    if (!moved) return fail_sys("fcntl", "F_DUPFD_CLOEXEC");
+    theirs = std::move(moved);
+  }
+
+  std::vector<std::string> env =
+      o.env ? *o.env
+            : std::vector<std::string>{"PATH=" + std::string(kDefaultSearchPath), "LC_ALL=C"};
+  std::vector<char*> argv_p, env_p;
+  for (const auto& a : argv) argv_p.push_back(const_cast<char*>(a.c_str()));
+  argv_p.push_back(nullptr);
+  for (const auto& e : env) env_p.push_back(const_cast<char*>(e.c_str()));
+  env_p.push_back(nullptr);
+
+  SpawnSetup s;
+  posix_spawn_file_actions_adddup2(&s.fa, theirs.get(), kChannelFd);
+  if (o.stdin_null) posix_spawn_file_actions_addopen(&s.fa, 0, "/dev/null", O_RDONLY, 0);
+  // Whatever else is open here (a daemon's sandbox fds and listeners) stays here.
+  posix_spawn_file_actions_addclosefrom_np(&s.fa, kChannelFd + 1);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+  if (o.own_process_group) {
+    flags |= POSIX_SPAWN_SETPGROUP;
+    posix_spawnattr_setpgroup(&s.attr, 0);
+  }
+  posix_spawnattr_setflags(&s.attr, flags);
+  posix_spawnattr_setsigmask(&s.attr, &none);
+  posix_spawnattr_setsigdefault(&s.attr, &all);
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, program.c_str(), &s.fa, &s.attr, argv_p.data(),
+                         o.inherit_env ? environ : env_p.data());
+  if (rc != 0) return fail_sys("posix_spawn", program, rc);
+  return SpawnedHelper{ChildProcess(pid), std::move(mine)};
 }
 
 }  // namespace space

@@ -8,16 +8,24 @@
 // group of its own. run_program always leaves nothing behind: at the deadline, or as soon as the
 // program itself exits, its whole process group is killed with SIGKILL, and the child is reaped
 // before returning (no zombie). Output past the bound is read and dropped, never buffered.
+//
+// spawn_with_channel starts a long-lived helper instead (space-egress, spaced's gateway
+// process; space-https, the CLI's TLS helper) with one end of a socket pair as its fd 3, the
+// same way: posix_spawn, fds 0-3 only, default signals, an empty mask.
 #pragma once
+
+#include <sys/types.h>
 
 #include <chrono>
 #include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
+#include "common/fd.h"
 
 namespace space {
 
@@ -85,5 +93,60 @@ std::string describe_wait_status(int status);
 std::string first_output_line(const std::vector<std::string>& argv,
                               std::chrono::milliseconds timeout = std::chrono::seconds(10),
                               std::string_view search_path = kDefaultSearchPath);
+
+// --- Long-lived helpers with a channel ---
+
+// The helper's end of the channel is always this fd.
+inline constexpr int kChannelFd = 3;
+
+enum class ChannelType { kStream, kSeqPacket };
+
+struct ChannelOptions {
+  ChannelType type = ChannelType::kStream;
+  // The helper's environment, "NAME=value" entries. Default: PATH=<kDefaultSearchPath> and
+  // LC_ALL=C (nothing of the caller's: secrets may come from its variables).
+  std::optional<std::vector<std::string>> env;
+  bool inherit_env = false;  // the caller's environment instead of `env`
+  bool stdin_null = true;    // stdin from /dev/null; false: the caller's
+  bool own_process_group = false;
+};
+
+// A started child, killed (SIGKILL) and reaped when destroyed unless released first.
+class ChildProcess {
+ public:
+  ChildProcess() = default;
+  explicit ChildProcess(pid_t pid) : pid_(pid) {}
+  ChildProcess(ChildProcess&& o) noexcept : pid_(std::exchange(o.pid_, -1)) {}
+  ChildProcess& operator=(ChildProcess&& o) noexcept;
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  ~ChildProcess();
+
+  pid_t pid() const { return pid_; }
+  // The caller kills and reaps it from now on.
+  pid_t release() { return std::exchange(pid_, -1); }
+  // Sends `sig` (0: none, it is only waited for), waits for the child to end and returns its
+  // waitpid() status (for describe_wait_status); 0 when none is held.
+  int kill_and_wait(int sig);
+
+ private:
+  pid_t pid_ = -1;
+};
+
+struct SpawnedHelper {
+  ChildProcess child;
+  UniqueFd channel;  // the caller's end (close-on-exec)
+};
+
+// Starts `program` (a path, not searched for) with `argv` and one end of a new socket pair
+// (AF_UNIX, `options.type`) as its fd 3, and nothing else of the caller's open but 0-2 (stdin
+// /dev/null unless asked otherwise). The helper's end is moved above 3 first when the socket
+// pair lands on 0-3: a plain dup2(3, 3) leaves close-on-exec set (glibc's spawn clears it only
+// since 2.29), and the stdin action must not overwrite a source on 0. No code of ours runs in
+// the child (posix_spawn); a helper that needs namespaces, ids or limits set before its exec is
+// started by clone3 at its own site (runtime/vm_diff.cc).
+[[nodiscard]] Result<SpawnedHelper> spawn_with_channel(const std::string& program,
+                                                       const std::vector<std::string>& argv,
+                                                       const ChannelOptions& options = {});
 
 }  // namespace space

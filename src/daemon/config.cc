@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/units.h"
+#include "proto/runtime_names.h"
 
 namespace space::daemon {
 
@@ -282,8 +283,8 @@ Result<void> Config::load_pools(const nlohmann::json& v, std::vector<std::array<
     if (!sized || pool.size < 1 || pool.size > PoolConfig::kMaxSize)
       return fail(Code::kInvalidArgument,
                   at + ".size: a whole number from 1 to " + std::to_string(PoolConfig::kMaxSize));
-    if (pool.runtime != "linux" && pool.runtime != "qemu" && pool.runtime != "firecracker")
-      return fail(Code::kInvalidArgument, at + ".runtime: linux, qemu or firecracker");
+    if (!proto::is_runtime_name(pool.runtime))
+      return fail(Code::kInvalidArgument, at + ".runtime: " + proto::runtime_names());
     if (pool.workdir.empty() || pool.workdir[0] != '/')
       return fail(Code::kInvalidArgument, at + ".workdir: an absolute path");
     if (g[1] && (pool.limits.cpus <= 0 || pool.limits.cpus > 1024))

@@ -21,7 +21,6 @@
 
 #include "common/clock.h"
 #include "common/failpoint.h"
-#include "common/hex.h"
 #include "common/janitor.h"
 #include "common/openat2.h"
 #include "common/subprocess.h"
@@ -52,13 +51,6 @@ static Result<std::string> load_cluster_key(const fs::path& file) {
     return fail(Code::kInvalidArgument, "cluster.snapshot_key_file " + file.string() +
                                             " must hold exactly 32 bytes" + std::string(kHow));
   return std::string(buf, 32);
-}
-
-std::string random_id(std::string_view prefix, size_t bytes) {
-  unsigned char b[32];
-  bytes = std::min(bytes, sizeof b);
-  if (getrandom(b, bytes, 0) != static_cast<ssize_t>(bytes)) abort();  // cannot happen
-  return std::string(prefix) + to_hex(b, bytes);
 }
 
 Daemon::Daemon(Config cfg, Runtimes runtimes, std::unique_ptr<Store> store)

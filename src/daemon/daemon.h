@@ -19,6 +19,7 @@
 #include "cluster/etcd.h"
 #include "cluster/object_store.h"
 #include "common/clock.h"
+#include "common/ids.h"
 #include "common/stop_signal.h"
 #include "common/wait_group.h"
 #include "daemon/agent_conn.h"
@@ -368,9 +369,5 @@ class Daemon : public SandboxService {
     }
   } metrics_;
 };
-
-using space::rfc3339;  // common/clock.h: "2026-12-05T01:38:28.123Z"
-// `prefix` and `bytes` random bytes in hex: "sb_3f2a...", "snap_...".
-std::string random_id(std::string_view prefix, size_t bytes);
 
 }  // namespace space::daemon

@@ -140,6 +140,7 @@ void EgressPool::retire(std::shared_ptr<EgressProcess> p) {
     std::lock_guard lock(mu_);
     add_counters(retired_, counters);
     old_restarts_ += p->restarts();
+    old_refused_ += p->refused_messages();
     ++retiring_;
   }
   // Off the caller's path (a destroy): the process exits when its channel closes, and stop()
@@ -203,6 +204,14 @@ uint64_t EgressPool::restarts() const {
   uint64_t n = old_restarts_;
   for (auto& s : slots_) n += s.proc->restarts();
   for (auto& s : spares_) n += s->restarts();
+  return n;
+}
+
+uint64_t EgressPool::refused_messages() const {
+  std::lock_guard lock(mu_);
+  uint64_t n = old_refused_;
+  for (auto& s : slots_) n += s.proc->refused_messages();
+  for (auto& s : spares_) n += s->refused_messages();
   return n;
 }
 

@@ -45,9 +45,10 @@ class EgressPool {
   Result<void> attach(egress::SandboxEgress sandbox, egress::BoundListeners listeners);
   void detach(const std::string& id);
 
-  egress::Gateway::Stats stats();  // summed over the processes
-  uint64_t restarts() const;       // of every process, those ended included
-  size_t processes() const;        // running now, spares included
+  egress::Gateway::Stats stats();     // summed over the processes
+  uint64_t restarts() const;          // of every process, those ended included
+  uint64_t refused_messages() const;  // the same for EgressProcess::refused_messages()
+  size_t processes() const;           // running now, spares included
 
   static constexpr size_t kSpares = 2;
 
@@ -72,6 +73,7 @@ class EgressPool {
   std::thread refiller_;
   size_t retiring_ = 0;             // processes being stopped on threads of their own
   uint64_t old_restarts_ = 0;       // restarts of processes that ended
+  uint64_t old_refused_ = 0;        // refused messages of processes that ended
   egress::Gateway::Stats retired_;  // the counters of processes that ended
   bool stopping_ = false;
 };

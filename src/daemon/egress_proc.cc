@@ -2,45 +2,34 @@
 // (egress_proc.h; the process itself is src/egressd/).
 #include "daemon/egress_proc.h"
 
-#include <fcntl.h>
 #include <openssl/crypto.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
-#include <set>
 #include <sstream>
+#include <variant>
 
 #include "common/subprocess.h"
 #include "egress/wire.h"
 
 namespace space::daemon {
 
-using nlohmann::json;
 namespace wire = egress::wire;
 
 namespace {
-
-// What the process may report into the audit log: the gateway's own kinds, nothing else.
-const std::set<std::string> kAuditKinds = {"egress.request", "egress.denied",  "egress.error",
-                                           "egress.tunnel",  "credential.use", "credential.error"};
 
 // A compromised process could flood the audit log: at most this many events per second (with a
 // burst) are taken from it; the rest are counted and logged.
 constexpr double kAuditRate = 2000, kAuditBurst = 20000;
 constexpr size_t kMaxSecretThreads = 32;
 
-// A string field of a message from the process, "" when absent or not a string (json::value()
-// would throw type_error for a mistyped one: the process is untrusted).
-std::string text_field(const json& m, const char* key) {
-  auto it = m.find(key);
-  return it != m.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
+// Refused messages are logged at most this often (each is counted: refused_messages()).
+constexpr double kRefusedLogRate = 1, kRefusedLogBurst = 10;
 
 std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p);
@@ -75,85 +64,51 @@ Result<std::unique_ptr<EgressProcess>> EgressProcess::start(Options options) {
 EgressProcess::~EgressProcess() { stop(); }
 
 Result<void> EgressProcess::spawn() {
-  int sv[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
-    return fail_sys("socketpair", "SOCK_SEQPACKET");
-  UniqueFd mine(sv[0]), theirs(sv[1]);
-  // The child's end becomes its fd 3 by dup2, which clears close-on-exec only if it is not
-  // already 3.
-  if (theirs.get() <= 3) {
-    int moved = ::fcntl(theirs.get(), F_DUPFD_CLOEXEC, 10);
-    if (moved < 0) return fail_sys("fcntl", "F_DUPFD_CLOEXEC");
-    theirs.reset(moved);
-  }
-  int big = static_cast<int>(wire::kMaxMessage * 2);
-  (void)::setsockopt(mine.get(), SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big);
-
   std::vector<std::string> args = {
-      o_.binary.string(),    "--control-fd", "3", "--uid", std::to_string(o_.uid), "--gid",
-      std::to_string(o_.gid)};
+      o_.binary.string(),     "--control-fd", std::to_string(kChannelFd), "--uid",
+      std::to_string(o_.uid), "--gid",        std::to_string(o_.gid)};
   for (auto& h : o_.hide) {
     args.push_back("--hide");
     args.push_back(h.string());
   }
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  ChannelOptions co;
+  co.type = ChannelType::kSeqPacket;
   // Nothing of spaced's environment: secrets may come from its variables.
-  std::string path = "PATH=/usr/sbin:/usr/bin:/sbin:/bin", lang = "LANG=C.UTF-8";
-  char* envp[] = {path.data(), lang.data(), nullptr};
-
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, theirs.get(), 3);
-  posix_spawn_file_actions_addclosefrom_np(&fa, 4);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = 0;
-  int rc = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) return fail_sys("posix_spawn", o_.binary.string(), rc);
-  theirs.reset();
+  co.env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"};
+  SpawnedHelper spawned = TRY(spawn_with_channel(o_.binary.string(), args, co));
+  ChildProcess& child = spawned.child;
+  UniqueFd& mine = spawned.channel;
+  int big = static_cast<int>(wire::kMaxMessage * 2);
+  (void)::setsockopt(mine.get(), SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big);
 
   auto failed = [&](Error e) -> Result<void> {
-    ::kill(pid, SIGKILL);
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    int status = child.kill_and_wait(SIGKILL);
     return fail(
         Error(e.code(), e.message() + " (the process " + describe_wait_status(status) + ")"));
   };
-  json secrets = json::object();
+  wire::Init init{.options = o_.gateway, .secrets = {}};
+  init.options.audit = nullptr;
   if (o_.secrets)
-    for (auto& [name, def] : o_.secrets->defs()) secrets[name] = def.to_wire();
-  json opts = {{"resolve", o_.gateway.resolve},
-               {"upstream_ca_pems", o_.gateway.upstream_ca_pems},
-               {"connect_timeout_ms", uint64_t(o_.gateway.connect_timeout.count())},
-               {"idle_timeout_ms", uint64_t(o_.gateway.idle_timeout.count())}};
-  if (auto r = wire::send(mine.get(), {{"op", "init"}, {"options", opts}, {"secrets", secrets}});
-      !r)
-    return failed(std::move(r.error()));
+    for (auto& [name, def] : o_.secrets->defs()) init.secrets[name] = def.to_wire();
+  if (auto r = wire::send(mine.get(), init); !r) return failed(std::move(r.error()));
   pollfd pfd{mine.get(), POLLIN, 0};
   int n;
   do {
     n = ::poll(&pfd, 1, 10'000);
   } while (n < 0 && errno == EINTR);
   if (n <= 0) return failed(Error(Code::kTimeout, "the gateway process did not get ready in 10 s"));
-  auto ready = wire::recv(mine.get());
-  if (!ready)
+  auto got = wire::recv(mine.get());
+  if (!got)
     return failed(Error(Code::kUnavailable,
                         "the gateway process ended before it was ready (its reason is on "
                         "spaced's standard error, lines starting space-egress)"));
-  if (text_field(ready->body, "op") != "ready" || ready->body.contains("error"))
-    return failed(wire::error_of(ready->body.value("error", json::object())));
+  auto parsed = wire::parse_to_daemon(std::move(*got));
+  if (!parsed) return failed(std::move(parsed.error()));
+  auto* ready = std::get_if<wire::Ready>(&*parsed);
+  if (!ready)
+    return failed(Error(Code::kProtocol, "the gateway process's first message is not ready"));
+  if (!ready->pid) return failed(std::move(ready->pid.error()));
+  pid_t pid = child.release();
   {
     std::lock_guard send(send_mu_);
     ctl_ = std::move(mine);
@@ -161,6 +116,14 @@ Result<void> EgressProcess::spawn() {
   pid_ = pid;
   spdlog::info("egress: gateway process {} started (uid {}, gid {})", pid, o_.uid, o_.gid);
   return {};
+}
+
+void EgressProcess::refuse(const Error& e) {
+  uint64_t n = ++refused_;
+  std::lock_guard lock(refused_log_mu_);
+  if (refused_log_.take(kRefusedLogRate, kRefusedLogBurst))
+    spdlog::warn("egress: refused a message from the gateway process ({} so far): {}", n,
+                 e.message());
 }
 
 void EgressProcess::supervise() {
@@ -178,10 +141,18 @@ void EgressProcess::supervise() {
       auto m = wire::recv(fd);
       if (!m) {
         if (m.error().code() == Code::kUnavailable || m.error().sys_errno() == EBADF) break;
-        spdlog::warn("egress: gateway process: {}", m.error().message());
+        if (m.error().code() == Code::kInvalidArgument)
+          refuse(m.error());
+        else
+          spdlog::warn("egress: gateway process: {}", m.error().message());
         continue;
       }
-      if (text_field(m->body, "op") == "audit") {
+      auto parsed = wire::parse_to_daemon(std::move(*m));
+      if (!parsed) {
+        refuse(parsed.error());
+        continue;
+      }
+      if (std::holds_alternative<wire::Audit>(*parsed)) {
         if (!audit_bucket.take(kAuditRate, kAuditBurst)) {
           if (++audit_dropped % 1000 == 1)
             spdlog::warn("egress: the gateway process reports too many events; {} left out",
@@ -189,7 +160,7 @@ void EgressProcess::supervise() {
           continue;
         }
       }
-      on_message(std::move(m->body));
+      on_message(std::move(*parsed));
     }
     // The process ended or closed the channel.
     pid_t pid = pid_.exchange(0);
@@ -252,51 +223,41 @@ void EgressProcess::supervise() {
   }
 }
 
-void EgressProcess::on_message(json m) {
-  std::string op = text_field(m, "op");
-  if (op == "reply") {
-    auto seq = m.find("seq");
-    if (seq == m.end() || !seq->is_number_unsigned()) return;
-    Result<json> r = m.contains("error") ? Result<json>(fail(wire::error_of(m["error"]))) : m;
+void EgressProcess::on_message(wire::ToDaemon m) {
+  if (auto* reply = std::get_if<wire::Reply>(&m)) {
     std::lock_guard lock(mu_);
-    auto it = waiters_.find(seq->get<uint64_t>());
+    auto it = waiters_.find(reply->seq);
     if (it == waiters_.end()) {
-      if (!r)
-        spdlog::error("egress: the gateway process refused a sandbox: {}", r.error().message());
+      if (!reply->result)
+        spdlog::error("egress: the gateway process refused a sandbox: {}",
+                      reply->result.error().message());
       return;
     }
-    it->second->result = std::move(r);
+    it->second->result = std::move(reply->result);
+    it->second->stats = reply->stats.value_or(egress::Gateway::Stats{});
     cv_.notify_all();
-  } else if (op == "audit") {
-    std::string id = text_field(m, "id"), kind = text_field(m, "kind");
-    auto data = m.find("data");
-    if (!kAuditKinds.count(kind) || data == m.end() || !data->is_object()) return;
+  } else if (auto* audit = std::get_if<wire::Audit>(&m)) {
     {
       std::lock_guard lock(mu_);
-      if (!entries_.count(id)) return;  // only sandboxes it serves
+      if (!entries_.count(audit->id)) return;  // only sandboxes it serves
     }
-    if (o_.gateway.audit) o_.gateway.audit(id, kind, std::move(*data));
-  } else if (op == "secret") {
-    auto seq = m.find("seq");
-    if (seq == m.end() || !seq->is_number_unsigned() || !m.value("id", json()).is_string() ||
-        !m.value("name", json()).is_string())
-      return;
+    if (o_.gateway.audit) o_.gateway.audit(audit->id, audit->kind, std::move(audit->data));
+  } else if (auto* ask = std::get_if<wire::SecretRequest>(&m)) {
     std::lock_guard lock(mu_);
     if (stopping_) return;
     if (secret_threads_ >= kMaxSecretThreads) {
       std::lock_guard send(send_mu_);
       (void)wire::send(ctl_.get(),
-                       {{"op", "secret"},
-                        {"seq", *seq},
-                        {"error", wire::error_json(Error(Code::kResourceExhausted,
-                                                         "too many secret requests at once"))}});
+                       wire::SecretAnswer{ask->seq, fail(Code::kResourceExhausted,
+                                                         "too many secret requests at once")});
       return;
     }
     ++secret_threads_;
-    std::thread([this, s = seq->get<uint64_t>(), id = m["id"].get<std::string>(),
-                 name = m["name"].get<std::string>()] {
+    std::thread([this, s = ask->seq, id = std::move(ask->id), name = std::move(ask->name)] {
       answer_secret(s, id, name);
     }).detach();
+  } else {
+    refuse(Error(Code::kProtocol, "a ready message after the start"));
   }
 }
 
@@ -325,51 +286,42 @@ void EgressProcess::answer_secret(uint64_t seq, std::string id, std::string name
     };
     v = o_.secrets->value(name, permit);
   }
-  json out = {{"op", "secret"}, {"seq", seq}};
-  if (v) {
-    out["value"] = std::move(*v);
-  } else {
-    out["error"] = wire::error_json(v.error());
-  }
+  wire::ToGateway out = wire::SecretAnswer{seq, std::move(v)};
   std::lock_guard lock(mu_);
   if (ready_ && !stopping_) {
     std::lock_guard send(send_mu_);
     (void)wire::send(ctl_.get(), out);
   }
-  if (out.contains("value"))
-    OPENSSL_cleanse(out["value"].get_ref<std::string&>().data(),
-                    out["value"].get_ref<std::string&>().size());
+  if (auto& value = std::get<wire::SecretAnswer>(out).value; value)
+    OPENSSL_cleanse(value->data(), value->size());
   // Last: once the count drops, stop() may return and this object go away.
   --secret_threads_;
   cv_.notify_all();
 }
 
 Result<void> EgressProcess::send_attach_locked(const Entry& e, uint64_t seq) {
-  json grants = json::array(), known = json::object(), kinds = json::array();
+  wire::Attach a;
+  a.seq = seq;
+  a.id = e.eg.id;
+  a.policy = e.eg.policy.to_json();
+  a.grants = e.eg.grants;
+  for (auto& g : e.eg.grants)
+    if (o_.secrets) a.known[g.name] = o_.secrets->remembered(g.name);
   std::vector<int> fds;
-  for (auto& g : e.eg.grants) {
-    grants.push_back({{"name", g.name}, {"placeholder", g.placeholder}});
-    if (o_.secrets) known[g.name] = o_.secrets->remembered(g.name);
-  }
   for (auto& [fd, kind] : e.listeners.fds) {
     fds.push_back(fd.get());
-    kinds.push_back(kind);
+    a.kinds.push_back(kind);
   }
-  std::string key = e.eg.ca->key_pem();
-  json body = {{"op", "attach"},
-               {"seq", seq},
-               {"id", e.eg.id},
-               {"policy", e.eg.policy.to_json()},
-               {"grants", grants},
-               {"ca_key", key},
-               {"ca_cert", e.eg.ca->cert_pem()},
-               {"kinds", kinds},
-               {"known", known}};
+  a.ca_key = e.eg.ca->key_pem();
+  a.ca_cert = e.eg.ca->cert_pem();
+  wire::ToGateway m = std::move(a);
+  Result<void> r;
+  {
+    std::lock_guard send(send_mu_);
+    r = wire::send(ctl_.get(), m, fds);
+  }
+  auto& key = std::get<wire::Attach>(m).ca_key;
   OPENSSL_cleanse(key.data(), key.size());
-  std::lock_guard send(send_mu_);
-  auto r = wire::send(ctl_.get(), body, fds);
-  OPENSSL_cleanse(body["ca_key"].get_ref<std::string&>().data(),
-                  body["ca_key"].get_ref<std::string&>().size());
   return r;
 }
 
@@ -381,21 +333,27 @@ void EgressProcess::fail_waiters_locked(const Error& e) {
   }
 }
 
-Result<json> EgressProcess::request(json body, std::chrono::milliseconds timeout) {
+Result<egress::Gateway::Stats> EgressProcess::request(wire::ToGateway m,
+                                                      std::chrono::milliseconds timeout) {
   auto w = std::make_shared<Waiter>();
   std::unique_lock lock(mu_);
   if (!ready_) return fail(Code::kUnavailable, "the gateway process is restarting");
   uint64_t seq = ++next_seq_;
-  body["seq"] = seq;
+  std::visit(
+      [&](auto& k) {
+        if constexpr (requires { k.seq; }) k.seq = seq;
+      },
+      m);
   {
     std::lock_guard send(send_mu_);
-    TRY_VOID(wire::send(ctl_.get(), body));
+    TRY_VOID(wire::send(ctl_.get(), m));
   }
   waiters_[seq] = w;
   cv_.wait_for(lock, timeout, [&] { return w->result.has_value(); });
   waiters_.erase(seq);
   if (!w->result) return fail(Code::kTimeout, "the gateway process did not answer");
-  return std::move(*w->result);
+  TRY_VOID(std::move(*w->result));
+  return w->stats;
 }
 
 Result<void> EgressProcess::attach(egress::SandboxEgress sandbox, int netns_fd) {
@@ -447,12 +405,12 @@ void EgressProcess::detach(const std::string& id) {
     if (!entries_.erase(id)) return;  // spaced's copies of its listeners close here
   }
   // The process closes its copies and cuts the sandbox's connections.
-  (void)request({{"op", "detach"}, {"id", id}}, std::chrono::seconds(5));
+  (void)request(wire::Detach{.seq = 0, .id = id}, std::chrono::seconds(5));
 }
 
 egress::Gateway::Stats EgressProcess::stats() {
-  auto r = request({{"op", "stats"}}, std::chrono::seconds(2));
-  return r ? wire::stats_of(*r) : egress::Gateway::Stats{};
+  auto r = request(wire::StatsRequest{}, std::chrono::seconds(2));
+  return r ? *r : egress::Gateway::Stats{};
 }
 
 void EgressProcess::begin_stop() {

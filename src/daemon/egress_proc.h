@@ -35,6 +35,7 @@
 #include "common/token_bucket.h"
 #include "egress/credentials.h"
 #include "egress/gateway.h"
+#include "egress/wire.h"
 
 namespace space::daemon {
 
@@ -73,6 +74,9 @@ class EgressProcess {
   egress::Gateway::Stats stats();
   pid_t pid() const { return pid_.load(); }
   uint64_t restarts() const { return restarts_.load(); }
+  // Messages from the process refused as malformed (an unknown op, a missing or mistyped field,
+  // a forged audit kind: egress/wire.h), over its restarts. Each is logged (rate-limited).
+  uint64_t refused_messages() const { return refused_.load(); }
 
  private:
   explicit EgressProcess(Options options);
@@ -82,17 +86,21 @@ class EgressProcess {
     TokenBucket mint;                  // token-command runs this sandbox may cause
   };
   struct Waiter {
-    std::optional<Result<nlohmann::json>> result;
-    bool ended = false;  // the process ended before it answered
+    std::optional<Result<void>> result;
+    egress::Gateway::Stats stats;  // a stats request's answer
+    bool ended = false;            // the process ended before it answered
   };
 
   Result<void> spawn();  // starts the process, sends init, waits for ready
   void supervise();      // the supervisor thread: reads, restarts
-  void on_message(nlohmann::json m);
+  void on_message(egress::wire::ToDaemon m);
+  void refuse(const Error& e);  // counts and logs a refused message
   void answer_secret(uint64_t seq, std::string id, std::string name);
   // Under mu_: sends the attach message of `e` with `seq` (0: nobody waits for the reply).
   Result<void> send_attach_locked(const Entry& e, uint64_t seq);
-  Result<nlohmann::json> request(nlohmann::json body, std::chrono::milliseconds timeout);
+  // Sends `m` with the next seq and waits for its reply (a stats request's counters).
+  Result<egress::Gateway::Stats> request(egress::wire::ToGateway m,
+                                         std::chrono::milliseconds timeout);
   void fail_waiters_locked(const Error& e);
 
   Options o_;
@@ -108,6 +116,9 @@ class EgressProcess {
   std::thread supervisor_;
   std::atomic<pid_t> pid_{0};
   std::atomic<uint64_t> restarts_{0};
+  std::atomic<uint64_t> refused_{0};
+  std::mutex refused_log_mu_;  // guards refused_log_
+  TokenBucket refused_log_;
   std::mutex send_mu_;  // one sender at a time on ctl_
 };
 

@@ -55,6 +55,9 @@ std::string Daemon::metrics() {
     counter("space_egress_dns_queries_total", "Queries the DNS stubs answered.", g.dns_queries);
     counter("space_egress_process_restarts_total",
             "Times the gateway process died and was started again.", gateway_->restarts());
+    counter("space_egress_control_refused_total",
+            "Messages from a gateway process refused as malformed (egress/wire.h).",
+            gateway_->refused_messages());
     o << "# HELP space_egress_active_connections Open gateway connections.\n"
       << "# TYPE space_egress_active_connections gauge\nspace_egress_active_connections "
       << g.active_connections << '\n';

@@ -1,7 +1,8 @@
 // The DNS stub's wire format (RFC 1035): parsing one query datagram from a sandbox and building
-// the answer. The stub (dns_stub.cc) answers names the sandbox's policy allows with the address
-// of the transparent gateway inside the sandbox (127.0.0.1) and everything else with NXDOMAIN,
-// so clients that resolve before connecting (node's fetch, say) still reach only the gateway.
+// the answer. The stub (answer_dns() in gateway.cc) answers every well-formed name, allowed or
+// not, with the address of the transparent gateway inside the sandbox (127.0.0.1), so that a
+// client that resolves before connecting (node's fetch, say) reaches the gateway and gets its
+// refusal; malformed names and address literals get NXDOMAIN. Nothing goes to a resolver.
 // Untrusted input: every length and offset is checked; compression pointers in the question
 // are refused (a query has no reason to use them).
 #pragma once

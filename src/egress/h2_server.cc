@@ -1,7 +1,8 @@
 // HTTP/2 from a sandbox on an intercepted TLS connection (h2_server.h). An nghttp2 server
-// session per connection; each stream is authorized and rewritten with the rules HTTP/1.1
-// requests get (http_rules.h), forwarded through h2_upstream.h, and its response masked with
-// a Redactor of its own. Nothing is buffered beyond what flow control lets in: a request body
+// session per connection; each stream's head goes through the request stage HTTP/1.1 requests
+// go through (request_stage.h: decided on, rewritten, audited), is forwarded through
+// h2_upstream.h, and its response head goes through the same response stage, the body masked
+// with a Redactor of its own. Nothing is buffered beyond what flow control lets in: a request body
 // is taken from the sandbox (its window reopened) only as it goes upstream, and a response is
 // taken from the upstream only as it goes to the sandbox.
 #include "egress/h2_server.h"
@@ -19,7 +20,7 @@
 #include "egress/ascii.h"
 #include "egress/h2_upstream.h"
 #include "egress/http_rules.h"
-#include "egress/inject.h"
+#include "egress/request_stage.h"
 
 namespace space::egress {
 namespace {
@@ -92,9 +93,8 @@ struct H2Stream final : ResponseSink {
   size_t down_unconsumed = 0;
   std::optional<Fields> trailers;
   Redactor redactor;
-  bool bound = false;
+  Forward fwd;  // the request stage's verdict, once forwarded
   int status = 0;
-  std::vector<std::string> secrets;
   uint64_t bytes_up = 0, bytes_down = 0;
 };
 
@@ -108,6 +108,7 @@ class H2Conn {
         fd_(fd),
         host_(std::move(host)),
         port_(port),
+        stage_(g_, *st_, Arrival{RequestMode::kIntercepted, true, &host_, port_}),
         wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
         pool_(std::make_shared<H1Pool>()) {}
 
@@ -148,8 +149,7 @@ class H2Conn {
   }
   const Host& host() const { return host_; }
   uint16_t port() const { return port_; }
-  Shared& g() { return g_; }
-  Gateway::State& st() { return *st_; }
+  RequestStage& stage() { return stage_; }
 
  private:
   static int on_begin_headers(nghttp2_session*, const nghttp2_frame*, void*);
@@ -176,7 +176,8 @@ class H2Conn {
   int fd_;
   Host host_;
   uint16_t port_;
-  UniqueFd wake_;  // HTTP/1.1 workers write it when they have something
+  RequestStage stage_;  // every stream's decision and response checks (request_stage.h)
+  UniqueFd wake_;       // HTTP/1.1 workers write it when they have something
   nghttp2_session* session_ = nullptr;
   std::string out_;  // serialized frames not yet taken by SSL_write
   std::shared_ptr<H1Pool> pool_;
@@ -228,19 +229,11 @@ void H2Stream::on_head(int st, Fields in) {
   res.result(static_cast<unsigned>(st));
   res.version(11);
   for (auto& [n, v] : in) res.insert(n, v);
-  if (bound) {
-    if (auto problem = unmaskable_response(res)) {
-      conn->deny(*this, "response refused: " + *problem);
-      conn->cancel_upstream(*this);
-      conn->respond(*this, 502,
-                    "the response from " + conn->host().name + " was refused: " + *problem +
-                        "; responses from a host a secret is bound to must be whole and "
-                        "unencoded, so that the secret can be masked out of them");
-      return;
-    }
+  if (auto refused = conn->stage().respond_head(fwd, res, redactor)) {
+    conn->cancel_upstream(*this);
+    conn->respond(*this, refused->status, refused->message);
+    return;
   }
-  strip_hop_by_hop_fields(res);
-  mask_response_fields(res, redactor);
   Fields out{{":status", std::to_string(st)}};
   for (auto& f : res) {
     std::string n = ascii_lower(std::string_view(f.name_string().data(), f.name_string().size()));
@@ -290,10 +283,9 @@ void H2Stream::on_end(int st, std::string error) {
     return;
   }
   if (st == 403) {
-    conn->deny(*this, error);
+    conn->stage().refuse(fwd, 403, error);
   } else {
-    conn->g().audit(conn->st(), "egress.error",
-                    {{"host", conn->host().name}, {"port", conn->port()}, {"error", error}});
+    conn->stage().audit_error(conn->host(), conn->port(), error);
   }
   conn->respond(*this, st == 403 ? 403 : 502, error);
 }
@@ -334,26 +326,11 @@ void H2Conn::respond(H2Stream& s, int status, const std::string& message) {
 }
 
 void H2Conn::deny(H2Stream& s, const std::string& reason) {
-  ++g_.denied;
-  json ev = {{"via", "intercept"},
-             {"host", host_.name},
-             {"port", port_},
-             {"reason", reason},
-             {"http2", true}};
-  if (!s.method.empty()) ev["method"] = s.method;
-  if (!s.path.empty()) ev["path"] = audit_path(s.path);
-  g_.audit(*st_, "egress.denied", std::move(ev));
+  stage_.deny(host_.name, port_, reason, s.method, s.path);
 }
 
 void H2Conn::audit_request(H2Stream& s) {
-  g_.bytes_up += s.bytes_up;
-  g_.bytes_down += s.bytes_down;
-  json ev = {{"via", "intercept"}, {"http2", true},          {"host", host_.name},
-             {"port", port_},      {"method", s.method},     {"path", audit_path(s.path)},
-             {"status", s.status}, {"bytes_up", s.bytes_up}, {"bytes_down", s.bytes_down}};
-  if (!s.secrets.empty()) ev["secrets"] = s.secrets;
-  if (s.redactor.redactions()) ev["redactions"] = s.redactor.redactions();
-  g_.audit(*st_, "egress.request", std::move(ev));
+  stage_.audit_request(s.fwd, s.status, s.bytes_up, s.bytes_down, s.redactor.redactions());
 }
 
 int H2Conn::on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user) {
@@ -456,8 +433,8 @@ void H2Conn::start(H2Stream& s) {
     return refuse(400,
                   "CONNECT is not carried inside an intercepted connection (no tunnels in "
                   "tunnels); open a new connection to the proxy for each tunnel");
-  // The target: :authority, else the Host field; both, if given, must name this connection's
-  // host (RFC 9113 §8.3.1).
+  // The target: :authority, else the Host field; both, if given, must agree (RFC 9113 §8.3.1),
+  // and the request stage checks that it names this connection's host.
   std::string authority = s.authority;
   size_t host_fields = 0;
   for (auto& [n, v] : s.fields) {
@@ -470,11 +447,6 @@ void H2Conn::start(H2Stream& s) {
     }
   }
   if (host_fields > 1) return refuse(400, "more than one Host header");
-  auto a = parse_authority(authority, port_);
-  if (!a) return refuse(400, "bad :authority: " + a.error().message());
-  if (!(a->host == host_) || a->port != port_)
-    return refuse(421, ":authority \"" + authority.substr(0, 256) +
-                           "\" does not match the TLS connection's host " + host_.name);
   bhttp::request_header<> req;
   req.method_string(s.method);
   req.target(s.path);
@@ -488,49 +460,13 @@ void H2Conn::start(H2Stream& s) {
   }
   if (auto problem = framing_problem_of(req))
     return refuse(400, "ambiguous request framing: " + *problem);
-  const Policy& policy = st_->sb.policy;
-  Decision d = policy.check_host(host_, port_);
-  if (d.allowed) d = policy.check_request(host_, port_, s.method, s.path);
-  if (!d.allowed) return refuse(403, d.reason);
-  strip_hop_by_hop_fields(req);
-
-  // Credentials, exactly as for HTTP/1.1 (proxy.cc): only for requests a secret is bound to,
-  // only where its definition says.
-  bool bound = false;
-  for (auto& gr : st_->sb.grants) {
-    const SecretDef* def = g_.secrets->find(gr.name);
-    if (def && def->bound_to(host_)) bound = true;
-    if (!def || !def->applies(host_, s.method, s.path)) continue;
-    auto value = g_.secrets->value(
-        gr.name, [this] { return st_->mint_allowed(); }, st_->sb.id);
-    if (!value) {
-      g_.audit(*st_, "credential.error",
-               {{"secret", gr.name}, {"host", host_.name}, {"error", value.error().message()}});
-      if (value.error().code() == Code::kResourceExhausted)
-        return respond(s, 429,
-                       "credential " + gr.name +
-                           ": new tokens were asked for too often from this sandbox; retry in "
-                           "a few seconds");
-      return respond(s, 502,
-                     "credential " + gr.name +
-                         " is unavailable; the reason is in this sandbox's audit log "
-                         "(credential.error) for the operator");
-    }
-    inject(req, *def, gr.placeholder, *value);
-    s.secrets.push_back(gr.name);
-    ++g_.credential_uses;
-    g_.audit(*st_, "credential.use",
-             {{"secret", gr.name},
-              {"host", host_.name},
-              {"method", s.method},
-              {"path", audit_path(s.path)}});
-  }
-  s.bound = bound;
-  if (bound) {
-    req.set(bhttp::field::accept_encoding, "identity");
-    req.erase(bhttp::field::range);
-    req.erase(bhttp::field::if_range);
-  }
+  // Where it goes, whether it may, and the head as it leaves, as for HTTP/1.1
+  // (request_stage.h).
+  Verdict verdict = stage_.decide(req);
+  if (auto* r = std::get_if<LocalReply>(&verdict)) return respond(s, r->status, r->message);
+  s.fwd = std::move(std::get<Forward>(verdict));
+  // The target as the stage left it (a credential may have gone into its query).
+  const std::string target(req.target());
 
   // The upstream: connected on the first request, HTTP/2 if it offers it.
   if (h2_ && !h2_->usable()) retired_.push_back(std::move(h2_));  // GOAWAY: a new connection
@@ -538,8 +474,7 @@ void H2Conn::start(H2Stream& s) {
     auto c = connect_upstream(g_, *st_, host_, port_, true);
     if (!c) {
       if (c.error().code() == Code::kPermissionDenied) return refuse(403, c.error().message());
-      g_.audit(*st_, "egress.error",
-               {{"host", host_.name}, {"port", port_}, {"error", c.error().message()}});
+      stage_.audit_error(host_, port_, c.error().message());
       return respond(s, 502, c.error().message());
     }
     if ((*c)->alpn == "h2") {
@@ -553,7 +488,7 @@ void H2Conn::start(H2Stream& s) {
   s.forwarding = true;
   if (h2_) {
     Fields out{
-        {":method", s.method}, {":scheme", "https"}, {":authority", authority}, {":path", s.path}};
+        {":method", s.method}, {":scheme", "https"}, {":authority", authority}, {":path", target}};
     for (auto& f : req) {
       std::string n = ascii_lower(std::string_view(f.name_string().data(), f.name_string().size()));
       if (n == "host" || connection_specific(n)) continue;
@@ -571,7 +506,7 @@ void H2Conn::start(H2Stream& s) {
   // HTTP/1.1: the same header, a body framed by its Content-Length or chunked.
   bool has_cl = req.count(bhttp::field::content_length) > 0;
   bool chunked = !s.req_end && !has_cl;
-  std::string head = s.method + " " + s.path + " HTTP/1.1\r\nHost: " + authority + "\r\n";
+  std::string head = s.method + " " + target + " HTTP/1.1\r\nHost: " + authority + "\r\n";
   std::string cookies;  // HTTP/2 may split Cookie into fields: one field for HTTP/1.1
   for (auto& f : req) {
     if (f.name() == bhttp::field::host) continue;

@@ -1,9 +1,10 @@
 // HTTP/2 between a sandbox and the gateway, on intercepted TLS connections whose client chose
 // ALPN "h2" (browsers, gRPC). Each stream is one request, authorized, credential-injected,
-// masked and audited exactly like an HTTP/1.1 request on such a connection (http_rules.h), and
-// forwarded upstream over HTTP/2 when the upstream offers it (trailers, so gRPC, carried) or
-// translated to HTTP/1.1 otherwise (h2_upstream.h). One thread per connection, as for
-// HTTP/1.1: a poll loop over the sandbox's socket, the upstream's, and a wake-up fd.
+// masked and audited by the request stage an HTTP/1.1 request on such a connection goes
+// through (request_stage.h), and forwarded upstream over HTTP/2 when the upstream offers it
+// (trailers, so gRPC, carried) or translated to HTTP/1.1 otherwise (h2_upstream.h). One thread
+// per connection, as for HTTP/1.1: a poll loop over the sandbox's socket, the upstream's, and a
+// wake-up fd.
 #pragma once
 
 #include <openssl/ssl.h>

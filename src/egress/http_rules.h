@@ -1,7 +1,7 @@
-// The HTTP rules the gateway applies to every request and response it carries, whatever the
-// protocol the sandbox speaks to it: proxy.cc applies them to HTTP/1.1 and exports them here
-// so that h2_server.cc applies exactly the same ones to each HTTP/2 stream (the stream's
-// header list is turned into the same Beast header first).
+// The HTTP parsing rules the gateway applies to what a sandbox sends, whatever the protocol it
+// speaks: the codecs (proxy.cc for HTTP/1.1, h2_server.cc for HTTP/2, whose stream header list
+// is turned into the same Beast header first) and the request stage (request_stage.h) share
+// them.
 #pragma once
 
 #include <boost/beast/http/fields.hpp>
@@ -12,8 +12,6 @@
 #include <vector>
 
 #include "common/error.h"
-#include "egress/credentials.h"
-#include "egress/mask.h"
 
 namespace space::egress {
 
@@ -49,13 +47,7 @@ Result<AbsoluteTarget> split_absolute_target(std::string_view target);
 std::optional<std::string> framing_problem_of(const boost::beast::http::fields& f);
 // Removes hop-by-hop fields (RFC 9110 §7.6.1), including those named in Connection.
 void strip_hop_by_hop_fields(boost::beast::http::fields& f);
-// (Credentials go in with inject(), inject.h, on both protocols.)
-// Why a response from a host a granted secret is bound to cannot be masked (206, a content
-// coding), or nothing.
-std::optional<std::string> unmaskable_response(const boost::beast::http::response_header<>& res);
-// Masks secret values out of every header field's name and value (framing fields excepted).
-void mask_response_fields(boost::beast::http::response_header<>& res, Redactor& redactor);
-// A request target without its query, cut to the length the audit log keeps.
-std::string audit_path(std::string_view target);
+// (Credentials go in with inject(), inject.h; the decision on a request and the response's
+// checks and masking are request_stage.h's.)
 
 }  // namespace space::egress

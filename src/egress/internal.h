@@ -1,12 +1,10 @@
 // Pieces shared by the gateway's files (gateway.cc: listeners, DNS stub, lifecycle; proxy.cc:
-// HTTP and TLS connection handling; upstream.cc: resolving, dialing and tunneling). Not part of
-// the gateway's interface.
+// HTTP and TLS connection handling; request_stage.cc: the decision on each request;
+// upstream.cc: resolving, dialing and tunneling). Not part of the gateway's interface.
 #pragma once
 
 #include <atomic>
-#include <boost/asio/buffer.hpp>
 #include <boost/system/error_code.hpp>
-#include <boost/system/system_error.hpp>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -107,11 +105,13 @@ struct Shared {
   }
 };
 
-// A byte stream as Beast wants it (SyncReadStream + SyncWriteStream), over either a plain
-// socket or TLS, so one HTTP relay serves both.
-class AnyStream {
+// A byte stream as Beast wants it over either a plain socket or TLS, so one HTTP relay serves
+// both (the throwing overloads and write_all: SyncStreamOps, common/fd_stream.h).
+class AnyStream : public SyncStreamOps<AnyStream> {
  public:
   using error_code = boost::system::error_code;
+  using SyncStreamOps::read_some;
+  using SyncStreamOps::write_some;
   explicit AnyStream(FdStream* fd) : fd_(fd) {}
   explicit AnyStream(TlsStream* tls) : tls_(tls) {}
 
@@ -120,32 +120,10 @@ class AnyStream {
     return tls_ ? tls_->read_some(buffers, ec) : fd_->read_some(buffers, ec);
   }
   template <class B>
-  size_t read_some(const B& buffers) {
-    error_code ec;
-    size_t n = read_some(buffers, ec);
-    if (ec) throw boost::system::system_error(ec);
-    return n;
-  }
-  template <class B>
   size_t write_some(const B& buffers, error_code& ec) {
     return tls_ ? tls_->write_some(buffers, ec) : fd_->write_some(buffers, ec);
   }
-  template <class B>
-  size_t write_some(const B& buffers) {
-    error_code ec;
-    size_t n = write_some(buffers, ec);
-    if (ec) throw boost::system::system_error(ec);
-    return n;
-  }
   TlsStream* tls() const { return tls_; }
-  error_code write_all(std::string_view data) {
-    error_code ec;
-    while (!data.empty() && !ec) {
-      size_t n = write_some(boost::asio::const_buffer(data.data(), data.size()), ec);
-      data.remove_prefix(n);
-    }
-    return ec;
-  }
 
  private:
   FdStream* fd_ = nullptr;

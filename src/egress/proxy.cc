@@ -3,10 +3,11 @@
 //    http:// requests;
 //  - transparent TLS listener: the ClientHello's SNI names the target (port 443);
 //  - transparent HTTP listener: the Host header names the target (port 80).
-// Every request is authorized on its own (a kept-alive connection cannot reuse an earlier
-// decision), ambiguous framing is refused, credentials are put only where their definitions say
-// on intercepted TLS to a host they are bound to, and every response is masked of every secret
-// value spaced knows, whatever the mode.
+// This file is the HTTP/1.1 codec: reading and framing messages, refusing ambiguous framing,
+// dialing and relaying. What is decided on each request (on its own: a kept-alive connection
+// cannot reuse an earlier decision) and on each response head, where credentials go, and the
+// masking of every secret value spaced knows, whatever the mode, are the request stage's
+// (request_stage.h), which HTTP/2 and WebSocket handshakes go through too.
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -18,8 +19,8 @@
 #include "egress/ascii.h"
 #include "egress/h2_server.h"
 #include "egress/http_rules.h"
-#include "egress/inject.h"
 #include "egress/internal.h"
+#include "egress/request_stage.h"
 #include "egress/tls_hello.h"
 
 namespace space::egress {
@@ -36,14 +37,6 @@ constexpr size_t kResponseHeaderLimit = 64 * 1024;
 // a chunk-size line, trailers. Anything longer ends the connection (Beast's buffer_overflow),
 // so a client cannot make spaced hold an unbounded chunk line in memory.
 constexpr size_t kBufferLimit = 2 * kResponseHeaderLimit;
-constexpr size_t kAuditPathMax = 256;
-
-std::string path_only(std::string_view target) {
-  std::string p(target.substr(0, target.find('?')));
-  if (p.size() > kAuditPathMax) p = p.substr(0, kAuditPathMax) + "...";
-  return p;
-}
-
 // The status line's reason phrase of a response the gateway gives: the standard phrase and
 // why, since that line is all that many clients print of a refused CONNECT (curl: "CONNECT
 // tunnel failed, response 403"; pip and urllib: "Tunnel connection failed: 403 <phrase>").
@@ -68,51 +61,6 @@ void respond(AnyStream& s, int status, std::string_view reason, const std::strin
                     std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
   (void)s.write_all(out);
 }
-
-// Why a response from a host a granted secret is bound to cannot be masked reliably, if it
-// cannot: a body in a content coding (the gateway asked for identity) or a part of a larger
-// representation (a range of a stored value holds a piece no mask recognizes). The upstream's
-// own values are not quoted: they could carry the secret.
-std::optional<std::string> unmaskable(const http::response_header<>& res) {
-  if (res.result_int() == 206) return "a partial (206) response";
-  for (auto& f : res) {
-    if (f.name() != http::field::content_encoding) continue;
-    std::string_view v(f.value().data(), f.value().size());
-    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-    if (!v.empty() && !iequals(v, "identity")) return "a body in a content coding";
-  }
-  return std::nullopt;
-}
-
-// Masks secret values out of every header field's name and value (a name with '*' in it is
-// still a valid field name). Fields keep their order.
-void mask_fields(http::response_header<>& res, Redactor& redactor) {
-  if (!redactor.active()) return;
-  std::vector<std::pair<std::string, std::string>> fields;
-  bool changed = false;
-  for (auto& f : res) {
-    std::string_view name(f.name_string().data(), f.name_string().size());
-    std::string_view value(f.value().data(), f.value().size());
-    // The framing fields stay as they are (a number, "chunked"): masking them would break the
-    // message, and they carry no more than the body's length does.
-    bool framing =
-        f.name() == http::field::content_length || f.name() == http::field::transfer_encoding;
-    std::string n = redactor.mask(name), v = framing ? std::string(value) : redactor.mask(value);
-    changed |= n != name || v != value;
-    fields.emplace_back(std::move(n), std::move(v));
-  }
-  if (!changed) return;
-  res.clear();
-  for (auto& [n, v] : fields) res.insert(n, v);
-}
-
-// Where an HTTP connection's requests go.
-enum class Mode {
-  kProxyAbsolute,    // plain proxy: every request names its target (http://host/...)
-  kTransparentHttp,  // port 80 listener: the Host header names the target
-  kIntercepted,      // TLS terminated for a fixed host:port (CONNECT or transparent TLS)
-};
 
 struct Upstream {
   std::string key;  // "host:port"
@@ -140,7 +88,7 @@ class Connection {
         serve_tls(std::nullopt, 443);
         break;
       case ListenerKind::kTransparentHttp:
-        http_loop(client_, Mode::kTransparentHttp, nullptr, 80);
+        http_loop(client_, RequestMode::kTransparentHttp, nullptr, 80);
         break;
       case ListenerKind::kDns:
         break;
@@ -148,16 +96,11 @@ class Connection {
   }
 
  private:
-  const Policy& policy() const { return st_->sb.policy; }
-
+  // The request stage of connections (request_stage.h), whose audit says `via`.
+  RequestStage stage(const std::string& via) { return RequestStage(g_, *st_, Arrival{.via = via}); }
   void deny(const std::string& via, const std::string& host, uint16_t port,
-            const std::string& reason, json extra = json::object()) {
-    ++g_.denied;
-    extra["via"] = via;
-    extra["host"] = host;
-    extra["port"] = port;
-    extra["reason"] = reason;
-    g_.audit(*st_, "egress.denied", std::move(extra));
+            const std::string& reason) {
+    stage(via).deny(host, port, reason);
   }
 
   // --- proxy listener -----------------------------------------------------------------------
@@ -192,13 +135,12 @@ class Connection {
         respond(client_, 400, "Bad Request", "bad CONNECT target: " + a.error().message());
         return;
       }
-      Decision d = policy().check_host(a->host, a->port);
-      if (!d.allowed) {
-        deny("connect", a->host.name, a->port, d.reason);
-        respond(client_, 403, "Forbidden", d.reason);
+      RequestStage connect = stage("connect");
+      if (auto refused = connect.admit(a->host, a->port)) {
+        respond(client_, refused->status, refused->reason, refused->message);
         return;
       }
-      if (!policy().needs_inspection(a->host, a->port) && !bound_secret(a->host)) {
+      if (!connect.must_intercept(a->host, a->port)) {
         // To be tunneled: a host that resolves only to refused addresses (loopback, private,
         // metadata) is refused on the CONNECT itself, with the reason, not reset after it.
         if (auto r = check_resolves(g_, *st_, a->host, a->port);
@@ -212,7 +154,7 @@ class Connection {
       serve_tls(a->host, a->port);
       return;
     }
-    http_loop(client_, Mode::kProxyAbsolute, std::move(first), 80, &buf);
+    http_loop(client_, RequestMode::kProxy, std::move(first), 80, &buf);
   }
 
   // Peeks at the ClientHello without consuming it (so a tunnel passes it on untouched and an
@@ -244,12 +186,6 @@ class Connection {
     }
   }
 
-  bool bound_secret(const Host& host) const {
-    for (auto& gr : st_->sb.grants)
-      if (const SecretDef* def = g_.secrets->find(gr.name); def && def->bound_to(host)) return true;
-    return false;
-  }
-
   // TLS towards host:port (CONNECT), or towards whatever the SNI names (transparent, nullopt).
   void serve_tls(std::optional<Host> target, uint16_t port) {
     const std::string via = target ? "connect" : "transparent-tls";
@@ -277,10 +213,8 @@ class Connection {
         deny(via, "?", port, "TLS without SNI on the transparent listener: no target");
         return;
       }
-      Decision d = policy().check_host(*sni, port);
-      if (!d.allowed) {
-        deny(via, sni->name, port, d.reason);
-        refuse_inside_tls(*sni, d.reason);
+      if (auto refused = stage(via).admit(*sni, port)) {
+        refuse_inside_tls(*sni, refused->message);
         return;
       }
       target = sni;
@@ -290,7 +224,7 @@ class Connection {
                " does not match the CONNECT target " + target->name);
       return;
     }
-    if (policy().needs_inspection(*target, port) || bound_secret(*target)) {
+    if (stage(via).must_intercept(*target, port)) {
       // The gateway's own TLS server ignores an encrypted_client_hello extension (real or
       // GREASE, as Chromium sends on every connection): the handshake it completes is for the
       // outer SNI, the host just checked, so nothing is hidden from it.
@@ -334,27 +268,20 @@ class Connection {
   }
 
   void pass_through(const Host& host, uint16_t port, const std::string& via) {
+    RequestStage stage = this->stage(via);
     auto up = dial(g_, *st_, host, port);
     if (!up) {
       if (up.error().code() == Code::kPermissionDenied)
-        deny(via, host.name, port, up.error().message());
+        stage.deny(host.name, port, up.error().message());
       else
-        g_.audit(*st_, "egress.error",
-                 {{"host", host.name}, {"port", port}, {"error", up.error().message()}});
+        stage.audit_error(host, port, up.error().message());
       return;
     }
     auto start = std::chrono::steady_clock::now();
     TunnelBytes b = tunnel(g_, *st_, client_fd_.fd(), up->fd.get());
-    g_.audit(*st_, "egress.tunnel",
-             {{"via", via},
-              {"host", host.name},
-              {"port", port},
-              {"address", up->address},
-              {"bytes_up", b.up},
-              {"bytes_down", b.down},
-              {"duration_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
-                                  std::chrono::steady_clock::now() - start)
-                                  .count()}});
+    stage.audit_tunnel(host, port, up->address, b.up, b.down,
+                       std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::steady_clock::now() - start));
   }
 
   Result<std::shared_ptr<SSL_CTX>> server_ctx(const Host& host) {
@@ -387,40 +314,23 @@ class Connection {
       serve_h2(g_, st_, tls, client_fd_.fd(), host, port);
     } else {
       AnyStream s(&tls);
-      http_loop(s, Mode::kIntercepted, nullptr, port, nullptr, &host);
+      http_loop(s, RequestMode::kIntercepted, nullptr, port, nullptr, &host);
     }
     tls.shutdown();
   }
 
   // --- WebSocket ----------------------------------------------------------------------------
-  // The upstream accepted a WebSocket handshake (101): checks that it switched to WebSocket with
-  // no extension, passes the 101 on (masked like any response head), then relays frames until
-  // either side ends (websocket.cc). Audited as one egress.request with status 101.
+  // The upstream accepted a WebSocket handshake (101): the response stage checks that it
+  // switched to WebSocket with no extension and masks the head, which goes on; then frames are
+  // relayed until either side ends (websocket.cc). Audited as one egress.request with status 101.
   void serve_websocket(AnyStream& client, beast::flat_buffer& client_buf,
-                       http::response_header<>& res, const Host& host, uint16_t port,
-                       const std::string& method, const std::string& path,
-                       const std::vector<std::string>& used) {
-    json ev = {{"via", "intercept"}, {"host", host.name},       {"port", port},
-               {"method", method},   {"path", path_only(path)}, {"status", 101},
-               {"websocket", true}};
-    if (!used.empty()) ev["secrets"] = used;
-    std::string problem;
-    if (!iequals(
-            std::string_view(res[http::field::upgrade].data(), res[http::field::upgrade].size()),
-            "websocket"))
-      problem = "the upstream switched to a protocol other than WebSocket";
-    else if (res.count(http::field::sec_websocket_extensions))
-      problem = "the upstream chose a WebSocket extension the gateway did not offer";
-    if (!problem.empty()) {
+                       http::response_header<>& res, RequestStage& stage, const Forward& fwd,
+                       Redactor& redactor) {
+    if (auto refused = stage.respond_head(fwd, res, redactor)) {
       up_.reset();
-      deny("intercept", host.name, port, "response refused: " + problem,
-           {{"method", method}, {"path", path_only(path)}});
-      respond(client, 502, "Bad Gateway", problem);
+      respond(client, refused->status, refused->reason, refused->message);
       return;
     }
-    strip_hop_by_hop_fields(res);
-    Redactor redactor(g_.secrets->mask_patterns());
-    mask_fields(res, redactor);
     std::string head =
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
         "Connection: Upgrade\r\n";
@@ -444,17 +354,12 @@ class Connection {
     WebSocketRelayed r =
         relay_websocket(g_, *st_, client, *up_->stream, client_first, upstream_first);
     up_.reset();
-    g_.bytes_up += r.up;
-    g_.bytes_down += r.down;
-    ev["bytes_up"] = r.up;
-    ev["bytes_down"] = r.down;
-    ev["duration_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::steady_clock::now() - start)
-                            .count();
-    if (redactor.redactions() + r.redactions)
-      ev["redactions"] = redactor.redactions() + r.redactions;
-    if (!r.error.empty()) ev["error"] = r.error;
-    g_.audit(*st_, "egress.request", std::move(ev));
+    json extra = {{"duration_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                      std::chrono::steady_clock::now() - start)
+                                      .count()}};
+    if (!r.error.empty()) extra["error"] = r.error;
+    stage.audit_request(fwd, 101, r.up, r.down, redactor.redactions() + r.redactions,
+                        std::move(extra));
   }
 
   // --- HTTP ---------------------------------------------------------------------------------
@@ -532,15 +437,14 @@ class Connection {
     }
   }
 
-  void http_loop(AnyStream& client, Mode mode,
+  void http_loop(AnyStream& client, RequestMode mode,
                  std::unique_ptr<http::request_parser<http::empty_body>> first,
                  uint16_t default_port, beast::flat_buffer* first_buf = nullptr,
                  const Host* fixed_host = nullptr) {
     beast::flat_buffer own_buf(kBufferLimit);
     beast::flat_buffer& buf = first_buf ? *first_buf : own_buf;
-    const std::string via = mode == Mode::kProxyAbsolute     ? "proxy"
-                            : mode == Mode::kTransparentHttp ? "transparent-http"
-                                                             : "intercept";
+    RequestStage stage(g_, *st_, {mode, false, fixed_host, default_port});
+    auto answer = [&](const LocalReply& r) { respond(client, r.status, r.reason, r.message); };
     for (;;) {
       std::unique_ptr<http::request_parser<http::empty_body>> hp;
       if (first) {
@@ -563,151 +467,20 @@ class Connection {
         }
       }
       auto& req = hp->get();
-      std::string method(req.method_string());
-      std::string target(req.target());
-      if (auto problem = framing_problem_of(req)) {
-        deny(via, fixed_host ? fixed_host->name : "?", default_port,
-             "ambiguous request framing: " + *problem, {{"method", method}});
-        respond(client, 400, "Bad Request", "ambiguous request framing: " + *problem);
-        return;
-      }
-      // One Host field at most (RFC 9112 §3.2): with two, the gateway and the upstream could
-      // each route by a different one.
-      if (req.count(http::field::host) > 1) {
-        deny(via, fixed_host ? fixed_host->name : "?", default_port, "more than one Host header",
-             {{"method", method}});
-        respond(client, 400, "Bad Request", "more than one Host header");
-        return;
-      }
-      // Which host this request goes to.
-      Host host;
-      uint16_t port = default_port;
-      std::string path = target;
-      std::string host_header(req[http::field::host]);
-      if (mode == Mode::kProxyAbsolute) {
-        if (req.method() == http::verb::connect) {
-          respond(client, 400, "Bad Request", "CONNECT must be the first request on a connection");
-          return;
-        }
-        auto split = split_absolute_target(target);
-        if (!split) {
-          const std::string& msg = split.error().message();
-          deny(via, "?", 0, msg, {{"method", method}});
-          respond(client, 400, "Bad Request", msg);
-          return;
-        }
-        std::string_view auth = split->authority;
-        path = std::move(split->path);
-        auto a = parse_authority(auth, 80);
-        if (!a) {
-          deny(via, std::string(auth.substr(0, 256)), 0, a.error().message(), {{"method", method}});
-          respond(client, 400, "Bad Request", "bad URL host: " + a.error().message());
-          return;
-        }
-        host = a->host;
-        port = a->port;
-        req.set(http::field::host, std::string(auth));
-        req.target(path);
-      } else {
-        auto a = parse_authority(host_header, default_port);
-        if (!a) {
-          deny(via, fixed_host ? fixed_host->name : "?", default_port,
-               "bad Host header: " + a.error().message(), {{"method", method}});
-          respond(client, 400, "Bad Request", "bad Host header: " + a.error().message());
-          return;
-        }
-        if (mode == Mode::kIntercepted && (!(a->host == *fixed_host) || a->port != default_port)) {
-          std::string msg = "Host \"" + host_header.substr(0, 256) +
-                            "\" does not match the TLS connection's host " + fixed_host->name;
-          deny(via, fixed_host->name, default_port, msg, {{"method", method}});
-          respond(client, 421, "Misdirected Request", msg);
-          return;
-        }
-        if (mode == Mode::kTransparentHttp && a->port != 80) {
-          respond(client, 400, "Bad Request", "the transparent listener serves port 80 only");
-          return;
-        }
-        host = a->host;
-        port = a->port;
-      }
-      Decision d = policy().check_host(host, port);
-      if (d.allowed) d = policy().check_request(host, port, method, path);
-      if (!d.allowed) {
-        deny(via, host.name, port, d.reason, {{"method", method}, {"path", path_only(path)}});
-        respond(client, 403, "Forbidden", d.reason);
-        return;
-      }
+      if (auto problem = framing_problem_of(req))
+        return answer(stage.refuse(400, "ambiguous request framing: " + *problem,
+                                   std::string(req.method_string())));
       bool client_keep_alive = req.keep_alive();
-      // A WebSocket handshake to an intercepted host is carried (the upgrade is authorized and
-      // credentials are injected like any request): Upgrade and Connection survive the
-      // hop-by-hop strip, and no extension is offered (permessage-deflate would hide the
-      // frames' payloads from masking).
-      const bool websocket = mode == Mode::kIntercepted && websocket_upgrade_requested(req);
-      strip_hop_by_hop_fields(req);
-      if (websocket) {
-        req.set(http::field::upgrade, "websocket");
-        req.set(http::field::connection, "Upgrade");
-        req.erase(http::field::sec_websocket_extensions);
-      }
-
-      // Credentials: only inside TLS the gateway terminated, only for requests the secret is
-      // bound to, only where its definition says. Elsewhere a placeholder travels as the
-      // meaningless string it is.
-      std::vector<std::string> used;
-      // Requests to a host a granted secret is bound to may have planted a value there: their
-      // responses must come back in a form masking can read (docs/egress.md, "What comes back").
-      const bool bound = mode == Mode::kIntercepted && bound_secret(host);
-      if (mode == Mode::kIntercepted) {
-        for (auto& gr : st_->sb.grants) {
-          const SecretDef* def = g_.secrets->find(gr.name);
-          if (!def || !def->applies(host, method, path)) continue;
-          auto value = g_.secrets->value(
-              gr.name, [this] { return st_->mint_allowed(); }, st_->sb.id);
-          if (!value) {
-            // The reason may quote a mint command's stderr: it is for the operator only.
-            g_.audit(
-                *st_, "credential.error",
-                {{"secret", gr.name}, {"host", host.name}, {"error", value.error().message()}});
-            if (value.error().code() == Code::kResourceExhausted) {
-              respond(client, 429, "Too Many Requests",
-                      "credential " + gr.name +
-                          ": new tokens were asked for too often from "
-                          "this sandbox; retry in a few seconds");
-            } else {
-              respond(client, 502, "Bad Gateway",
-                      "credential " + gr.name +
-                          " is unavailable; the reason is in this "
-                          "sandbox's audit log (credential.error) for the operator");
-            }
-            return;
-          }
-          inject(req, *def, gr.placeholder, *value);
-          used.push_back(gr.name);
-          ++g_.credential_uses;
-          g_.audit(*st_, "credential.use",
-                   {{"secret", gr.name},
-                    {"host", host.name},
-                    {"method", method},
-                    {"path", path_only(path)}});
-        }
-      }
-      if (bound) {
-        req.set(http::field::accept_encoding, "identity");
-        // A range of a stored value is a piece of it that no mask would recognize.
-        req.erase(http::field::range);
-        req.erase(http::field::if_range);
-      }
-
-      auto up = upstream_for(host, port, mode == Mode::kIntercepted);
+      // Where it goes, whether it may, and the head as it leaves (request_stage.h).
+      Verdict verdict = stage.decide(req);
+      if (auto* r = std::get_if<LocalReply>(&verdict)) return answer(*r);
+      const Forward& fwd = std::get<Forward>(verdict);
+      auto up = upstream_for(fwd.host, fwd.port, mode == RequestMode::kIntercepted);
       if (!up) {
-        if (up.error().code() == Code::kPermissionDenied) {
-          deny(via, host.name, port, up.error().message(), {{"method", method}});
-          respond(client, 403, "Forbidden", up.error().message());
-        } else {
-          g_.audit(*st_, "egress.error",
-                   {{"host", host.name}, {"port", port}, {"error", up.error().message()}});
-          respond(client, 502, "Bad Gateway", up.error().message());
-        }
+        if (up.error().code() == Code::kPermissionDenied)
+          return answer(stage.refuse(fwd, 403, up.error().message()));
+        stage.audit_error(fwd.host, fwd.port, up.error().message());
+        respond(client, 502, "Bad Gateway", up.error().message());
         return;
       }
       ++g_.requests;
@@ -727,7 +500,7 @@ class Connection {
         resp.emplace();
         resp->header_limit(kResponseHeaderLimit);
         resp->body_limit(std::numeric_limits<uint64_t>::max());
-        if (method == "HEAD") resp->skip(true);
+        if (fwd.method == "HEAD") resp->skip(true);
         size_t head = http::read_header(**up, up_->buf, *resp, ec);
         if (!ec && head > kResponseHeaderLimit) ec = http::error::header_limit;
         if (ec) break;
@@ -737,8 +510,8 @@ class Connection {
         http::write(client, interim, ec);
         if (ec) return;
       }
-      if (!ec && resp->get().result_int() == 101 && websocket) {
-        serve_websocket(client, buf, resp->get(), host, port, method, path, used);
+      if (!ec && resp->get().result_int() == 101 && fwd.websocket) {
+        serve_websocket(client, buf, resp->get(), stage, fwd, redactor);
         return;
       }
       if (ec || resp->get().result_int() == 101) {
@@ -754,36 +527,17 @@ class Connection {
         respond(client, 502, "Bad Gateway", "the upstream's response framing is ambiguous");
         return;
       }
-      if (bound) {
-        if (auto problem = unmaskable(res)) {
-          up_.reset();
-          deny(via, host.name, port, "response refused: " + *problem,
-               {{"method", method}, {"path", path_only(path)}});
-          respond(client, 502, "Bad Gateway",
-                  "the response from " + host.name + " was refused: " + *problem +
-                      "; responses from a host a secret is bound to must be whole and "
-                      "unencoded, so that the secret can be masked out of them");
-          return;
-        }
-      }
       bool upstream_keep_alive = res.keep_alive();
-      strip_hop_by_hop_fields(res);
-      // The reason phrase is the upstream's free text: the standard one replaces it.
-      res.reason({});
-      mask_fields(res, redactor);
+      if (auto refused = stage.respond_head(fwd, res, redactor)) {
+        up_.reset();
+        return answer(*refused);
+      }
       bool keep = client_keep_alive && upstream_keep_alive;
       res.keep_alive(keep);
       int status = res.result_int();
       bool ok = relay_body<false>(**up, up_->buf, *resp, client,
                                   redactor.active() ? &redactor : nullptr, st_->down, bytes_down);
-      g_.bytes_up += bytes_up;
-      g_.bytes_down += bytes_down;
-      json ev = {{"via", via},           {"host", host.name},       {"port", port},
-                 {"method", method},     {"path", path_only(path)}, {"status", status},
-                 {"bytes_up", bytes_up}, {"bytes_down", bytes_down}};
-      if (!used.empty()) ev["secrets"] = used;
-      if (redactor.redactions()) ev["redactions"] = redactor.redactions();
-      g_.audit(*st_, "egress.request", std::move(ev));
+      stage.audit_request(fwd, status, bytes_up, bytes_down, redactor.redactions());
       if (!ok || !keep) return;
       if (!upstream_keep_alive) up_.reset();
     }
@@ -797,15 +551,6 @@ class Connection {
 };
 
 }  // namespace
-
-// The rules above, for the HTTP/2 streams of h2_server.cc (http_rules.h).
-std::optional<std::string> unmaskable_response(const http::response_header<>& res) {
-  return unmaskable(res);
-}
-void mask_response_fields(http::response_header<>& res, Redactor& redactor) {
-  mask_fields(res, redactor);
-}
-std::string audit_path(std::string_view target) { return path_only(target); }
 
 void serve_connection(Shared& g, std::shared_ptr<Gateway::State> st, UniqueFd fd,
                       ListenerKind kind) {

@@ -1,9 +1,10 @@
 // A TLS connection over a raw non-blocking socket, as a Beast SyncReadStream/SyncWriteStream
-// with the same timeouts and cancellation as FdStream (every wait is a poll() on the
-// socket plus a cancel eventfd). The gateway uses it on both sides of an intercepted
-// connection: as a server towards the sandbox (presenting a leaf of the sandbox's CA) and as a
-// client towards the upstream (verifying it normally). OpenSSL is driven directly (SSL_set_fd)
-// rather than through Asio's ssl::stream, whose synchronous operations cannot time out.
+// (the adaptor's shared half, SyncStreamOps, is common/fd_stream.h's) with the same timeouts
+// and cancellation as FdStream (every wait is a poll() on the socket plus a cancel eventfd). The
+// gateway uses it on both sides of an intercepted connection: as a server towards the sandbox
+// (presenting a leaf of the sandbox's CA) and as a client towards the upstream (verifying it
+// normally). OpenSSL is driven directly (SSL_set_fd) rather than through Asio's ssl::stream, whose
+// synchronous operations cannot time out.
 #pragma once
 
 #include <openssl/ssl.h>
@@ -12,19 +13,21 @@
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/system/error_code.hpp>
-#include <boost/system/system_error.hpp>
 #include <chrono>
 #include <memory>
 #include <string>
 
 #include "common/error.h"
+#include "common/fd_stream.h"
 
 namespace space::egress {
 
-class TlsStream {
+class TlsStream : public SyncStreamOps<TlsStream> {
  public:
   using Clock = std::chrono::steady_clock;
   using error_code = boost::system::error_code;
+  using SyncStreamOps::read_some;
+  using SyncStreamOps::write_some;
 
   // `fd` is borrowed (owned by the caller's FdStream) and must be non-blocking.
   TlsStream(int fd, std::shared_ptr<SSL_CTX> ctx, int cancel_fd);
@@ -65,13 +68,6 @@ class TlsStream {
     ec = {};
     return 0;
   }
-  template <class MutableBufferSequence>
-  size_t read_some(const MutableBufferSequence& buffers) {
-    error_code ec;
-    size_t n = read_some(buffers, ec);
-    if (ec) throw boost::system::system_error(ec);
-    return n;
-  }
   template <class ConstBufferSequence>
   size_t write_some(const ConstBufferSequence& buffers, error_code& ec) {
     for (auto it = boost::asio::buffer_sequence_begin(buffers);
@@ -82,13 +78,6 @@ class TlsStream {
     }
     ec = {};
     return 0;
-  }
-  template <class ConstBufferSequence>
-  size_t write_some(const ConstBufferSequence& buffers) {
-    error_code ec;
-    size_t n = write_some(buffers, ec);
-    if (ec) throw boost::system::system_error(ec);
-    return n;
   }
 
  private:

@@ -1,14 +1,11 @@
-// space-egress's confinement (confine.h).
+// space-egress's confinement (confine.h): its own step, hiding spaced's directories, then the
+// host's recipe (host/confine.h) with the egress seccomp role.
 #include "egressd/confine.h"
 
-#include <grp.h>
-#include <linux/capability.h>
 #include <sched.h>
 #include <sys/mount.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,8 +15,8 @@
 #include <sstream>
 #include <string_view>
 
-#include "runtime/linux/seccomp.h"
-#include "runtime/linux/seccomp_policy.h"
+#include "host/confine.h"
+#include "host/seccomp_policy.h"
 
 namespace space::egressd {
 
@@ -70,17 +67,11 @@ Result<Args> parse_args(int argc, char** argv) {
   return a;
 }
 
-Result<void> confine(const Args& a) {
-  // Compiled first: libseccomp allocates, and nothing below may fail half-way for want of it.
-  auto program = TRY(runtime::linux::compile_policy(runtime::linux::egress_policy(::getpid())));
+namespace {
 
-  // Connections need descriptors: as many as the hard limit allows (set while still root).
-  rlimit nofile{};
-  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-    nofile.rlim_cur = nofile.rlim_max;
-    (void)::setrlimit(RLIMIT_NOFILE, &nofile);
-  }
-
+// space-egress's own step: a private mount namespace (and IPC namespace) in which every `hide`
+// directory is covered by an empty read-only tmpfs.
+Result<void> hide(const std::vector<std::string>& dirs) {
   if (::unshare(CLONE_NEWNS | CLONE_NEWIPC) != 0) return fail_sys("unshare", "NEWNS|NEWIPC");
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     return fail_sys("mount", "/ private");
@@ -93,45 +84,43 @@ Result<void> confine(const Args& a) {
       std::istringstream f(line);
       std::string id, parent, devno, root, point;
       if (!(f >> id >> parent >> devno >> root >> point)) continue;
-      for (const auto& dir : a.hide)
+      for (const auto& dir : dirs)
         if (point == dir || (point.starts_with(dir) && point[dir.size()] == '/'))
           under.push_back(point);
     }
     std::sort(under.begin(), under.end(), [](auto& x, auto& y) { return x.size() > y.size(); });
     for (const auto& point : under) (void)::umount2(point.c_str(), MNT_DETACH);
   }
-  for (const auto& dir : a.hide) {
+  for (const auto& dir : dirs) {
     struct stat st;
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
     if (::mount("space-egress", dir.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                 "size=4k,nr_inodes=1,mode=0500") != 0)
       return fail_sys("mount tmpfs over", dir);
   }
+  return {};
+}
 
-  if (::setgroups(0, nullptr) != 0) return fail_sys("setgroups");
-  if (::setresgid(a.gid, a.gid, a.gid) != 0) return fail_sys("setresgid");
-  for (int cap = 0; cap <= CAP_LAST_CAP; ++cap) {
-    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
-      return fail_sys("prctl", "PR_CAPBSET_DROP");
+}  // namespace
+
+Result<void> confine(const Args& a) {
+  // Compiled first: libseccomp allocates, and nothing below may fail half-way for want of it.
+  auto program = TRY(host::compile_policy(host::egress_policy(::getpid())));
+  auto no_caps = TRY(host::make_cap_plan(0));
+  TRY_VOID(hide(a.hide));
+  // Then the common recipe (host/confine.h): uid and gid with no groups and no capability,
+  // not dumpable, no_new_privs, the egress role.
+  host::ConfinePlan plan{.become = host::Identity{a.uid, a.gid},
+                         .caps = no_caps,
+                         .not_dumpable = true,
+                         .seccomp = &program};
+  // Connections need descriptors: as many as the hard limit allows (set while still root).
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    plan.nofile = nofile;
   }
-  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
-    return fail_sys("prctl", "PR_CAP_AMBIENT_CLEAR_ALL");
-  // Leaving uid 0 with keep-caps off clears the permitted and effective sets.
-  if (::setresuid(a.uid, a.uid, a.uid) != 0) return fail_sys("setresuid");
-  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct data[2] = {};
-  if (::syscall(SYS_capset, &hdr, data) != 0) return fail_sys("capset");
-  if (::syscall(SYS_capget, &hdr, data) != 0) return fail_sys("capget");
-  for (auto& d : data)
-    if (d.effective || d.permitted || d.inheritable)
-      return fail(Code::kInternal, "capabilities remain after dropping them");
-  if (::setresuid(0, 0, 0) == 0) return fail(Code::kInternal, "could become root again");
-
-  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return fail_sys("prctl", "PR_SET_DUMPABLE");
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-    return fail_sys("prctl", "PR_SET_NO_NEW_PRIVS");
-  if (int err = runtime::linux::install_seccomp(program); err != 0)
-    return fail_sys("seccomp", "egress role", err);
+  TRY_VOID(host::confine(plan));
   if (::chdir("/") != 0) return fail_sys("chdir", "/");
   return {};
 }

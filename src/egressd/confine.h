@@ -21,11 +21,11 @@ struct Args {
 // space-egress --control-fd N --uid U --gid G [--hide DIR]...
 Result<Args> parse_args(int argc, char** argv);
 
-// A private mount namespace (and IPC namespace) with every `hide` directory covered; the
-// descriptor limit raised to its hard limit; then uid and gid `args.uid`/`args.gid` with no
-// supplementary groups, every capability dropped (bounding and ambient sets too), not dumpable,
-// no_new_privs, and the seccomp role runtime::linux::egress_policy(its pid). Fails rather than run
-// with less; refuses uid or gid 0.
+// A private mount namespace (and IPC namespace) with every `hide` directory covered; then the
+// host's confinement recipe (host/confine.h): the descriptor limit raised to its hard limit, uid
+// and gid `args.uid`/`args.gid` with no supplementary groups, every capability dropped
+// (bounding and ambient sets too), not dumpable, no_new_privs, and the seccomp role
+// host::egress_policy(its pid). Fails rather than run with less; refuses uid or gid 0.
 Result<void> confine(const Args& args);
 
 }  // namespace space::egressd

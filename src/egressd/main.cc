@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "egress/ca.h"
@@ -38,16 +39,20 @@ class Service {
 
   int run() {
     auto first = wire::recv(ctl_);
-    if (!first || first->body.value("op", "") != "init") {
-      spdlog::error("space-egress: no init message from spaced");
+    Result<wire::ToGateway> init_msg =
+        first ? wire::parse_to_gateway(std::move(*first)) : fail(std::move(first.error()));
+    auto* init_m = init_msg ? std::get_if<wire::Init>(&*init_msg) : nullptr;
+    if (!init_m) {
+      spdlog::error("space-egress: no init message from spaced{}",
+                    init_msg ? "" : ": " + init_msg.error().message());
       return 1;
     }
-    if (auto r = init(first->body); !r) {
+    if (auto r = init(std::move(*init_m)); !r) {
       spdlog::error("space-egress: {}", r.error().message());
-      (void)wire::send(ctl_, {{"op", "ready"}, {"error", wire::error_json(r.error())}});
+      (void)wire::send(ctl_, wire::Ready{fail(std::move(r.error()))});
       return 1;
     }
-    (void)send({{"op", "ready"}, {"pid", ::getpid()}});
+    (void)send(wire::Ready{int64_t{::getpid()}});
     for (;;) {
       auto m = wire::recv(ctl_);
       if (!m) {
@@ -55,7 +60,12 @@ class Service {
         spdlog::warn("space-egress: {}", m.error().message());
         continue;
       }
-      dispatch(std::move(*m));
+      auto parsed = wire::parse_to_gateway(std::move(*m));
+      if (!parsed) {
+        spdlog::warn("space-egress: refused: {}", parsed.error().message());
+        continue;
+      }
+      std::visit([this](auto& k) { handle(k); }, *parsed);
     }
     // spaced is gone or stopping: every connection ends with the process, as it ended with
     // spaced's own threads before. Nothing is saved here, so nothing is lost.
@@ -68,25 +78,13 @@ class Service {
   }
 
  private:
-  Result<void> init(const json& m) {
-    egress::Gateway::Options o;
-    const json& opts = m.value("options", json::object());
-    // (.items() of a temporary would outlive it in a range-for: each object is held first.)
-    const json resolve = opts.value("resolve", json::object());
-    for (auto& [k, v] : resolve.items())
-      if (v.is_string()) o.resolve[k] = v.get<std::string>();
-    for (auto& pem : opts.value("upstream_ca_pems", json::array()))
-      if (pem.is_string()) o.upstream_ca_pems.push_back(pem.get<std::string>());
-    if (auto t = opts.find("connect_timeout_ms"); t != opts.end() && t->is_number_unsigned())
-      o.connect_timeout = std::chrono::milliseconds(t->get<uint64_t>());
-    if (auto t = opts.find("idle_timeout_ms"); t != opts.end() && t->is_number_unsigned())
-      o.idle_timeout = std::chrono::milliseconds(t->get<uint64_t>());
+  Result<void> init(wire::Init m) {
+    egress::Gateway::Options o = std::move(m.options);
     o.audit = [this](const std::string& id, const std::string& kind, json data) {
-      (void)send({{"op", "audit"}, {"id", id}, {"kind", kind}, {"data", std::move(data)}});
+      (void)send(wire::Audit{id, kind, std::move(data)});
     };
     std::map<std::string, egress::SecretDef> defs;
-    const json secrets = m.value("secrets", json::object());
-    for (auto& [name, j] : secrets.items()) defs[name] = TRY(egress::SecretDef::from_wire(name, j));
+    for (auto& [name, j] : m.secrets) defs[name] = TRY(egress::SecretDef::from_wire(name, j));
     secrets_ = std::make_shared<egress::SecretStore>(
         std::move(defs), [this](const std::string& name, const std::string& sandbox) {
           return fetch(name, sandbox);
@@ -108,20 +106,13 @@ class Service {
     (void)egress::Policy::from_json(egress::Policy().to_json());
   }
 
-  Result<void> send(const json& body, std::span<const int> fds = {}) {
+  Result<void> send(const wire::ToDaemon& m) {
     std::lock_guard lock(send_mu_);
-    return wire::send(ctl_, body, fds);
+    return wire::send(ctl_, m);
   }
 
-  void reply(const json& m, Result<json> r) {
-    json out = {{"op", "reply"}, {"seq", m.value("seq", uint64_t{0})}};
-    if (r) {
-      out["ok"] = true;
-      for (auto& [k, v] : r->items()) out[k] = v;
-    } else {
-      out["error"] = wire::error_json(r.error());
-    }
-    (void)send(out);
+  void reply(uint64_t seq, Result<void> r, std::optional<egress::Gateway::Stats> stats = {}) {
+    (void)send(wire::Reply{seq, std::move(r), stats});
   }
 
   // A secret's value, asked of spaced, which hands out only what `sandbox` was granted.
@@ -133,7 +124,7 @@ class Service {
       seq = ++next_seq_;
       secret_replies_[seq];
     }
-    if (auto r = send({{"op", "secret"}, {"seq", seq}, {"id", sandbox}, {"name", name}}); !r) {
+    if (auto r = send(wire::SecretRequest{seq, sandbox, name}); !r) {
       std::lock_guard lock(mu_);
       secret_replies_.erase(seq);
       return fail(std::move(r.error()));
@@ -149,63 +140,39 @@ class Service {
     return std::move(*got);
   }
 
-  void dispatch(wire::Message m) {
-    const json& b = m.body;
-    std::string op = b.value("op", "");
-    if (op == "secret") {
-      uint64_t seq = b.value("seq", uint64_t{0});
-      Result<std::string> v = fail(Code::kInternal, "no value");
-      if (auto it = b.find("value"); it != b.end() && it->is_string())
-        v = it->get<std::string>();
-      else
-        v = fail(wire::error_of(b.value("error", json::object())));
-      {
-        std::lock_guard lock(mu_);
-        auto it = secret_replies_.find(seq);
-        if (it == secret_replies_.end()) return;  // asked too long ago
-        it->second = std::move(v);
-      }
-      cv_.notify_all();
-    } else if (op == "attach") {
-      reply(b, attach(b, std::move(m.fds)));
-    } else if (op == "detach") {
-      gateway_->detach(b.value("id", ""));
-      reply(b, json::object());
-    } else if (op == "stats") {
-      reply(b, wire::stats_json(gateway_->stats()));
-    } else {
-      spdlog::warn("space-egress: unknown control message {}", op.substr(0, 32));
+  void handle(wire::Init&) { spdlog::warn("space-egress: a second init message, ignored"); }
+
+  void handle(wire::SecretAnswer& m) {
+    {
+      std::lock_guard lock(mu_);
+      auto it = secret_replies_.find(m.seq);
+      if (it == secret_replies_.end()) return;  // asked too long ago
+      it->second = std::move(m.value);
     }
+    cv_.notify_all();
   }
 
-  Result<json> attach(const json& b, std::vector<UniqueFd> fds) {
+  void handle(wire::Attach& m) { reply(m.seq, attach(m)); }
+
+  void handle(wire::Detach& m) {
+    gateway_->detach(m.id);
+    reply(m.seq, {});
+  }
+
+  void handle(wire::StatsRequest& m) { reply(m.seq, {}, gateway_->stats()); }
+
+  Result<void> attach(wire::Attach& m) {
     egress::SandboxEgress sb;
-    sb.id = b.value("id", "");
-    sb.policy = TRY(egress::Policy::from_json(b.value("policy", json())));
-    for (auto& g : b.value("grants", json::array())) {
-      if (!g.is_object() || !g.value("name", json()).is_string() ||
-          !g.value("placeholder", json()).is_string())
-        return fail(Code::kInvalidArgument, "attach: bad grant");
-      sb.grants.push_back({g["name"].get<std::string>(), g["placeholder"].get<std::string>()});
-    }
-    sb.ca = TRY(egress::SandboxCa::from_pem(b.value("ca_key", ""), b.value("ca_cert", "")));
-    const json known = b.value("known", json::object());
-    for (auto& [name, values] : known.items()) {
-      std::vector<std::string> vs;
-      for (auto& v : values)
-        if (v.is_string()) vs.push_back(v.get<std::string>());
-      secrets_->remember_values(name, vs);
-    }
-    const json& kinds = b.value("kinds", json::array());
-    if (!kinds.is_array() || kinds.size() != fds.size() || fds.empty())
-      return fail(Code::kInvalidArgument, "attach: listener kinds and fds differ");
+    sb.id = m.id;
+    sb.policy = TRY(egress::Policy::from_json(m.policy));
+    sb.grants = std::move(m.grants);
+    sb.ca = TRY(egress::SandboxCa::from_pem(m.ca_key, m.ca_cert));
+    OPENSSL_cleanse(m.ca_key.data(), m.ca_key.size());
+    for (auto& [name, values] : m.known) secrets_->remember_values(name, values);
     egress::BoundListeners bound;
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (!kinds[i].is_number_integer()) return fail(Code::kInvalidArgument, "attach: bad kind");
-      bound.fds.emplace_back(std::move(fds[i]), kinds[i].get<int>());
-    }
-    TRY_VOID(gateway_->attach(std::move(sb), std::move(bound)));
-    return json::object();
+    for (size_t i = 0; i < m.fds.size(); ++i)
+      bound.fds.emplace_back(std::move(m.fds[i]), m.kinds[i]);
+    return gateway_->attach(std::move(sb), std::move(bound));
   }
 
   int ctl_;

@@ -14,7 +14,7 @@
 
 #include "cluster/discovery.h"
 #include "cluster/object_store.h"
-#include "cluster/snapshot_push.h"
+#include "cluster/store_keys.h"
 #include "common/units.h"
 #include "gateway/config.h"
 #include "gateway/nodes.h"

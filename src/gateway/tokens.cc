@@ -12,7 +12,7 @@
 #include "api/auth.h"
 #include "common/clock.h"
 #include "common/hex.h"
-#include "daemon/daemon.h"  // rfc3339
+#include "common/ids.h"
 
 namespace space::gateway {
 namespace {
@@ -150,7 +150,7 @@ Result<daemon::TokenRecord> TokenFile::authenticate(std::string_view authorizati
   if (it->second.record.expired(now_s()))
     return fail(Code::kUnauthenticated, "API token " + text->id + " (" + it->second.record.name +
                                             ") expired at " +
-                                            daemon::rfc3339(it->second.record.expires_at));
+                                            rfc3339(it->second.record.expires_at));
   return it->second.record;
 }
 
@@ -180,12 +180,12 @@ Result<NewToken> make_token(const std::string& name, const std::vector<std::stri
     return fail(Code::kInvalidArgument, "--ttl: more than 0 and at most 365 days");
   NewToken t;
   // spaced's own token shape (daemon/tokens.h), from the same generator.
-  std::string id_hex = daemon::random_id("", daemon::kTokenIdHexDigits / 2);
-  std::string secret_hex = daemon::random_id("", daemon::kTokenSecretBytes);
+  std::string id_hex = random_id("", daemon::kTokenIdHexDigits / 2);
+  std::string secret_hex = random_id("", daemon::kTokenSecretBytes);
   t.text = std::string(daemon::kTokenPrefix) + id_hex + "_" + secret_hex;
   t.entry = {
       {"id", id_hex},         {"name", name}, {"secret_sha256", daemon::sha256_hex(secret_hex)},
-      {"profiles", profiles}, {"ops", ops},   {"expires_at", daemon::rfc3339(now_s() + ttl_s)}};
+      {"profiles", profiles}, {"ops", ops},   {"expires_at", rfc3339(now_s() + ttl_s)}};
   return t;
 }
 

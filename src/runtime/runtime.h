@@ -1,8 +1,10 @@
-// The runtime interface: what the daemon needs from any way of running a sandbox (the linux
-// namespace jail today, QEMU and Firecracker microVMs later). A runtime creates a sandbox
-// from a spec and hands back an Instance whose only link to the inside is a byte stream to the
-// in-sandbox agent (space-agent, PID 1 / init); everything else (exec, files, ps) goes over
-// that stream, so it is the same for every runtime.
+// The runtime interface: what the daemon needs from any way of running a sandbox: the linux
+// runtime's namespace jail (runtime/linux), a QEMU microVM (runtime/qemu) or a Firecracker
+// microVM (runtime/firecracker); the VM runtimes share their host side (vmm.h, vm_steps.h,
+// vm_host.h) and registry.h names them all. A runtime creates a sandbox from a spec and hands
+// back an Instance whose only link to the inside is a byte stream to the in-sandbox agent
+// (space-agent, PID 1 / init); everything else (exec, files, ps) goes over that stream, so it
+// is the same for every runtime.
 #pragma once
 
 #include <chrono>
@@ -18,16 +20,14 @@
 #include "common/error.h"
 #include "common/fd.h"
 #include "common/step_times.h"
+#include "host/limits.h"
 
 namespace space::runtime {
 
-struct Limits {
-  uint64_t memory_bytes = 512ull << 20;
-  double cpus = 1.0;
-  uint32_t pids = 256;
-  uint64_t disk_bytes = 2ull << 30;  // size of the writable layer
-  uint64_t disk_inodes = 0;          // 0 = derived from disk_bytes
-};
+// What a sandbox may use of the host and what it used (host/limits.h, shared with the host
+// toolkit's cgroups).
+using host::Limits;
+using host::Usage;
 
 // What a profile asks of a microVM's devices (spaced's config: profiles.NAME.vm,
 // docs/configuration.md). The firecracker runtime applies them; the others ignore them.
@@ -94,15 +94,6 @@ struct SandboxSpec {
   std::function<Result<void>(int dir_fd)> restore_machine;
   // If set, create() marks its steps here (cgroup, netns, layer, launch, ...).
   StepTimes* times = nullptr;
-};
-
-// Resource usage as the cgroup reports it.
-struct Usage {
-  uint64_t memory_bytes = 0;
-  uint64_t memory_limit = 0;
-  uint64_t oom_kills = 0;  // processes the kernel OOM-killed in this sandbox so far
-  uint64_t pids = 0;
-  uint64_t cpu_usage_ns = 0;
 };
 
 class Instance {

@@ -23,8 +23,8 @@
 
 #include "common/fd.h"
 #include "common/guard.h"
-#include "runtime/linux/launcher.h"
-#include "runtime/linux/syscalls.h"
+#include "host/process.h"
+#include "host/syscalls.h"
 
 namespace space::runtime::vm {
 namespace fs = std::filesystem;
@@ -154,6 +154,9 @@ Result<std::vector<UpperEntry>> read_upper(int disk_fd, const UpperReader& reade
                   .argv = argv};
   if (plan.uid == 0) return fail(Code::kInternal, "the disk reader must not run as root");
 
+  // Not spawn_with_channel (common/subprocess.h): between fork and exec this child enters new
+  // namespaces, sets rlimits, drops to the sandbox's uid and sets PDEATHSIG and no_new_privs,
+  // none of which posix_spawn can do. So clone3 and reader_child_main, here.
   // A pid namespace of its own (it is its init: killing it ends everything in it), an empty
   // network namespace (no network), its own ipc and uts.
   int pidfd_raw = -1;
@@ -161,11 +164,11 @@ Result<std::vector<UpperEntry>> read_upper(int disk_fd, const UpperReader& reade
   args.flags = CLONE_PIDFD | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS;
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd_raw);
   args.exit_signal = SIGCHLD;
-  long pid = linux::sys_clone3(&args);
+  long pid = host::sys_clone3(&args);
   if (pid < 0) return fail_sys("clone3", "the disk reader");
   if (pid == 0) reader_child_main(plan);
   UniqueFd pidfd(pidfd_raw);
-  Guard reap([&] { (void)linux::kill_and_reap(pidfd.get(), true, std::chrono::seconds(5)); });
+  Guard reap([&] { (void)host::kill_and_reap(pidfd.get(), true, std::chrono::seconds(5)); });
   out_w.reset();
   err_w.reset();
   ReaderChildError ce{};

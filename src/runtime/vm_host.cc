@@ -14,8 +14,8 @@
 #include <sstream>
 
 #include "common/fd.h"
-#include "runtime/linux/syscalls.h"
-#include "runtime/linux/writable_layer.h"
+#include "host/limits.h"
+#include "host/syscalls.h"
 
 namespace space::runtime::vm {
 namespace fs = std::filesystem;
@@ -57,7 +57,7 @@ Result<void> run_tool(const std::vector<std::string>& argv, const fs::path& log,
   bool timed_out = false;
   if (timeout.count() > 0) {
     // Our own unreaped child: its pid cannot be reused before the waitpid below.
-    UniqueFd pidfd(linux::sys_pidfd_open(pid));
+    UniqueFd pidfd(host::sys_pidfd_open(pid));
     auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -96,7 +96,7 @@ Result<void> make_writable_disk(const fs::path& path, const Limits& limits, cons
     return fail_sys("ftruncate", path.string());
   f.reset();
   return run_tool({"mke2fs", "-q", "-F", "-t", "ext4", "-L", "space-rw", "-m", "0", "-O",
-                   "^has_journal", "-N", std::to_string(linux::layer_inodes(limits)), "-E",
+                   "^has_journal", "-N", std::to_string(host::layer_inodes(limits)), "-E",
                    "lazy_itable_init=1,nodiscard", path.string()},
                   log);
 }

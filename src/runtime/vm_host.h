@@ -1,6 +1,7 @@
-// Host-side helpers shared by the microVM runtimes (qemu, firecracker): finding the VMM, the
-// writable disk every VM gets, the identity of an image disk, a saved machine's description,
-// and the last lines of a VMM's log for error messages.
+// Host-side helpers shared by the microVM runtimes (qemu, firecracker): finding the VMM,
+// running a fixed host tool, the writable disk every VM gets, the identity of an image disk, a
+// saved machine's description, and the last lines of a VMM's log for error messages. The steps
+// built on them are vm_steps.h's (starting a VM) and vmm.h's (a running VM).
 #pragma once
 
 #include <chrono>

@@ -14,10 +14,11 @@
 #include <cstring>
 
 #include "common/guard.h"
-#include "runtime/linux/host_files.h"
-#include "runtime/linux/launcher.h"
-#include "runtime/linux/syscalls.h"
+#include "host/host_files.h"
+#include "host/process.h"
+#include "host/syscalls.h"
 #include "runtime/vm_host.h"
+#include "runtime/vm_steps.h"
 
 namespace space::runtime::vm {
 using nlohmann::json;
@@ -40,11 +41,73 @@ Result<void> VmmInstance::check_resumable(const Image& image) const {
   return {};
 }
 
+Result<void> VmmInstance::stop_locked() {
+  if (!has_control()) return fail(Code::kConflict, "VM " + base_.id + " is destroyed");
+  if (base_.paused) return {};
+  TRY_VOID(vmm_stop());
+  base_.paused = true;
+  return {};
+}
+
+Result<void> VmmInstance::pause() {
+  std::lock_guard lock(base_.control_mu);
+  if (base_.paused) return {};
+  TRY_VOID_CTX(stop_locked(), "pausing VM " + base_.id);
+  return {};
+}
+
+Result<void> VmmInstance::resume() {
+  std::lock_guard lock(base_.control_mu);
+  if (!base_.paused) return {};
+  std::string ctx = "resuming VM " + base_.id;
+  if (!has_control()) return fail(Code::kConflict, ctx + ": VM " + base_.id + " is destroyed");
+  TRY_VOID_CTX(vmm_cont(), ctx);
+  base_.paused = false;
+  return {};
+}
+
+bool VmmInstance::paused() const {
+  std::lock_guard lock(base_.control_mu);
+  return base_.paused;
+}
+
+Result<void> VmmInstance::read_writable_disk(const std::function<Result<void>(int)>& read) {
+  std::lock_guard lock(base_.control_mu);
+  std::string ctx = "reading the disk of VM " + base_.id;
+  if (!has_control()) return fail(Code::kConflict, ctx + ": VM " + base_.id + " is destroyed");
+  UniqueFd disk = TRY_CTX(open_writable_disk(), ctx);
+  const bool stop = !base_.paused;
+  if (stop) TRY_VOID_CTX(vmm_stop(), ctx);
+  auto r = read(disk.get());
+  if (stop) TRY_VOID_CTX(vmm_cont(), ctx);
+  return r;
+}
+
+Result<void> VmmInstance::save_machine(int dir_fd) {
+  std::lock_guard lock(base_.control_mu);
+  std::string ctx = "saving VM " + base_.id;
+  TRY_VOID_CTX(stop_locked(), ctx);
+  TRY_VOID_CTX(vmm_save(dir_fd), ctx);
+  TRY_VOID_CTX(write_machine_file(dir_fd, kSavedMachine, base_.machine), ctx);
+  return {};
+}
+
+Result<void> VmmInstance::destroy() {
+  if (base_.destroyed) return {};
+  {
+    std::lock_guard lock(base_.control_mu);
+    close_control();
+  }
+  TRY_VOID(stop_vmm());
+  remove_host_files();
+  return {};
+}
+
 Result<void> VmmInstance::stop_vmm() {
   std::string ctx = "destroying VM " + base_.id;
   base_.channel.reset();
   if (base_.cgroup) base_.cgroup->kill_all();
-  TRY_VOID_CTX(linux::kill_and_reap(base_.pidfd.get(), base_.is_child, base_.stop_timeout), ctx);
+  TRY_VOID_CTX(host::kill_and_reap(base_.pidfd.get(), base_.is_child, base_.stop_timeout), ctx);
   if (base_.cgroup) {
     (void)base_.cgroup->thaw();
     TRY_VOID_CTX(base_.cgroup->wait_empty(base_.stop_timeout), ctx);
@@ -77,28 +140,28 @@ Result<VmmPersisted> parse_vmm_persisted(const json& j) {
 }
 
 Result<UniqueFd> find_vmm(const VmmPersisted& p, const std::string& needle, const char* what) {
-  UniqueFd pidfd(linux::sys_pidfd_open(p.pid));
+  UniqueFd pidfd(host::sys_pidfd_open(p.pid));
   if (!pidfd) {
     if (errno == ESRCH) return fail(Code::kNotFound, std::string(what) + " process is gone");
     return fail_sys("pidfd_open", std::to_string(p.pid));
   }
-  auto start = linux::process_start_time(p.pid);
+  auto start = host::process_start_time(p.pid);
   if (!start || *start != p.start_time)
     return fail(Code::kNotFound, "pid " + std::to_string(p.pid) + " is another process now");
-  auto cmdline = linux::read_text("/proc/" + std::to_string(p.pid) + "/cmdline");
+  auto cmdline = host::read_text("/proc/" + std::to_string(p.pid) + "/cmdline");
   if (!cmdline || cmdline->find(needle) == std::string::npos)
     return fail(Code::kNotFound, "pid " + std::to_string(p.pid) + " is not this sandbox's " + what);
   return pidfd;
 }
 
 Result<void> adopt_vmm(VmmParts& parts, const std::string& id, const VmmPersisted& p,
-                       UniqueFd pidfd, UniqueFd channel, const linux::CgroupLayout& layout,
+                       UniqueFd pidfd, UniqueFd channel, const host::CgroupLayout& layout,
                        const std::string& cgroup_name, std::chrono::milliseconds stop_timeout) {
   if (p.cgroups.is_null()) return fail(Code::kInvalidArgument, "no persisted cgroups");
   parts.netns.reset(
       ::open(("/proc/" + std::to_string(p.pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
   if (!parts.netns) return fail_sys("open", "the VM's network namespace");
-  parts.cgroup = TRY(linux::Cgroup::open(layout, cgroup_name, p.cgroups));
+  parts.cgroup = TRY(host::Cgroup::open(layout, cgroup_name, p.cgroups));
   parts.id = id;
   parts.pid = p.pid;
   parts.start_time = p.start_time;
@@ -111,13 +174,13 @@ Result<void> adopt_vmm(VmmParts& parts, const std::string& id, const VmmPersiste
 }
 
 Result<void> cleanup_vmm(const VmmPersisted* p, const std::string& id, const std::string& needle,
-                         const char* what, const linux::CgroupLayout& layout,
+                         const char* what, const host::CgroupLayout& layout,
                          const std::string& cgroup_name, std::chrono::milliseconds timeout) {
   if (p) {
     if (auto pidfd = find_vmm(*p, needle, what))
-      TRY_VOID(linux::kill_and_reap(pidfd->get(), false, timeout));
+      TRY_VOID(host::kill_and_reap(pidfd->get(), false, timeout));
   }
-  return linux::remove_sandbox_cgroups(layout, cgroup_name, id, p ? p->cgroups : json(), timeout);
+  return host::remove_sandbox_cgroups(layout, cgroup_name, id, p ? p->cgroups : json(), timeout);
 }
 
 namespace {
@@ -133,8 +196,8 @@ void child_failed(int err_fd, int step) {
   ::_exit(127);
 }
 
-Result<LaunchedVmm> launch_vmm(uint64_t ns_flags, linux::Cgroup& cgroup, ChildMain child,
-                               void* plan, const char* const* step_names, size_t n_steps,
+Result<LaunchedVmm> launch_vmm(uint64_t ns_flags, host::Cgroup& cgroup, ChildMain child, void* plan,
+                               const char* const* step_names, size_t n_steps,
                                const std::string& what, std::chrono::milliseconds stop) {
   int go[2], err[2];
   if (::pipe2(go, O_CLOEXEC) != 0) return fail_sys("pipe2");
@@ -150,7 +213,7 @@ Result<LaunchedVmm> launch_vmm(uint64_t ns_flags, linux::Cgroup& cgroup, ChildMa
     args.flags |= CLONE_INTO_CGROUP;
     args.cgroup = static_cast<uint64_t>(cfd);
   }
-  long pid = linux::sys_clone3(&args);
+  long pid = host::sys_clone3(&args);
   if (pid < 0) return fail_sys("clone3", what);
   if (pid == 0) {
     child(plan, ChildPipes{go_r.get(), err_w.get()});
@@ -159,13 +222,13 @@ Result<LaunchedVmm> launch_vmm(uint64_t ns_flags, linux::Cgroup& cgroup, ChildMa
   LaunchedVmm out;
   out.pidfd.reset(pidfd_raw);
   out.pid = static_cast<pid_t>(pid);
-  Guard child_guard([&] { (void)linux::kill_and_reap(out.pidfd.get(), true, stop); });
+  Guard child_guard([&] { (void)host::kill_and_reap(out.pidfd.get(), true, stop); });
   go_r.reset();
   err_w.reset();
   out.netns.reset(
       ::open(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
   if (!out.netns) return fail_sys("open", what + "'s network namespace");
-  out.start_time = TRY(linux::process_start_time(static_cast<int>(pid)));
+  out.start_time = TRY(host::process_start_time(static_cast<int>(pid)));
   TRY_VOID_CTX(cgroup.attach(out.pid), "joining " + what + "'s cgroups");
   if (::write(go_w.get(), "g", 1) != 1) return fail_sys("write", "go pipe");
   go_w.reset();

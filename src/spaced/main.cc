@@ -30,9 +30,7 @@
 #include "daemon/tokens.h"
 #include "e2b/door.h"
 #include "egress/gateway.h"
-#include "runtime/firecracker/firecracker_runtime.h"
-#include "runtime/linux/linux_runtime.h"
-#include "runtime/qemu/qemu_runtime.h"
+#include "runtime/registry.h"
 #include "tls/api_certs.h"
 
 namespace fs = std::filesystem;
@@ -300,53 +298,34 @@ int run(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
+  // Every registered runtime (runtime/registry.h). The VM runtimes are always present: where
+  // their VMM, the guest kernel or KVM is missing, their creates and `space doctor` say what.
+  runtime::RuntimeSettings rs;
+  rs.state_dir = cfg.state_dir;
+  rs.cgroup_name = cfg.cgroup_name;
+  rs.agent = cfg.agent;
+  auto guest = [&](const fs::path& configured, const char* file) {
+    if (!configured.empty()) return configured;
+    fs::path near = self_dir() / "guest" / file;
+    return fs::exists(near) ? near : fs::path("/usr/lib/space/guest") / file;
+  };
+  rs.kernel = guest(cfg.vm.kernel, "vmlinux");
+  rs.initrd = guest(cfg.vm.initrd, "initrd.img");
+  rs.qemu = cfg.vm.qemu;
+  rs.accel = cfg.vm.accel;
+  rs.firecracker = cfg.vm.firecracker;
+  rs.jailer = cfg.vm.jailer;
+  rs.templates = cfg.vm.templates;
+  rs.boot_timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.vm.boot_timeout_s * 1000));
+  rs.egress_ports = {egress::kProxyPort, egress::kTransparentTlsPort, egress::kTransparentHttpPort};
   daemon::Daemon::Runtimes runtimes;
-  {
-    runtime::linux_rt::LinuxRuntime::Config rc;
-    rc.agent_path = cfg.agent;
-    rc.cgroup_name = cfg.cgroup_name;
-    auto rt = runtime::linux_rt::LinuxRuntime::create(rc);
+  for (const runtime::RegisteredRuntime& r : runtime::registered_runtimes()) {
+    auto rt = r.make(rs);
     if (!rt) {
-      spdlog::error("the linux runtime is unavailable: {}", rt.error().message());
+      spdlog::error("the {} runtime is unavailable: {}", r.name, rt.error().message());
       return 1;
     }
-    runtimes.emplace("linux", std::move(*rt));
-  }
-  {
-    // Always present: if QEMU, the guest kernel or KVM/TCG is missing, its creates and
-    // `space doctor` say what is missing.
-    runtime::qemu::QemuRuntime::Config qc;
-    auto guest = [&](const fs::path& configured, const char* file) {
-      if (!configured.empty()) return configured;
-      fs::path near = self_dir() / "guest" / file;
-      return fs::exists(near) ? near : fs::path("/usr/lib/space/guest") / file;
-    };
-    qc.kernel = guest(cfg.vm.kernel, "vmlinux");
-    qc.initrd = guest(cfg.vm.initrd, "initrd.img");
-    qc.qemu = cfg.vm.qemu;
-    qc.accel = cfg.vm.accel;
-    qc.probe_cache = cfg.state_dir / "kvm-probe.json";
-    qc.template_dir = cfg.state_dir / "qemu" / "templates";
-    qc.templates = cfg.vm.templates;
-    qc.cgroup_name = cfg.cgroup_name;
-    qc.egress_ports = {egress::kProxyPort, egress::kTransparentTlsPort,
-                       egress::kTransparentHttpPort};
-    qc.boot_timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.vm.boot_timeout_s * 1000));
-    runtimes.emplace("qemu", runtime::qemu::QemuRuntime::create(qc));
-
-    // Likewise always present: on a host without KVM or the user's Firecracker binaries its
-    // creates and `space doctor` say exactly what is missing.
-    runtime::firecracker::Config fc;
-    fc.firecracker = cfg.vm.firecracker;
-    fc.jailer = cfg.vm.jailer;
-    fc.kernel = qc.kernel;
-    fc.initrd = qc.initrd;
-    fc.dir = cfg.state_dir / "firecracker";
-    fc.cgroup_name = cfg.cgroup_name;
-    fc.templates = cfg.vm.templates;
-    fc.egress_ports = qc.egress_ports;
-    fc.boot_timeout = qc.boot_timeout;
-    runtimes.emplace("firecracker", runtime::firecracker::FirecrackerRuntime::create(fc));
+    runtimes.emplace(std::string(r.name), std::move(*rt));
   }
   auto d = daemon::Daemon::start(cfg, std::move(runtimes));
   if (!d) {

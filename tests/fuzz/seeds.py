@@ -589,6 +589,63 @@ def e2b_wire():
     write("e2b_wire", "multipart-empty-boundary", b"\x03\n--\r\n\r\n")
 
 
+def egress_wire():
+    # The first byte is the number of fds with the message; the rest is the packet
+    # (src/egress/wire.h), as spaced and space-egress write them.
+    def msg(name, body, fds=0):
+        write("egress_wire", name, bytes([fds]) + json.dumps(body, separators=(",", ":")).encode())
+    policy = {"profile": "default", "max_connections": 64,
+              "egress": {"allow": [{"host": "api.example.test", "ports": [443],
+                                    "methods": ["GET"], "paths": ["/v1/"]},
+                                   {"host": "*.example.test"}],
+                         "allow_networks": ["127.0.0.2/32"], "max_connections": 64,
+                         "bandwidth": 65536},
+              "narrow": ["git.example.test:443"]}
+    secret_def = {"hosts": ["api.example.test"], "profiles": [], "env_var": "API_TOKEN",
+                  "placeholder_in": ["authorization", "query:token"], "header": "Authorization",
+                  "format": "Bearer {}"}
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    key = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"
+    msg("init", {"op": "init", "options": {"resolve": {"api.example.test": "127.0.0.2:8443"},
+                                           "upstream_ca_pems": [pem],
+                                           "connect_timeout_ms": 10000,
+                                           "idle_timeout_ms": 300000},
+                 "secrets": {"API_TOKEN": secret_def}})
+    attach = {"op": "attach", "seq": 1, "id": "sb_0123abcdef01", "policy": policy,
+              "grants": [{"name": "API_TOKEN", "placeholder": "space-placeholder-API_TOKEN-1f2e"}],
+              "ca_key": key, "ca_cert": pem, "kinds": [0, 1, 2, 3],
+              "known": {"API_TOKEN": ["tok-1"]}}
+    msg("attach", attach, 4)
+    msg("attach-restart", dict(attach, seq=0), 4)
+    msg("attach-fds-differ", attach, 3)
+    msg("attach-bad-kind", dict(attach, kinds=[0, 1, 2, 9]), 4)
+    msg("detach", {"op": "detach", "seq": 2, "id": "sb_0123abcdef01"})
+    msg("stats", {"op": "stats", "seq": 3})
+    msg("secret-value", {"op": "secret", "seq": 4, "value": "s3cret"})
+    msg("secret-error", {"op": "secret", "seq": 5,
+                         "error": {"code": 4, "message": "secret X is not granted to sb_1"}})
+    msg("ready", {"op": "ready", "pid": 4242})
+    msg("ready-error", {"op": "ready", "error": {"code": 12, "message": "no CA"}})
+    msg("reply", {"op": "reply", "seq": 1, "ok": True})
+    msg("reply-stats", {"op": "reply", "seq": 3, "ok": True, "connections": 5, "requests": 4,
+                        "denied": 1, "bytes_up": 100, "bytes_down": 2000, "credential_uses": 1,
+                        "dns_queries": 7, "active_connections": 2, "sandboxes": 1})
+    msg("reply-error", {"op": "reply", "seq": 1, "error": {"code": 0, "message": "attach: bad"}})
+    msg("audit", {"op": "audit", "id": "sb_0123abcdef01", "kind": "egress.denied",
+                  "data": {"host": "evil.test", "port": 443, "reason": "not allowed"}})
+    msg("secret-request", {"op": "secret", "seq": 1, "id": "sb_0123abcdef01",
+                           "name": "API_TOKEN"})
+    # What a compromised process sends (tests/integration/test_egress_process.py).
+    msg("op-number", {"op": 1})
+    msg("audit-mistyped", {"op": "audit", "id": 5, "kind": ["egress.denied"],
+                           "data": {"forged": 4}})
+    msg("audit-forged-kind", {"op": "audit", "id": "sb_1", "kind": "sandbox.destroy",
+                              "data": {"forged": 1}})
+    msg("reply-seq-string", {"op": "reply", "seq": "x", "error": "y"})
+    msg("reply-seq-huge", {"op": "reply", "seq": 2 ** 64 - 1, "ok": True})
+    msg("reply-with-fd", {"op": "reply", "seq": 1, "ok": True}, 1)
+
+
 if __name__ == "__main__":
     frame_decoder()
     api_request()
@@ -604,3 +661,4 @@ if __name__ == "__main__":
     firecracker_api()
     snapshot_manifest()
     e2b_wire()
+    egress_wire()

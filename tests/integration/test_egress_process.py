@@ -7,7 +7,8 @@
 * A compromised gateway process (a stand-in speaking its control protocol, put in place with
   `gateway.binary`) asks spaced for secrets its sandbox was not granted and for sandboxes that do
   not exist, reports forged audit events and sends mistyped messages: spaced refuses each,
-  records none of them and reads on.
+  records none of them, counts the malformed ones (space_egress_control_refused_total) and
+  reads on.
 * With `gateway.sandboxes_per_process: 1` every sandbox has a process of its own (two spares
   wait, started): killing one sandbox's process interrupts only that sandbox (another's
   download completes), each process has the posture, a destroyed sandbox's process ends, and a
@@ -123,6 +124,22 @@ while True:
         send({"op": 1})
         send({"op": "audit", "id": 5, "kind": ["egress.denied"], "data": {"forged": 4}})
         send({"op": "reply", "seq": "x", "error": "y"})
+        # More of the same (egress/wire.h's parser refuses and counts each one): an unknown op,
+        # a seq out of range or mistyped, a reply neither ok nor an error, data that is no
+        # object, a second ready, fds where the kind takes none, a packet that is not JSON,
+        # one nested too deep.
+        send({"op": "launch", "argv": ["sh"]})
+        send({"op": "secret", "seq": 2 ** 64 - 1, "id": sid, "name": "API_TOKEN"})
+        send({"op": "secret", "seq": "1", "id": sid, "name": "API_TOKEN"})
+        send({"op": "reply", "seq": 1, "ok": "yes"})
+        send({"op": "audit", "id": sid, "kind": "egress.denied", "data": [1]})
+        send({"op": "ready", "pid": os.getpid()})
+        r, w = os.pipe()
+        socket.send_fds(ctl, [json.dumps({"op": "reply", "seq": 1, "ok": True}).encode()], [r])
+        os.close(r)
+        os.close(w)
+        ctl.send(b"not json")
+        ctl.send(b'{"op":"audit","data":' + b"[" * 10000 + b"]" * 10000 + b"}")
         send({"op": "audit", "id": sid, "kind": "egress.denied", "data": {"genuine": 3}})
     elif op == "secret":
         note({"secret": pending.get(m.get("seq")), "value": m.get("value"),
@@ -366,6 +383,28 @@ class CompromisedGatewayTest(CompromisedBase):
         events = self.audit_events(sid)
         self.assertFalse([e for e in events if "forged" in e["data"]], events)
         self.assertFalse([e for e in events if e["kind"] == "sandbox.destroy"], events)
+
+
+class MalformedGatewayMessagesTest(CompromisedBase):
+    """A daemon of its own: the stand-in's results file counts every attach."""
+
+    def test_malformed_messages_are_counted(self):
+        """Each malformed message of the stand-in (FAKE_GATEWAY, after its attach) is refused
+        and counted in space_egress_control_refused_total, and spaced reads on: the genuine
+        event sent after them is recorded, and spaced still answers."""
+        sid = self.create("--secret", "API_TOKEN")
+        harness.wait_for(lambda: any(e["data"].get("genuine") == 3
+                                     for e in self.audit_events(sid)),
+                         timeout=20, what="the genuine event after the malformed ones")
+        metrics = self.api("GET", "/metrics").body.decode()
+        m = re.search(r"^space_egress_control_refused_total (\d+)$", metrics, re.M)
+        self.assertIsNotNone(m, metrics)
+        # Per attach: the forged kind, {"op": 1}, the mistyped audit, the mistyped reply, and
+        # the nine after them (the audit for a sandbox it does not serve is well-formed:
+        # dropped, not counted).
+        self.assertEqual(int(m.group(1)), 13, metrics)
+        self.assertTrue(self.daemon.alive())
+        self.assertEqual(self.api("GET", "/v1/sandboxes/" + sid).status, 200)
 
 
 class CompromisedPerSandboxGatewayTest(CompromisedBase):

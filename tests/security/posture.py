@@ -2,7 +2,7 @@
 """Posture check: inspects every process of a running sandbox from the host and compares it
 with the profile the linux runtime promises (docs/threat-model.md, docs/linux-runtime.md):
 
-  capabilities  CapBnd is exactly the default set of src/runtime/linux/caps.cc (parsed from that
+  capabilities  CapBnd is exactly the default set of src/host/caps.cc (parsed from that
                 file: the one copy of the expectation); CapPrm/CapEff within it (equal for root
                 processes that did not drop them); CapInh and CapAmb empty; never a forbidden
                 capability (SYS_ADMIN, NET_RAW, SYS_PTRACE, MKNOD, ...)
@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
-CAPS_CC = os.path.join(REPO, "src", "runtime", "linux", "caps.cc")
+CAPS_CC = os.path.join(REPO, "src", "host", "caps.cc")
 CAPABILITY_H = "/usr/include/linux/capability.h"
 # Never in any set of a sandbox process: each of these reaches past the sandbox's own objects
 # or is a known escape primitive (docs/threat-model.md, "Capabilities").

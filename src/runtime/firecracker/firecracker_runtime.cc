@@ -2,7 +2,9 @@
 // what the VM needs -> the sandbox's cgroup -> the jailer, cloned into new pid/net/ipc/uts
 // namespaces (it chroots, drops to the sandbox's uid and execs Firecracker) -> the API socket
 // -> boot, or load the template's (or a saved machine's) snapshot -> the agent over vsock.
-// Every step leaves a guard; a failure unwinds them and quotes Firecracker's last words.
+// Every step leaves a guard; a failure unwinds them and quotes Firecracker's last words. The
+// steps both VM runtimes take are vm_steps.h's; the instance is vmm.h's VmmInstance over
+// Firecracker's REST API.
 #include "runtime/firecracker/firecracker_runtime.h"
 
 #include <fcntl.h>
@@ -19,18 +21,17 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <cmath>
 #include <cstring>
 #include <fstream>
 
 #include "common/guard.h"
 #include "common/subprocess.h"
+#include "host/host_files.h"
+#include "host/process.h"
+#include "host/syscalls.h"
 #include "runtime/firecracker/api.h"
 #include "runtime/firecracker/vsock.h"
 #include "runtime/kvm.h"
-#include "runtime/linux/host_files.h"
-#include "runtime/linux/launcher.h"
-#include "runtime/linux/syscalls.h"
 #include "runtime/sparse_file.h"
 #include "runtime/vm_host.h"
 #include "runtime/vmm.h"
@@ -39,8 +40,8 @@ namespace space::runtime::firecracker {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-using linux::Cgroup;
-using linux::CgroupLayout;
+using host::Cgroup;
+using host::CgroupLayout;
 
 namespace {
 
@@ -57,11 +58,11 @@ constexpr const char* kSnapState = "snap.vmstate";  // what save_machine has Fir
 constexpr const char* kSnapMemory = "snap.mem";     // full memory, diffs applied over it
 constexpr const char* kSnapDiff = "snap.diff";
 constexpr const char* kSnapNext = "snap.mem.next";  // a diff applied over a copy of snap.mem
-// A saved machine (save_machine / restore_machine) and a template: Firecracker's VM state,
-// the guest memory, the writable disk and what they were made from.
+// A saved machine (save_machine / restore_machine) and a template: Firecracker's VM state
+// beside vm_steps.h's guest memory, writable disk and machine.json.
 constexpr const char* kStateFile = "vmstate";
-constexpr const char* kMemoryFile = "memory";
-constexpr const char* kMachineFile = "machine.json";
+using vm::kSavedMachine;
+using vm::kSavedMemory;
 
 std::string in_jail(const char* name) { return std::string("/") + name; }
 
@@ -148,9 +149,7 @@ struct Parts : vm::VmmParts {
   uint32_t uid = 0;
   UniqueFd root_fd;
   fs::path jail_dir;  // <dir>/jails/firecracker/<jail id>: removed by destroy()
-  mutable std::mutex api_mu;
   std::optional<ApiClient> api;
-  bool paused = false;
   bool from_template = false;
   bool has_base_memory = false;  // kSnapMemory holds the full memory of the last snapshot
   std::chrono::milliseconds snapshot_timeout{120000};
@@ -169,104 +168,6 @@ class FirecrackerInstance final : public vm::VmmInstance {
 
   bool resumed_from_template() const override { return p_->from_template; }
 
-  Result<void> pause() override {
-    std::lock_guard lock(p_->api_mu);
-    if (p_->paused) return {};
-    std::string ctx = "pausing VM " + p_->id;
-    ApiClient* a = TRY_CTX(api(), ctx);
-    TRY_VOID_CTX(a->pause(), ctx);
-    p_->paused = true;
-    return {};
-  }
-  Result<void> resume() override {
-    std::lock_guard lock(p_->api_mu);
-    if (!p_->paused) return {};
-    std::string ctx = "resuming VM " + p_->id;
-    ApiClient* a = TRY_CTX(api(), ctx);
-    TRY_VOID_CTX(a->resume(), ctx);
-    p_->paused = false;
-    return {};
-  }
-  bool paused() const override {
-    std::lock_guard lock(p_->api_mu);
-    return p_->paused;
-  }
-  // `space diff` (runtime.h, vm_diff.h): the writable disk in the jail, read-only, while the
-  // VM is paused.
-  Result<void> read_writable_disk(const std::function<Result<void>(int)>& read) override {
-    std::lock_guard lock(p_->api_mu);
-    std::string ctx = "reading the disk of VM " + p_->id;
-    ApiClient* a = TRY_CTX(api(), ctx);
-    UniqueFd disk = TRY_CTX(open_jail_file(p_->root_fd.get(), kDisk, O_RDONLY | O_NONBLOCK), ctx);
-    const bool stop = !p_->paused;
-    if (stop) TRY_VOID_CTX(a->pause(), ctx);
-    auto r = read(disk.get());
-    if (stop) TRY_VOID_CTX(a->resume(), ctx);
-    return r;
-  }
-  Result<void> destroy() override {
-    if (p_->destroyed) return {};
-    {
-      std::lock_guard lock(p_->api_mu);
-      p_->api.reset();
-    }
-    TRY_VOID(stop_vmm());
-    p_->root_fd.reset();
-    remove_jail(p_->jail_dir);
-    return {};
-  }
-
-  // Pauses the VM and has Firecracker write its state and memory into the jail: a full
-  // snapshot the first time, a diff (the pages dirtied since) after that, applied over a copy
-  // of the full memory kept in the jail, so that every saved machine is complete on its own
-  // and none changes after it was handed over. Firecracker writes only the dirty pages while
-  // the VM is stopped; the copy costs a reflink on filesystems that have them (XFS, btrfs) and
-  // the memory's data extents elsewhere.
-  Result<void> save_machine(int dir_fd) override {
-    std::lock_guard lock(p_->api_mu);
-    std::string ctx = "saving VM " + p_->id;
-    ApiClient* a = TRY_CTX(api(), ctx);
-    if (!p_->paused) {
-      TRY_VOID_CTX(a->pause(), ctx);
-      p_->paused = true;
-    }
-    int root = p_->root_fd.get();
-    (void)::unlinkat(root, kSnapState, 0);
-    (void)::unlinkat(root, kSnapDiff, 0);
-    bool diff = p_->has_base_memory;
-    if (!diff) (void)::unlinkat(root, kSnapMemory, 0);
-    TRY_VOID_CTX(a->create_snapshot({.snapshot_path = in_jail(kSnapState),
-                                     .mem_file_path = in_jail(diff ? kSnapDiff : kSnapMemory),
-                                     .diff = diff},
-                                    p_->snapshot_timeout),
-                 ctx);
-    if (diff) {
-      // Over a copy of the last full memory (a reflink where the filesystem has them), which
-      // then replaces it: the previous snapshot's link to it must not change.
-      UniqueFd base = TRY_CTX(open_jail_file(root, kSnapMemory), ctx);
-      UniqueFd d = TRY_CTX(open_jail_file(root, kSnapDiff), ctx);
-      (void)::unlinkat(root, kSnapNext, 0);
-      UniqueFd next(::openat(root, kSnapNext, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-      if (!next) return fail(Error::sys("openat", kSnapNext).wrap(ctx));
-      TRY_VOID_CTX(vm::copy_sparse(base.get(), next.get()), ctx + ": copying the last full memory");
-      TRY_CTX(vm::apply_diff(next.get(), d.get()), ctx + ": applying the diff snapshot");
-      if (::renameat(root, kSnapNext, root, kSnapMemory) != 0)
-        return fail(Error::sys("renameat", kSnapNext).wrap(ctx));
-      (void)::unlinkat(root, kSnapDiff, 0);
-    }
-    p_->has_base_memory = true;
-    // Linked, not copied: the files stay as they are while the VM is paused, which it is until
-    // the caller has read them.
-    for (auto [from, to] : {std::pair{kSnapState, kStateFile}, std::pair{kSnapMemory, kMemoryFile},
-                            std::pair{kDisk, kDisk}}) {
-      UniqueFd f = TRY_CTX(open_jail_file(root, from), ctx);
-      if (::linkat(f.get(), "", dir_fd, to, AT_EMPTY_PATH) != 0)
-        return fail(Error::sys("linkat", from).wrap(ctx));
-    }
-    TRY_VOID_CTX(vm::write_machine_file(dir_fd, kMachineFile, p_->machine), ctx);
-    return {};
-  }
-
   json persist() const override {
     json j = persist_base();
     j["jail_id"] = p_->jail_id;
@@ -278,24 +179,71 @@ class FirecrackerInstance final : public vm::VmmInstance {
 
   // For the template: a full snapshot into the jail (the VM stays paused).
   Result<void> snapshot_into_jail(const char* state, const char* memory) {
-    std::lock_guard lock(p_->api_mu);
-    ApiClient* a = TRY(api());
-    if (!p_->paused) {
-      TRY_VOID(a->pause());
-      p_->paused = true;
-    }
-    return a->create_snapshot(
+    std::lock_guard lock(p_->control_mu);
+    TRY_VOID(stop_locked());
+    return p_->api->create_snapshot(
         {.snapshot_path = in_jail(state), .mem_file_path = in_jail(memory), .diff = false},
         p_->snapshot_timeout);
   }
   int root_fd() const { return p_->root_fd.get(); }
   void close_channel() { p_->channel.reset(); }
 
- private:
-  Result<ApiClient*> api() const {
-    if (!p_->api) return fail(Code::kConflict, "VM " + p_->id + " is destroyed");
-    return &*p_->api;
+ protected:
+  bool has_control() const override { return p_->api.has_value(); }
+  void close_control() override { p_->api.reset(); }
+  Result<void> vmm_stop() override { return p_->api->pause(); }
+  Result<void> vmm_cont() override { return p_->api->resume(); }
+  // The writable disk in the jail.
+  Result<UniqueFd> open_writable_disk() override {
+    return open_jail_file(p_->root_fd.get(), kDisk, O_RDONLY | O_NONBLOCK);
   }
+  // Firecracker writes the VM's state and memory into the jail: a full snapshot the first
+  // time, a diff (the pages dirtied since) after that, applied over a copy of the full memory
+  // kept in the jail, so that every saved machine is complete on its own and none changes
+  // after it was handed over. Firecracker writes only the dirty pages while the VM is stopped;
+  // the copy costs a reflink on filesystems that have them (XFS, btrfs) and the memory's data
+  // extents elsewhere.
+  Result<void> vmm_save(int dir_fd) override {
+    int root = p_->root_fd.get();
+    (void)::unlinkat(root, kSnapState, 0);
+    (void)::unlinkat(root, kSnapDiff, 0);
+    bool diff = p_->has_base_memory;
+    if (!diff) (void)::unlinkat(root, kSnapMemory, 0);
+    TRY_VOID(p_->api->create_snapshot({.snapshot_path = in_jail(kSnapState),
+                                       .mem_file_path = in_jail(diff ? kSnapDiff : kSnapMemory),
+                                       .diff = diff},
+                                      p_->snapshot_timeout));
+    if (diff) {
+      // Over a copy of the last full memory (a reflink where the filesystem has them), which
+      // then replaces it: the previous snapshot's link to it must not change.
+      UniqueFd base = TRY(open_jail_file(root, kSnapMemory));
+      UniqueFd d = TRY(open_jail_file(root, kSnapDiff));
+      (void)::unlinkat(root, kSnapNext, 0);
+      UniqueFd next(::openat(root, kSnapNext, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+      if (!next) return fail_sys("openat", kSnapNext);
+      TRY_VOID_CTX(vm::copy_sparse(base.get(), next.get()), "copying the last full memory");
+      TRY_CTX(vm::apply_diff(next.get(), d.get()), "applying the diff snapshot");
+      if (::renameat(root, kSnapNext, root, kSnapMemory) != 0)
+        return fail_sys("renameat", kSnapNext);
+      (void)::unlinkat(root, kSnapDiff, 0);
+    }
+    p_->has_base_memory = true;
+    // Linked, not copied: the files stay as they are while the VM is paused, which it is until
+    // the caller has read them.
+    for (auto [from, to] : {std::pair{kSnapState, kStateFile}, std::pair{kSnapMemory, kSavedMemory},
+                            std::pair{kDisk, kDisk}}) {
+      UniqueFd f = TRY(open_jail_file(root, from));
+      if (::linkat(f.get(), "", dir_fd, to, AT_EMPTY_PATH) != 0) return fail_sys("linkat", from);
+    }
+    return {};
+  }
+  // Firecracker is gone: so goes its jail.
+  void remove_host_files() override {
+    p_->root_fd.reset();
+    remove_jail(p_->jail_dir);
+  }
+
+ private:
   std::unique_ptr<Parts> p_;
 };
 
@@ -397,7 +345,7 @@ std::string default_kvm_check(const fs::path& device) {
 }
 
 FirecrackerRuntime::FirecrackerRuntime(Config config)
-    : config_(std::move(config)), layout_(linux::detect_cgroups(config_.cgroup_root)) {
+    : config_(std::move(config)), layout_(host::detect_cgroups(config_.cgroup_root)) {
   if (auto f = vm::find_in_path(config_.firecracker)) {
     config_.firecracker = *f;
     version_ = first_output_line({config_.firecracker.string(), "--version"});
@@ -440,12 +388,8 @@ std::vector<std::string> FirecrackerRuntime::missing() const {
         "spaced is not root: the jailer needs root to chroot, create device nodes "
         "and drop to each sandbox's uid");
   for (auto* p : {&config_.kernel, &config_.initrd}) {
-    const char* what = p == &config_.kernel ? "kernel" : "initramfs";
-    if (p->empty() || ::access(p->c_str(), R_OK) != 0) {
-      out.push_back(std::string("guest ") + what + " " +
-                    (p->empty() ? std::string("not configured") : p->string() + " not found") +
-                    ": build it with `make` (scripts/guest-kernel.sh) or set vm.kernel and "
-                    "vm.initrd in spaced's config (docs/vm-guest.md)");
+    if (std::string why = vm::guest_file_missing(*p, p == &config_.kernel); !why.empty()) {
+      out.push_back(why);
       continue;
     }
     if (p == &config_.kernel) {
@@ -504,51 +448,22 @@ json FirecrackerRuntime::doctor() const {
 Result<std::unique_ptr<Instance>> FirecrackerRuntime::create(const SandboxSpec& spec) {
   std::string ctx = "starting VM " + spec.id;
   TRY_VOID_CTX(usable(), ctx);
-  if (spec.populate_upper)
-    return fail(Code::kUnimplemented,
-                ctx +
-                    ": a VM's files are on its own disk: it restores whole machines "
-                    "(restore_machine), not writable layers");
-  if (spec.image.vm_disk.empty())
-    return fail(Code::kConflict, ctx + ": image \"" + spec.image.name +
-                                     "\" has no VM disk yet: run `space image "
-                                     "build-vm " +
-                                     spec.image.name + "` first (docs/vm-guest.md)");
-  if (spec.limits.memory_bytes < kMinMemory)
-    return fail(Code::kInvalidArgument, ctx + ": --memory must be at least 128M for a VM");
-  if (spec.limits.disk_bytes < kMinDisk)
-    return fail(Code::kInvalidArgument, ctx + ": --disk must be at least 16M for a VM");
+  TRY_VOID(vm::check_vm_spec(spec, ctx));
 
   Launch how;
-  fs::path restore_dir = spec.dir / "restore";
-  Guard restore_guard([&] {
-    std::error_code e;
-    fs::remove_all(restore_dir, e);
-  });
+  vm::SavedMachine saved(spec.dir);  // a saved machine comes in `restore`, removed on return
   if (spec.restore_machine) {
-    // A saved machine comes in `restore` (removed when create() returns).
-    if (::mkdir(restore_dir.c_str(), 0700) != 0)
-      return fail(Error::sys("mkdir", restore_dir.string()).wrap(ctx));
-    UniqueFd dir(::open(restore_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!dir) return fail(Error::sys("open", restore_dir.string()).wrap(ctx));
-    TRY_VOID_CTX(spec.restore_machine(dir.get()), ctx + ": restoring the saved machine");
-    struct stat st;
-    for (const char* f : {kStateFile, kMemoryFile, kDisk})
-      if (::fstatat(dir.get(), f, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
-        return fail(Code::kProtocol,
-                    ctx + ": the saved machine has no " + f + ": it is not a firecracker snapshot");
-    auto m = vm::read_machine_file(dir.get(), kMachineFile);
-    if (!m) return fail(std::move(m.error()).wrap(ctx + ": the saved machine"));
+    TRY_VOID_CTX(saved.receive(spec, {kStateFile, kSavedMemory, kDisk}, "firecracker"), ctx);
     how = {.mode = Launch::kLoad,
-           .state = restore_dir / kStateFile,
-           .memory = restore_dir / kMemoryFile,
-           .disk = restore_dir / kDisk,
-           .machine = std::move(*m)};
+           .state = saved.path() / kStateFile,
+           .memory = saved.path() / kSavedMemory,
+           .disk = saved.path() / kDisk,
+           .machine = saved.machine()};
   } else if (config_.templates) {
     Template t = TRY_CTX(ensure_template(spec), ctx + ": the image's template");
     how = {.mode = Launch::kLoad,
            .state = t.dir / kStateFile,
-           .memory = t.dir / kMemoryFile,
+           .memory = t.dir / kSavedMemory,
            .disk = t.dir / kDisk,
            .template_restore = true};
   }
@@ -564,7 +479,7 @@ Result<std::unique_ptr<Instance>> FirecrackerRuntime::start(const SandboxSpec& s
   auto stop = config_.stop_timeout;
   const uint32_t uid = spec.uid_base;
   const std::string jid = jail_id(spec.id);
-  const int vcpus = std::max(1, static_cast<int>(std::ceil(spec.limits.cpus)));
+  const int vcpus = vm::vcpu_count(spec.limits);
   const fs::path log = spec.dir / "firecracker.log";
 
   // 1. The jail: the jailer makes <dir>/jails/firecracker/<id>/root and chroots there; what the
@@ -582,13 +497,10 @@ Result<std::unique_ptr<Instance>> FirecrackerRuntime::start(const SandboxSpec& s
   UniqueFd root_dir(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!root_fd || !root_dir) return fail(Error::sys("open", root.string()).wrap(ctx));
 
-  UniqueFd image_fd(::open(spec.image.vm_disk.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!image_fd) return fail(Error::sys("open", spec.image.vm_disk.string()).wrap(ctx));
-  json machine = {{"image_disk", vm::disk_identity(image_fd.get())},
-                  {"memory_bytes", spec.limits.memory_bytes},
-                  {"vcpus", vcpus}};
-  if (how.mode == Launch::kLoad && !how.template_restore && how.machine != machine)
-    return fail(Code::kConflict, ctx + ": " + vm::image_changed(spec.image.name));
+  UniqueFd image_fd = TRY_CTX(vm::open_image_disk(spec.image), ctx);
+  json machine = vm::describe_machine(image_fd.get(), spec.limits);
+  if (how.mode == Launch::kLoad && !how.template_restore)
+    TRY_VOID_CTX(vm::check_saved_machine(how.machine, machine, spec.image), ctx);
   TRY_VOID_CTX(ensure_world_readable(spec.image.vm_disk), ctx);
   TRY_VOID_CTX(link_or_copy(spec.image.vm_disk, root_dir.get(), kImageDisk), ctx);
   if (how.mode == Launch::kBoot) {
@@ -613,10 +525,7 @@ Result<std::unique_ptr<Instance>> FirecrackerRuntime::start(const SandboxSpec& s
     // The template's disk is copied (holes kept, a reflink where the filesystem can): each
     // sandbox writes its own.
     if (how.template_restore) {
-      UniqueFd in(::open(how.disk.c_str(), O_RDONLY | O_CLOEXEC));
-      UniqueFd out(::openat(root_dir.get(), kDisk, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-      if (!in || !out) return fail(Error::sys("open", how.disk.string()).wrap(ctx));
-      TRY_VOID_CTX(vm::copy_sparse(in.get(), out.get()), ctx + ": copying the template's disk");
+      TRY_VOID_CTX(vm::copy_template_disk(how.disk, root_dir.get(), kDisk), ctx);
     } else {
       TRY_VOID_CTX(move_into(how.disk, root_dir.get(), kDisk), ctx);
     }
@@ -626,17 +535,11 @@ Result<std::unique_ptr<Instance>> FirecrackerRuntime::start(const SandboxSpec& s
     return fail(Error::sys("chown", kDisk).wrap(ctx));
   times.mark("jail");
 
-  // 2. A fresh cgroup: the sandbox's CPU limit; its memory plus Firecracker's own.
-  Limits cg_limits = spec.limits;
-  cg_limits.memory_bytes += config_.overhead_bytes;
-  cg_limits.pids = 64;  // the jailer, Firecracker's API, VMM and vCPU threads
-  std::unique_ptr<Cgroup> cgroup =
-      TRY_CTX(Cgroup::create(*layout, config_.cgroup_name, spec.id, cg_limits), ctx);
-  Guard cgroup_guard([&] {
-    cgroup->kill_all();
-    (void)cgroup->wait_empty(stop);
-    (void)cgroup->remove();
-  });
+  // 2. A fresh cgroup: the sandbox's CPU limit; its memory plus Firecracker's own; the jailer's,
+  //    Firecracker's API, VMM and vCPU threads.
+  std::unique_ptr<Cgroup> cgroup = TRY_CTX(
+      vm::make_vmm_cgroup(*layout, config_.cgroup_name, spec, config_.overhead_bytes, 64), ctx);
+  Guard cgroup_guard([&] { vm::remove_vmm_cgroup(*cgroup, stop); });
   times.mark("cgroup");
 
   // 3. The jailer, in new pid (it and Firecracker die with the namespace's init), network,
@@ -646,18 +549,16 @@ Result<std::unique_ptr<Instance>> FirecrackerRuntime::start(const SandboxSpec& s
   plan.exe = config_.jailer.string();
   for (auto& a : argv) plan.argv.push_back(a.data());
   plan.argv.push_back(nullptr);
-  UniqueFd null_fd(::open("/dev/null", O_RDWR | O_CLOEXEC));
-  UniqueFd log_fd(::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
-  if (!null_fd || !log_fd) return fail(Error::sys("open", log.string()).wrap(ctx));
-  plan.log_fd = log_fd.get();
-  plan.null_fd = null_fd.get();
+  vm::ChildStdio stdio = TRY_CTX(vm::open_child_stdio(log), ctx);
+  plan.log_fd = stdio.log.get();
+  plan.null_fd = stdio.null.get();
   vm::LaunchedVmm launched = TRY_CTX(
       vm::launch_vmm(CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP,
                      *cgroup, child_main, &plan, kStepNames, std::size(kStepNames), "the jailer",
                      stop),
       ctx);
-  UniqueFd pidfd = std::move(launched.pidfd);
-  Guard child_guard([&] { (void)linux::kill_and_reap(pidfd.get(), true, stop); });
+  const int pidfd = launched.pidfd.get();
+  Guard child_guard([&] { (void)host::kill_and_reap(pidfd, true, stop); });
   times.mark("exec");
 
   // 4. The API: configure and boot, or load the snapshot; then the agent over vsock.
@@ -667,7 +568,7 @@ Result<std::unique_ptr<Instance>> FirecrackerRuntime::start(const SandboxSpec& s
     return Error(e.code(), ctx + ": " + msg +
                                "; Firecracker and the guest console said:" + vm::tail_of(log, 12));
   };
-  auto api_fd = connect_jailed(root_fd.get(), kApiSock, uid, deadline, pidfd.get());
+  auto api_fd = connect_jailed(root_fd.get(), kApiSock, uid, deadline, pidfd);
   if (!api_fd) return fail(vm_failed(std::move(api_fd.error())));
   ApiClient api(std::move(*api_fd));
   times.mark("api up");
@@ -709,8 +610,7 @@ Result<std::unique_ptr<Instance>> FirecrackerRuntime::start(const SandboxSpec& s
   };
   if (auto r = configure(); !r) return fail(vm_failed(std::move(r.error())));
   times.mark(how.mode == Launch::kBoot ? "boot" : "snapshot loaded");
-  auto channel =
-      vsock_connect(root_fd.get(), kVsockSock, config_.agent_port, uid, deadline, pidfd.get());
+  auto channel = vsock_connect(root_fd.get(), kVsockSock, config_.agent_port, uid, deadline, pidfd);
   if (!channel)
     return fail(vm_failed(std::move(channel.error()).wrap("reaching the agent over vsock")));
   times.mark("agent");
@@ -720,21 +620,14 @@ Result<std::unique_ptr<Instance>> FirecrackerRuntime::start(const SandboxSpec& s
   }
 
   auto parts = std::make_unique<Parts>();
-  parts->id = spec.id;
+  vm::take_launched(*parts, spec.id, std::move(launched), std::move(*channel), std::move(cgroup),
+                    std::move(machine), stop);
   parts->jail_id = jid;
   parts->uid = uid;
-  parts->pid = launched.pid;
-  parts->start_time = launched.start_time;
-  parts->pidfd = std::move(pidfd);
-  parts->channel = std::move(*channel);
-  parts->netns = std::move(launched.netns);
   parts->root_fd = std::move(root_dir);
   parts->jail_dir = jail_dir;
-  parts->cgroup = std::move(cgroup);
   parts->api.emplace(std::move(api));
   parts->from_template = how.template_restore;
-  parts->machine = std::move(machine);
-  parts->stop_timeout = stop;
   parts->snapshot_timeout = config_.snapshot_timeout;
   child_guard.dismiss();
   cgroup_guard.dismiss();
@@ -755,7 +648,7 @@ Result<FirecrackerRuntime::Template> FirecrackerRuntime::ensure_template(const S
               {"image", spec.image.name},
               {"image_disk", ident(spec.image.vm_disk)},
               {"memory_bytes", spec.limits.memory_bytes},
-              {"vcpus", std::max(1, static_cast<int>(std::ceil(spec.limits.cpus)))},
+              {"vcpus", vm::vcpu_count(spec.limits)},
               {"disk_bytes", spec.limits.disk_bytes},
               {"disk_inodes", spec.limits.disk_inodes},
               {"pids", spec.limits.pids},
@@ -766,37 +659,19 @@ Result<FirecrackerRuntime::Template> FirecrackerRuntime::ensure_template(const S
   char name[32];
   std::snprintf(name, sizeof name, "%016zx", std::hash<std::string>{}(key.dump()));
   fs::path dir = config_.dir / "templates" / name;
-  std::shared_ptr<std::mutex> lock;
-  {
-    std::lock_guard g(templates_mu_);
-    auto& l = template_locks_[name];
-    if (!l) l = std::make_shared<std::mutex>();
-    lock = l;
-  }
+  std::shared_ptr<std::mutex> lock = template_locks_.get(name);
   std::lock_guard g(*lock);
   if (UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); d) {
-    auto m = vm::read_machine_file(d.get(), kMachineFile);
+    auto m = vm::read_machine_file(d.get(), kSavedMachine);
     if (m && (*m)["key"] == key) return Template{dir};
     std::error_code e;
     fs::remove_all(dir, e);  // stale (an older build); a hash collision ends here too
   }
 
   // Boot the template VM: a sandbox of its own, with this sandbox's uid range (not in use yet).
-  fs::path build = config_.dir / "templates" / (std::string(".build-") + name);
-  std::error_code ec;
-  fs::remove_all(build, ec);
-  fs::create_directories(build, ec);
-  if (ec) return fail(Code::kInternal, "creating " + build.string() + ": " + ec.message());
-  Guard build_guard([&] {
-    std::error_code e;
-    fs::remove_all(build, e);
-  });
-  SandboxSpec ts = spec;
-  ts.id = std::string("tpl_") + name;
-  ts.dir = build;
-  ts.vm.disk_bytes_per_s = ts.vm.disk_ops_per_s = 0;
-  ts.times = nullptr;
-  ts.restore_machine = nullptr;
+  auto build = TRY(vm::TemplateBuild::begin(config_.dir / "templates", name, 0755));
+  SandboxSpec ts = vm::template_spec(spec, name, build->dir());
+  ts.vm.disk_bytes_per_s = ts.vm.disk_ops_per_s = 0;  // each sandbox's profile sets its own
   auto inst = start(ts, Launch{});
   if (!inst) return fail(std::move(inst.error()).wrap("booting the template VM"));
   auto* vmi = static_cast<FirecrackerInstance*>(inst->get());
@@ -807,19 +682,15 @@ Result<FirecrackerRuntime::Template> FirecrackerRuntime::ensure_template(const S
   TRY_VOID_CTX(vmi->snapshot_into_jail(kSnapState, kSnapMemory), "snapshotting the template VM");
   UniqueFd root_fd(::fcntl(vmi->root_fd(), F_DUPFD_CLOEXEC, 3));
   if (!root_fd) return fail_sys("fcntl", "F_DUPFD_CLOEXEC");
-  fs::path tmp = build / "template";
-  if (::mkdir(tmp.c_str(), 0755) != 0) return fail_sys("mkdir", tmp.string());
-  UniqueFd tmp_fd(::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!tmp_fd) return fail_sys("open", tmp.string());
   // The files are linked out while the VM is paused, then Firecracker is killed (destroy()
   // also removes its jail) before they become root's: it runs as the sandbox's uid and could
   // otherwise still write them.
   std::vector<std::pair<const char*, const char*>> files = {
-      {kSnapState, kStateFile}, {kSnapMemory, kMemoryFile}, {kDisk, kDisk}};
+      {kSnapState, kStateFile}, {kSnapMemory, kSavedMemory}, {kDisk, kDisk}};
   std::vector<UniqueFd> fds;
   for (auto [from, to] : files) {
     fds.push_back(TRY(open_jail_file(root_fd.get(), from)));
-    if (::linkat(fds.back().get(), "", tmp_fd.get(), to, AT_EMPTY_PATH) != 0)
+    if (::linkat(fds.back().get(), "", build->out_fd(), to, AT_EMPTY_PATH) != 0)
       return fail_sys("linkat", to);
   }
   TRY_VOID_CTX(vmi->destroy(), "stopping the template VM");
@@ -828,10 +699,8 @@ Result<FirecrackerRuntime::Template> FirecrackerRuntime::ensure_template(const S
   for (size_t i = 0; i < files.size(); ++i)
     if (::fchown(fds[i].get(), 0, 0) != 0 || ::fchmod(fds[i].get(), 0444) != 0)
       return fail_sys("fchown", files[i].second);
-  TRY_VOID(vm::write_machine_file(tmp_fd.get(), kMachineFile, {{"key", key}}));
-  fs::create_directories(dir.parent_path(), ec);
-  if (::rename(tmp.c_str(), dir.c_str()) != 0) return fail_sys("rename", dir.string());
-  return Template{dir};
+  TRY_VOID(vm::write_machine_file(build->out_fd(), kSavedMachine, {{"key", key}}));
+  return Template{TRY(build->commit())};
 }
 
 Result<std::unique_ptr<Instance>> FirecrackerRuntime::reattach(const SandboxSpec& spec,

@@ -25,15 +25,15 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "runtime/linux/cgroup.h"
+#include "host/cgroup.h"
 #include "runtime/runtime.h"
+#include "runtime/vm_steps.h"
 
 namespace space::runtime::firecracker {
 
@@ -70,8 +70,6 @@ struct Config {
   uint32_t agent_port = 1024;  // the agent's vsock port
 };
 
-inline constexpr uint64_t kMinMemory = 128ull << 20;
-inline constexpr uint64_t kMinDisk = 16ull << 20;
 // The Firecracker releases this runtime is written and tested for (the API shapes it sends are
 // those of 1.16's specification; earlier releases lack fields it uses).
 inline constexpr int kMinMinor = 10, kMaxMinor = 16;
@@ -109,7 +107,7 @@ class FirecrackerRuntime final : public Runtime {
   struct Template;
   struct Launch;
   Result<void> usable() const;
-  Result<const linux::CgroupLayout*> cgroup_layout() const;
+  Result<const host::CgroupLayout*> cgroup_layout() const;
   // The template for `spec`'s image and limits, booted and snapshotted on first use.
   Result<Template> ensure_template(const SandboxSpec& spec);
   Result<std::unique_ptr<Instance>> start(const SandboxSpec& spec, const Launch& how);
@@ -118,9 +116,8 @@ class FirecrackerRuntime final : public Runtime {
 
   Config config_;
   std::string version_;  // `firecracker --version`'s first line, "" if it did not run
-  Result<linux::CgroupLayout> layout_;
-  std::mutex templates_mu_;
-  std::map<std::string, std::shared_ptr<std::mutex>> template_locks_;
+  Result<host::CgroupLayout> layout_;
+  vm::KeyedMutexes template_locks_;  // one build per template
 };
 
 }  // namespace space::runtime::firecracker

@@ -13,12 +13,12 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "runtime/linux/caps.h"
-#include "runtime/linux/host_files.h"
+#include "host/caps.h"
+#include "host/host_files.h"
+#include "host/seccomp_policy.h"
+#include "host/syscalls.h"
 #include "runtime/linux/linux_runtime.h"
 #include "runtime/linux/namespaces.h"
-#include "runtime/linux/seccomp_policy.h"
-#include "runtime/linux/syscalls.h"
 #include "runtime/linux/writable_layer.h"
 
 namespace space::runtime::linux {
@@ -71,7 +71,7 @@ nlohmann::json probe_overlay_in_userns() {
     args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_PIDFD;
     args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
     args.exit_signal = SIGCHLD;
-    pid = sys_clone3(&args);
+    pid = host::sys_clone3(&args);
     if (pid == 0) overlay_probe_child(release_r.get(), layer->get(), dir);
     err = errno;
   });
@@ -83,8 +83,8 @@ nlohmann::json probe_overlay_in_userns() {
     release_r.reset();
     // Map the probe's root to host root: it only ever touches its own mount namespace.
     const std::string proc = "/proc/" + std::to_string(pid);
-    bool mapped = write_text(proc + "/uid_map", "0 0 1\n").has_value() &&
-                  write_text(proc + "/gid_map", "0 0 1\n").has_value();
+    bool mapped = host::write_text(proc + "/uid_map", "0 0 1\n").has_value() &&
+                  host::write_text(proc + "/gid_map", "0 0 1\n").has_value();
     if (mapped) (void)!::write(release_w.get(), "1", 1);
     release_w.reset();
     siginfo_t info{};
@@ -114,15 +114,15 @@ nlohmann::json LinuxRuntime::doctor() const {
     d["arch"] = u.machine;
   }
 
-  auto max_userns = read_u64("/proc/sys/user/max_user_namespaces");
+  auto max_userns = host::read_u64("/proc/sys/user/max_user_namespaces");
   d["user_namespaces"] = {{"ok", max_userns.has_value() && *max_userns > 0},
                           {"max", max_userns.value_or(0)}};
 
   if (layout_) {
     nlohmann::json controllers = nlohmann::json::array();
     for (const auto& [c, path] : layout_->v1) controllers.push_back(c);
-    if (layout_->mode == CgroupMode::kV2) {
-      auto list = read_text(layout_->unified / "cgroup.controllers");
+    if (layout_->mode == host::CgroupMode::kV2) {
+      auto list = host::read_text(layout_->unified / "cgroup.controllers");
       if (list) {
         std::string s = *list;
         size_t pos = 0;
@@ -135,7 +135,7 @@ nlohmann::json LinuxRuntime::doctor() const {
       }
     }
     d["cgroups"] = {{"ok", true},
-                    {"mode", cgroup_mode_name(layout_->mode)},
+                    {"mode", host::cgroup_mode_name(layout_->mode)},
                     {"root", layout_->root.string()},
                     {"unified", layout_->unified.string()},
                     {"controllers", controllers},
@@ -146,21 +146,21 @@ nlohmann::json LinuxRuntime::doctor() const {
 
   d["overlay_in_userns"] = probe_overlay_in_userns();
 
-  auto actions = read_text("/proc/sys/kernel/seccomp/actions_avail");
+  auto actions = host::read_text("/proc/sys/kernel/seccomp/actions_avail");
   d["seccomp"] = {{"ok", actions.has_value()},
                   {"user_notification",
                    actions.has_value() && actions->find("user_notif") != std::string::npos},
                   {"instructions", seccomp_.instructions.size()},
                   {"not_on_this_arch", seccomp_.unresolved},
-                  {"policy", policy_table()}};
+                  {"policy", host::policy_table()}};
 
-  UniqueFd self(sys_pidfd_open(::getpid()));
+  UniqueFd self(host::sys_pidfd_open(::getpid()));
   d["pidfd"] = {{"ok", self.valid()}};
 
   long abi = ::syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
   d["landlock"] = {{"ok", abi > 0}, {"abi", abi > 0 ? abi : 0}};
 
-  d["capabilities"] = capability_table();
+  d["capabilities"] = host::capability_table();
   d["agent"] = {{"path", config_.agent_path.string()}, {"found", agent_.valid()}};
   if (agent_error_) d["agent"]["error"] = agent_error_->message();
   return d;

@@ -23,8 +23,9 @@
 #include <mutex>
 #include <thread>
 
+#include "host/confine.h"
+#include "host/syscalls.h"
 #include "runtime/linux/namespaces.h"
-#include "runtime/linux/syscalls.h"
 
 namespace space::runtime::linux {
 
@@ -133,8 +134,8 @@ struct ChildPlan {
   size_t shmall_len;
   rlimit nofile;
   rlimit core;
-  CapPlan caps;
-  const SeccompProgram* seccomp;
+  host::CapPlan caps;
+  const host::SeccompProgram* seccomp;
   char* const* argv;
   char* const* envp;
 };
@@ -162,6 +163,26 @@ int send_byte_with_fd(int sock, char byte, int fd) {
   } while (n < 0 && errno == EINTR);
   if (n == 1) return 0;
   return n < 0 ? errno : EPIPE;
+}
+
+// The launcher's step for a step of the confinement recipe (the sandbox takes no identity).
+Step step_of(host::ConfineStep s) {
+  switch (s) {
+    case host::ConfineStep::kNofile:
+      return kRlimitNofile;
+    case host::ConfineStep::kCore:
+      return kRlimitCore;
+    case host::ConfineStep::kCapBounding:
+      return kCapBounding;
+    case host::ConfineStep::kCapAmbient:
+      return kCapAmbient;
+    case host::ConfineStep::kCapset:
+      return kCapSet;
+    case host::ConfineStep::kNoNewPrivs:
+      return kNoNewPrivs;
+    default:
+      return kSeccomp;
+  }
 }
 
 [[noreturn]] void child_fail(int report_fd, Step step, size_t index, int err) {
@@ -298,7 +319,7 @@ int send_byte_with_fd(int sock, char byte, int fd) {
   }
   check(kEnterRoot, ::chdir("root"));
   check(kMakeOldRoot, ::mkdir(kOldRoot + 1, 0700));
-  check(kPivotRoot, sys_pivot_root(".", kOldRoot + 1));
+  check(kPivotRoot, host::sys_pivot_root(".", kOldRoot + 1));
   check(kChdirRoot, ::chdir("/"));
   if (int err = run_fs_ops(p.fs->after_pivot, &failed)) {
     child_fail(report, kFsAfterPivot, failed, err);
@@ -315,23 +336,21 @@ int send_byte_with_fd(int sock, char byte, int fd) {
   check(kSetsid, ::setsid());
   ::umask(022);
 
-  check(kRlimitNofile, ::setrlimit(RLIMIT_NOFILE, &p.nofile));
-  check(kRlimitCore, ::setrlimit(RLIMIT_CORE, &p.core));
-
-  // Capabilities, then no_new_privs and seccomp (which needs one of CAP_SYS_ADMIN or NNP).
-  if (int err = drop_bounding_set(p.caps)) child_fail(report, kCapBounding, 0, err);
-  if (int err = clear_ambient()) child_fail(report, kCapAmbient, 0, err);
-  if (int err = set_capabilities(p.caps)) child_fail(report, kCapSet, 0, err);
-  check(kNoNewPrivs, ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
-  if (!p.seccomp->notify_execs) {
-    if (int err = install_seccomp(*p.seccomp)) child_fail(report, kSeccomp, 0, err);
-  } else {
+  // The host's confinement recipe (host/confine.h): rlimits, the sandbox's capabilities, then
+  // no_new_privs and seccomp (which needs one of CAP_SYS_ADMIN or NNP). Sandbox root keeps its
+  // uid (0 in the sandbox's user namespace).
+  int listener = -1;
+  const host::ConfinePlan lock{.nofile = p.nofile,
+                               .core = p.core,
+                               .caps = p.caps,
+                               .seccomp = p.seccomp,
+                               .listener = p.seccomp->notify_execs ? &listener : nullptr};
+  if (host::ConfineFailure f = host::confine_steps(lock); f.err != 0) {
+    child_fail(report, step_of(f.step), 0, f.err);
+  }
+  if (p.seccomp->notify_execs) {
     // Exec auditing: the filter's listener goes to the daemon (which must answer our own
     // execveat below) and stays at kExecListenerFd for the agent to hold across restarts.
-    int listener = -1;
-    if (int err = install_seccomp_listener(*p.seccomp, &listener)) {
-      child_fail(report, kSeccomp, 0, err);
-    }
     if (listener != kExecListenerFd) {
       check(kSendListener, ::dup3(listener, kExecListenerFd, 0));
       ::close(listener);
@@ -403,33 +422,6 @@ Result<void> wait_for_exec(int fd, const FsPlan& fs, std::chrono::milliseconds t
 }
 
 }  // namespace
-
-Result<void> kill_and_reap(int pidfd, bool is_child, std::chrono::milliseconds timeout) {
-  if (pidfd < 0) return {};
-  if (sys_pidfd_send_signal(pidfd, SIGKILL) != 0 && errno != ESRCH) {
-    return fail_sys("pidfd_send_signal", "SIGKILL");
-  }
-  // A pidfd polls readable once the process has exited (for a namespace init: once every
-  // process of the namespace is gone).
-  pollfd pfd{pidfd, POLLIN, 0};
-  int rc;
-  do {
-    rc = ::poll(&pfd, 1, static_cast<int>(timeout.count()));
-  } while (rc < 0 && errno == EINTR);
-  if (rc == 0) {
-    return fail(Code::kTimeout, "the agent did not exit within " + std::to_string(timeout.count()) +
-                                    " ms of SIGKILL");
-  }
-  if (is_child) {
-    siginfo_t info{};
-    // ECHILD: somebody else reaped it (a daemon-wide SIGCHLD handler); it is gone either way.
-    if (::waitid(P_PIDFD, static_cast<id_t>(pidfd), &info, WEXITED | WNOHANG) != 0 &&
-        errno != ECHILD) {
-      return fail_sys("waitid", "P_PIDFD");
-    }
-  }
-  return {};
-}
 
 namespace {
 
@@ -655,7 +647,7 @@ Result<Launched> launch(const LaunchRequest& req) {
   out.pidfd.reset(pidfd);
   // From here on a failure kills and reaps the child.
   auto undo = [&](Error e) -> Result<Launched> {
-    (void)kill_and_reap(out.pidfd.get(), true, std::chrono::milliseconds(5000));
+    (void)host::kill_and_reap(out.pidfd.get(), true, std::chrono::milliseconds(5000));
     return fail(std::move(e));
   };
 

@@ -17,10 +17,11 @@
 #include "common/error.h"
 #include "common/fd.h"
 #include "common/step_times.h"
-#include "runtime/linux/caps.h"
-#include "runtime/linux/cgroup.h"
+#include "host/caps.h"
+#include "host/cgroup.h"
+#include "host/process.h"
+#include "host/seccomp.h"
 #include "runtime/linux/mounts.h"
-#include "runtime/linux/seccomp.h"
 
 namespace space::runtime::linux {
 
@@ -44,12 +45,12 @@ struct LaunchRequest {
   uint64_t shm_bytes = 0;
   int netns_fd = -1;  // joined, not owned, by the sandbox
   int agent_fd = -1;  // sealed memfd with the agent binary
-  const SeccompProgram* seccomp = nullptr;
+  const host::SeccompProgram* seccomp = nullptr;
   // With a notify_execs program: receives the exec listener before the agent's exec, which
   // waits for it to be answered (start the exec supervisor here).
   std::function<Result<void>(UniqueFd listener)> on_exec_listener;
-  CapPlan caps;
-  Cgroup* cgroup = nullptr;
+  host::CapPlan caps;
+  host::Cgroup* cgroup = nullptr;
   std::filesystem::path stage_dir;  // holds the empty mount points `layer`, `root`, `lower`
   std::filesystem::path lower_dir;  // the image rootfs
   // The writable layer as a detached mount (make_writable_layer), already populated: the child
@@ -68,9 +69,5 @@ struct Launched {
 };
 
 Result<Launched> launch(const LaunchRequest& req);
-
-// Kills the process behind `pidfd` (SIGKILL; for a pid-namespace init that is the whole
-// namespace) and, if it is our child, reaps it. Waits at most `timeout` for it to exit.
-Result<void> kill_and_reap(int pidfd, bool is_child, std::chrono::milliseconds timeout);
 
 }  // namespace space::runtime::linux

@@ -13,13 +13,13 @@
 
 #include "common/guard.h"
 #include "common/janitor.h"
+#include "host/host_files.h"
+#include "host/syscalls.h"
 #include "runtime/linux/agent_image.h"
 #include "runtime/linux/exec_supervisor.h"
-#include "runtime/linux/host_files.h"
 #include "runtime/linux/launcher.h"
 #include "runtime/linux/mounts.h"
 #include "runtime/linux/namespaces.h"
-#include "runtime/linux/syscalls.h"
 #include "runtime/linux/writable_layer.h"
 
 namespace space::runtime::linux {
@@ -78,7 +78,7 @@ Result<void> validate(const SandboxSpec& spec) {
 // Fetches the agent's fd 6 and checks it is the writable layer: a tmpfs, and when known the
 // very directory recorded at creation (the agent is not trusted to keep it).
 Result<UniqueFd> fetch_layer(int pidfd, dev_t dev, ino_t ino) {
-  UniqueFd fd(sys_pidfd_getfd(pidfd, kLayerFd));
+  UniqueFd fd(host::sys_pidfd_getfd(pidfd, kLayerFd));
   if (!fd) return fail_sys("pidfd_getfd", "agent fd 6");
   struct statfs sfs;
   if (::fstatfs(fd.get(), &sfs) != 0) return fail_sys("fstatfs", "writable layer");
@@ -105,7 +105,7 @@ struct LinuxInstance::Parts {
   uint64_t start_time = 0;
   bool is_child = false;  // false after reattach: someone else reaps it
   UniqueFd pidfd, channel, netns;
-  std::unique_ptr<Cgroup> cgroup;
+  std::unique_ptr<host::Cgroup> cgroup;
   fs::path stage;
   dev_t layer_dev = 0;
   ino_t layer_ino = 0;
@@ -155,7 +155,7 @@ Result<void> LinuxInstance::destroy() {
   // cgroup.kill reaches every task at once; SIGKILL to the agent (pid 1 of the sandbox's pid
   // namespace) makes the kernel kill the rest of the namespace too.
   p_->cgroup->kill_all();
-  TRY_VOID_CTX(kill_and_reap(p_->pidfd.get(), p_->is_child, p_->stop_timeout), ctx);
+  TRY_VOID_CTX(host::kill_and_reap(p_->pidfd.get(), p_->is_child, p_->stop_timeout), ctx);
   if (p_->paused) {  // v1-frozen tasks die only once thawed
     (void)p_->cgroup->thaw();
     p_->paused = false;
@@ -194,13 +194,13 @@ nlohmann::json LinuxInstance::persist() const {
 
 // ---------------------------------------------------------------------------------------------
 // Runtime.
-LinuxRuntime::LinuxRuntime(Config config, SeccompProgram seccomp, SeccompProgram seccomp_notify,
-                           CapPlan caps)
+LinuxRuntime::LinuxRuntime(Config config, host::SeccompProgram seccomp,
+                           host::SeccompProgram seccomp_notify, host::CapPlan caps)
     : config_(std::move(config)),
       seccomp_(std::move(seccomp)),
       seccomp_notify_(std::move(seccomp_notify)),
       caps_(caps),
-      layout_(detect_cgroups(config_.cgroup_root)) {
+      layout_(host::detect_cgroups(config_.cgroup_root)) {
   auto agent = seal_agent_image(config_.agent_path);
   if (agent) {
     agent_ = std::move(*agent);
@@ -214,15 +214,16 @@ Result<std::unique_ptr<LinuxRuntime>> LinuxRuntime::create(Config config) {
       config.cgroup_name == "." || config.cgroup_name == "..") {
     return fail(Code::kInvalidArgument, "bad cgroup name \"" + config.cgroup_name + "\"");
   }
-  SeccompProgram seccomp = TRY_CTX(compile_policy(sandbox_policy()), "compiling seccomp policy");
-  SeccompProgram notify = TRY_CTX(compile_policy(sandbox_policy(), true),
-                                  "compiling seccomp policy with exec notifications");
-  CapPlan caps = TRY(make_cap_plan());
+  host::SeccompProgram seccomp =
+      TRY_CTX(host::compile_policy(host::sandbox_policy()), "compiling seccomp policy");
+  host::SeccompProgram notify = TRY_CTX(host::compile_policy(host::sandbox_policy(), true),
+                                        "compiling seccomp policy with exec notifications");
+  host::CapPlan caps = TRY(host::make_cap_plan());
   return std::unique_ptr<LinuxRuntime>(
       new LinuxRuntime(std::move(config), std::move(seccomp), std::move(notify), caps));
 }
 
-Result<const CgroupLayout*> LinuxRuntime::cgroup_layout() const {
+Result<const host::CgroupLayout*> LinuxRuntime::cgroup_layout() const {
   if (!layout_) return fail(Error(layout_.error()).wrap("detecting cgroups"));
   return &*layout_;
 }
@@ -236,14 +237,14 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::create(const SandboxSpec& spec) 
 Result<std::unique_ptr<Instance>> LinuxRuntime::start(const SandboxSpec& spec) {
   TRY_VOID(validate(spec));
   if (!agent_) return fail(Error(*agent_error_));
-  const CgroupLayout* layout = TRY(cgroup_layout());
+  const host::CgroupLayout* layout = TRY(cgroup_layout());
   const auto stop = config_.stop_timeout;
   StepTimes scratch;
   StepTimes& times = spec.times ? *spec.times : scratch;
 
   // 1. cgroups, fresh for this sandbox, limits applied.
-  std::unique_ptr<Cgroup> cgroup = TRY_CTX(
-      Cgroup::create(*layout, config_.cgroup_name, spec.id, spec.limits), "creating cgroups");
+  std::unique_ptr<host::Cgroup> cgroup = TRY_CTX(
+      host::Cgroup::create(*layout, config_.cgroup_name, spec.id, spec.limits), "creating cgroups");
   times.mark("cgroup");
   Guard cgroup_guard([&] {
     cgroup->kill_all();
@@ -297,11 +298,11 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::start(const SandboxSpec& spec) {
   }
   times.mark("plan");
   Launched child = TRY(launch(req));
-  Guard child_guard([&] { (void)kill_and_reap(child.pidfd.get(), true, stop); });
+  Guard child_guard([&] { (void)host::kill_and_reap(child.pidfd.get(), true, stop); });
   layer.reset();  // attached in the sandbox's mount namespace now
 
   // Identify the agent for reattach; its fd 6 must be the very layer made above.
-  uint64_t start_time = TRY_CTX(process_start_time(child.pid), "identifying the agent");
+  uint64_t start_time = TRY_CTX(host::process_start_time(child.pid), "identifying the agent");
   (void)TRY_CTX(fetch_layer(child.pidfd.get(), layer_st.st_dev, layer_st.st_ino),
                 "checking the writable layer");
   times.mark("identify");
@@ -358,13 +359,13 @@ Result<Persisted> parse_persisted(const nlohmann::json& j) {
 
 // A pidfd for the persisted agent, if that very process (same start time) is still alive.
 Result<UniqueFd> find_agent(const Persisted& p) {
-  UniqueFd pidfd(sys_pidfd_open(p.pid));
+  UniqueFd pidfd(host::sys_pidfd_open(p.pid));
   if (!pidfd) {
     if (errno == ESRCH) return fail(Code::kNotFound, "agent process is gone");
     return fail_sys("pidfd_open", std::to_string(p.pid));
   }
   // Checked after pidfd_open: if the start time matches now, the pidfd is that process.
-  auto start = process_start_time(p.pid);
+  auto start = host::process_start_time(p.pid);
   if (!start || *start != p.start_time) {
     return fail(Code::kNotFound, "pid " + std::to_string(p.pid) + " is another process now");
   }
@@ -381,12 +382,12 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::reattach(const SandboxSpec& spec
                                                          const nlohmann::json& persisted) {
   const std::string ctx = "reattaching sandbox " + spec.id;
   Persisted p = TRY_CTX(parse_persisted(persisted), ctx);
-  const CgroupLayout* layout = TRY_CTX(cgroup_layout(), ctx);
+  const host::CgroupLayout* layout = TRY_CTX(cgroup_layout(), ctx);
   UniqueFd pidfd = TRY_CTX(find_agent(p), ctx);
 
   // The spare's daemon end becomes the new channel; the agent switches to it on the first
   // frame (docs/agent-protocol.md).
-  UniqueFd channel(sys_pidfd_getfd(pidfd.get(), kSpareDaemonFd));
+  UniqueFd channel(host::sys_pidfd_getfd(pidfd.get(), kSpareDaemonFd));
   if (!channel) return fail(Error::sys("pidfd_getfd", "agent fd 5").wrap(ctx));
   struct stat st;
   if (::fstat(channel.get(), &st) != 0 || !S_ISSOCK(st.st_mode)) {
@@ -396,14 +397,14 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::reattach(const SandboxSpec& spec
       ::open(("/proc/" + std::to_string(p.pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
   if (!netns) return fail(Error::sys("open", "/proc/<agent>/ns/net").wrap(ctx));
   // Still the same process after opening by pid? Then the namespace is the sandbox's.
-  if (sys_pidfd_send_signal(pidfd.get(), 0) != 0) {
+  if (host::sys_pidfd_send_signal(pidfd.get(), 0) != 0) {
     return fail(Code::kNotFound, ctx + ": agent exited during reattach");
   }
   if (!persisted.contains("cgroups")) {
     return fail(Code::kInvalidArgument, ctx + ": persisted state has no cgroups");
   }
-  std::unique_ptr<Cgroup> cgroup =
-      TRY_CTX(Cgroup::open(*layout, config_.cgroup_name, persisted["cgroups"]), ctx);
+  std::unique_ptr<host::Cgroup> cgroup =
+      TRY_CTX(host::Cgroup::open(*layout, config_.cgroup_name, persisted["cgroups"]), ctx);
 
   auto parts = std::make_unique<LinuxInstance::Parts>();
   parts->id = spec.id;
@@ -423,7 +424,7 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::reattach(const SandboxSpec& spec
   if (spec.exec_events) {
     // The agent holds the exec listener of a sandbox created with exec auditing; a sandbox
     // created without it has none, and its execs stay unaudited.
-    UniqueFd listener(sys_pidfd_getfd(parts->pidfd.get(), kExecListenerFd));
+    UniqueFd listener(host::sys_pidfd_getfd(parts->pidfd.get(), kExecListenerFd));
     if (listener && ExecSupervisor::is_listener(listener.get())) {
       parts->exec_supervisor =
           TRY_CTX(ExecSupervisor::start(std::move(listener), p.uid_base, spec.exec_events), ctx);
@@ -434,30 +435,30 @@ Result<std::unique_ptr<Instance>> LinuxRuntime::reattach(const SandboxSpec& spec
 
 Result<void> LinuxRuntime::cleanup(const SandboxSpec& spec, const nlohmann::json& persisted) {
   const std::string ctx = "cleaning up sandbox " + spec.id;
-  const CgroupLayout* layout = TRY_CTX(cgroup_layout(), ctx);
+  const host::CgroupLayout* layout = TRY_CTX(cgroup_layout(), ctx);
   // A create interrupted before its instance was persisted left no pid: its processes are found
   // by their cgroups (the agent and the launcher's child are born into them), whose paths
   // depend on the id alone.
   const bool has_agent = persisted.is_object() && persisted.contains("pid");
   const nlohmann::json cgroups = persisted.is_object() && persisted.contains("cgroups")
                                      ? persisted["cgroups"]
-                                     : Cgroup::planned(*layout, config_.cgroup_name, spec.id);
+                                     : host::Cgroup::planned(*layout, config_.cgroup_name, spec.id);
   {
     // Everything in the cgroups first (cgroup.kill reaches frozen tasks), thawed, so that a
     // sandbox left paused on a v1 freezer can die: its agent's SIGKILL below waits for that.
-    auto cg = TRY_CTX(Cgroup::open(*layout, config_.cgroup_name, cgroups), ctx);
+    auto cg = TRY_CTX(host::Cgroup::open(*layout, config_.cgroup_name, cgroups), ctx);
     cg->kill_all();
     (void)cg->thaw();
   }
   if (has_agent) {
     Persisted p = TRY_CTX(parse_persisted(persisted), ctx);
     if (auto pidfd = find_agent(p)) {
-      TRY_VOID_CTX(kill_and_reap(pidfd->get(), false, config_.stop_timeout), ctx);
+      TRY_VOID_CTX(host::kill_and_reap(pidfd->get(), false, config_.stop_timeout), ctx);
     }
   }
-  TRY_VOID_CTX(
-      remove_sandbox_cgroups(*layout, config_.cgroup_name, spec.id, cgroups, config_.stop_timeout),
-      ctx);
+  TRY_VOID_CTX(host::remove_sandbox_cgroups(*layout, config_.cgroup_name, spec.id, cgroups,
+                                            config_.stop_timeout),
+               ctx);
   fs::path stage = has_agent ? fs::path(persisted.value("stage", "")) : spec.dir / "mnt";
   if (stage_is_ours(spec, stage)) remove_stage(stage);
   return {};

@@ -14,9 +14,9 @@
 #include <optional>
 #include <string>
 
-#include "runtime/linux/caps.h"
-#include "runtime/linux/cgroup.h"
-#include "runtime/linux/seccomp.h"
+#include "host/caps.h"
+#include "host/cgroup.h"
+#include "host/seccomp.h"
 #include "runtime/runtime.h"
 
 namespace space::runtime::linux {
@@ -73,20 +73,21 @@ class LinuxRuntime final : public Runtime {
   nlohmann::json doctor() const override;
 
   const Config& config() const { return config_; }
-  const SeccompProgram& seccomp_program() const { return seccomp_; }
+  const host::SeccompProgram& seccomp_program() const { return seccomp_; }
 
  private:
-  LinuxRuntime(Config config, SeccompProgram seccomp, SeccompProgram seccomp_notify, CapPlan caps);
+  LinuxRuntime(Config config, host::SeccompProgram seccomp, host::SeccompProgram seccomp_notify,
+               host::CapPlan caps);
   Result<std::unique_ptr<Instance>> start(const SandboxSpec& spec);
-  Result<const CgroupLayout*> cgroup_layout() const;
+  Result<const host::CgroupLayout*> cgroup_layout() const;
 
   Config config_;
-  SeccompProgram seccomp_;
-  SeccompProgram seccomp_notify_;  // the same plus exec notifications (spec.exec_events)
-  CapPlan caps_;
+  host::SeccompProgram seccomp_;
+  host::SeccompProgram seccomp_notify_;  // the same plus exec notifications (spec.exec_events)
+  host::CapPlan caps_;
   UniqueFd agent_;  // sealed memfd, or invalid with agent_error_ set
   std::optional<Error> agent_error_;
-  Result<CgroupLayout> layout_;
+  Result<host::CgroupLayout> layout_;
 };
 
 }  // namespace space::runtime::linux

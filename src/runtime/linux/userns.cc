@@ -3,7 +3,7 @@
 // root (and every other host id) stays unmapped inside.
 #include <string>
 
-#include "runtime/linux/host_files.h"
+#include "host/host_files.h"
 #include "runtime/linux/namespaces.h"
 
 namespace space::runtime::linux {
@@ -15,8 +15,8 @@ Result<void> write_id_maps(pid_t pid, uint32_t base, uint32_t count) {
   }
   const std::string line = "0 " + std::to_string(base) + " " + std::to_string(count) + "\n";
   const std::string proc = "/proc/" + std::to_string(pid);
-  TRY_VOID_CTX(write_text(proc + "/uid_map", line), "writing uid_map");
-  TRY_VOID_CTX(write_text(proc + "/gid_map", line), "writing gid_map");
+  TRY_VOID_CTX(host::write_text(proc + "/uid_map", line), "writing uid_map");
+  TRY_VOID_CTX(host::write_text(proc + "/gid_map", line), "writing gid_map");
   return {};
 }
 

@@ -32,18 +32,13 @@ Result<void> make_owned_dir(int layer_fd, const char* name, mode_t mode, uint32_
 
 }  // namespace
 
-uint64_t layer_inodes(const Limits& limits) {
-  return limits.disk_inodes ? limits.disk_inodes
-                            : std::max<uint64_t>(4096, limits.disk_bytes / 8192);
-}
-
 Result<UniqueFd> make_writable_layer(const Limits& limits, uint32_t owner) {
   if (limits.disk_bytes < (1u << 20)) return fail(Code::kInvalidArgument, "disk limit below 1 MiB");
   // A superblock made here belongs to the host user namespace (writable_layer.h says why).
   UniqueFd context(::fsopen("tmpfs", FSOPEN_CLOEXEC));
   if (!context) return fail_sys("fsopen", "tmpfs");
   TRY_VOID(set_option(context.get(), "size", std::to_string(limits.disk_bytes)));
-  TRY_VOID(set_option(context.get(), "nr_inodes", std::to_string(layer_inodes(limits))));
+  TRY_VOID(set_option(context.get(), "nr_inodes", std::to_string(host::layer_inodes(limits))));
   TRY_VOID(set_option(context.get(), "mode", "0755"));
   TRY_VOID(set_option(context.get(), "uid", std::to_string(owner)));
   TRY_VOID(set_option(context.get(), "gid", std::to_string(owner)));

@@ -25,13 +25,10 @@
 
 namespace space::runtime::linux {
 
-// nr_inodes of the layer: limits.disk_inodes, or one per 8 KiB of disk_bytes (at least 4096).
-uint64_t layer_inodes(const Limits& limits);
-
-// A new tmpfs (size = disk_bytes, nr_inodes = layer_inodes, nosuid, nodev) as a detached mount:
-// the O_PATH fd fsmount returns, which is the layer's root directory. Its root (0755), `upper`
-// (0755) and `work` (0700) belong to host uid/gid `owner` (the sandbox's uid_base). Closing the
-// fd before anything attached the mount unmounts and frees the tmpfs.
+// A new tmpfs (size = disk_bytes, nr_inodes = host::layer_inodes, nosuid, nodev) as a detached
+// mount: the O_PATH fd fsmount returns, which is the layer's root directory. Its root (0755),
+// `upper` (0755) and `work` (0700) belong to host uid/gid `owner` (the sandbox's uid_base). Closing
+// the fd before anything attached the mount unmounts and frees the tmpfs.
 Result<UniqueFd> make_writable_layer(const Limits& limits, uint32_t owner);
 
 // Calls `populate` with `upper` of the layer at `layer_fd` (O_RDONLY|O_DIRECTORY|O_NOFOLLOW),

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "host/host_files.h"
 #include "proto/guest_boot.h"
-#include "runtime/linux/host_files.h"
 #include "runtime/qemu/qemu_args.h"
 #include "runtime/vm_host.h"
 
@@ -32,7 +32,7 @@ std::string identity(const fs::path& p) {
 std::string probe_key(const AccelInputs& in) {
   struct utsname u {};
   ::uname(&u);
-  return "boot " + linux::read_text("/proc/sys/kernel/random/boot_id").value_or("") +
+  return "boot " + host::read_text("/proc/sys/kernel/random/boot_id").value_or("") +
          "\nhost kernel " + u.release + "\nqemu " + identity(in.qemu) + "\nkernel " +
          identity(in.kernel) + "\ninitrd " + identity(in.initrd) + "\ndevice " +
          in.kvm_device.string();
@@ -74,7 +74,7 @@ Result<void> boot_probe(const AccelInputs& in, const std::string& accel, const f
   auto ran = vm::run_tool(argv, log, in.timeout);
   // The marker is what counts: a QEMU killed at the deadline after the guest printed it (an
   // ACPI-less power-off that halts) still proves the boot.
-  std::string out = linux::read_text(console).value_or("");
+  std::string out = host::read_text(console).value_or("");
   if (out.find(proto::kProbeMarker) != std::string::npos) return {};
   std::string what = ran ? "the guest ended without reaching its init"
                      : ran.error().code() == Code::kTimeout

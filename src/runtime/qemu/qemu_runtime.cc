@@ -1,7 +1,10 @@
-// The qemu runtime's recipe (qemu_runtime.h): writable disk -> cgroup -> jailed QEMU (clone3
-// into new namespaces and the cgroup; the child builds its tmpfs root, drops to the sandbox's
-// uid and execs QEMU) -> the agent's port and QMP -> wait for the agent's first byte. Every step
-// leaves a guard; a failure unwinds them and reports the guest console's last lines.
+// The qemu runtime's recipe (qemu_runtime.h), of vm_steps.h's shared steps and QEMU's own:
+// the writable disk (made, a template's copied, or a saved machine's received) -> cgroup ->
+// jailed QEMU (clone3 into new namespaces and the cgroup; the child builds its tmpfs root,
+// drops to the sandbox's uid and execs QEMU) -> the agent's port and QMP -> a clone's or saved
+// machine's incoming migration, or wait for a booted agent's first byte. Every step leaves a
+// guard; a failure unwinds them and reports the guest console's last lines. The instance is
+// vmm.h's VmmInstance over QMP.
 #include "runtime/qemu/qemu_runtime.h"
 
 #include <fcntl.h>
@@ -21,22 +24,22 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <thread>
 
 #include "common/guard.h"
+#include "host/host_files.h"
+#include "host/limits.h"
+#include "host/process.h"
+#include "host/syscalls.h"
 #include "runtime/kvm.h"
-#include "runtime/linux/host_files.h"
-#include "runtime/linux/launcher.h"
-#include "runtime/linux/syscalls.h"
-#include "runtime/linux/writable_layer.h"
 #include "runtime/qemu/qemu_args.h"
 #include "runtime/qemu/qemu_template.h"
 #include "runtime/qemu/qmp.h"
 #include "runtime/sparse_file.h"
 #include "runtime/vm_host.h"
+#include "runtime/vm_steps.h"
 #include "runtime/vmm.h"
 
 extern char** environ;
@@ -45,10 +48,8 @@ namespace space::runtime::qemu {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-using linux::Cgroup;
-using linux::CgroupLayout;
-using vm::disk_identity;
-using vm::image_changed;
+using host::Cgroup;
+using host::CgroupLayout;
 using vm::tail_of;
 
 namespace {
@@ -60,13 +61,12 @@ constexpr int kDiskRoFd = 12;  // QEMU probes the disk read-only first: a set ne
 // A template's or clone's RAM (the memfd), which QEMU opens as /proc/self/fd/<kRamFd>.
 constexpr int kRamFd = 13;
 
-// A saved machine (Instance::save_machine, SandboxSpec::restore_machine): QEMU's migration
-// stream (RAM and device state) and the writable disk as it was when the stream ended.
-constexpr const char* kMemoryFile = "memory";
-constexpr const char* kDiskFile = "disk.img";
-// What the machine was made from: the image disk it ran on (a machine resumes only on the very
-// disk whose blocks its memory caches) and its RAM and vCPUs.
-constexpr const char* kMachineFile = "machine.json";
+// A saved machine (Instance::save_machine, SandboxSpec::restore_machine) is vm_steps.h's three
+// files: QEMU's migration stream (RAM and device state) as the memory, the writable disk as it
+// was when the stream ended, and machine.json. The writable disk of a running VM is the
+// sandbox's disk.img, outside QEMU's jail (QEMU gets it as an fd only).
+using vm::kSavedDisk;
+using vm::kSavedMemory;
 
 // Where things are inside QEMU's jail.
 constexpr const char* kJailVm = "/vm";
@@ -213,7 +213,7 @@ int touch_raw(const std::string& path) {
       child_fail(p, 7);
   }
   if (mkdir_p_raw(p.old_root) != 0) child_fail(p, 3);
-  if (linux::sys_pivot_root(p.jail.c_str(), p.old_root.c_str()) != 0) child_fail(p, 8);
+  if (host::sys_pivot_root(p.jail.c_str(), p.old_root.c_str()) != 0) child_fail(p, 8);
   if (::chdir("/") != 0) child_fail(p, 8);
   if (::umount2("/.old", MNT_DETACH) != 0) child_fail(p, 9);
   (void)::rmdir("/.old");
@@ -247,9 +247,7 @@ void child_entry(void* plan, vm::ChildPipes pipes) {
 // --- The instance.
 
 struct Parts : vm::VmmParts {
-  std::mutex qmp_mu;
   std::optional<Qmp> qmp;
-  bool paused = false;
   fs::path vm_dir;
   fs::path disk;  // the writable disk (QEMU has it as an fd)
   std::chrono::milliseconds save_timeout{120000};
@@ -258,76 +256,23 @@ struct Parts : vm::VmmParts {
   std::string template_name;  // a clone's template; "" for a booted or restored machine
 };
 
+// Migrates the stopped VM into `fd` (passed over QMP as `fd_name`: QEMU's seccomp sandbox
+// forbids the exec: transport), unthrottled since nothing competes with the stream; QEMU's
+// block layer has flushed the disk when it ends.
+Result<void> migrate_out(Qmp& qmp, int fd, const char* fd_name, Clock::time_point deadline) {
+  TRY(qmp.execute("migrate-set-parameters", {{"max-bandwidth", 1ull << 40}}));
+  TRY_VOID(qmp.send_fd(fd_name, fd));
+  TRY(qmp.execute("migrate", {{"uri", std::string("fd:") + fd_name}}));
+  return await_migration(qmp, deadline, true);
+}
+
+// The instance: pause, resume, `space diff`'s disk reads, saves and destroy are VmmInstance's
+// steps around QMP's `stop` and `cont` (which also drains and flushes QEMU's block layer into
+// disk.img) and its migration.
 class QemuInstance final : public vm::VmmInstance {
  public:
   explicit QemuInstance(std::unique_ptr<Parts> p) : VmmInstance(*p), p_(std::move(p)) {}
   ~QemuInstance() override = default;
-
-  Result<void> pause() override {
-    std::lock_guard lock(p_->qmp_mu);
-    if (p_->paused) return {};
-    TRY_VOID_CTX(command("stop"), "pausing VM " + p_->id);
-    p_->paused = true;
-    return {};
-  }
-  Result<void> resume() override {
-    std::lock_guard lock(p_->qmp_mu);
-    if (!p_->paused) return {};
-    TRY_VOID_CTX(command("cont"), "resuming VM " + p_->id);
-    p_->paused = false;
-    return {};
-  }
-  bool paused() const override {
-    std::lock_guard lock(p_->qmp_mu);
-    return p_->paused;
-  }
-  // `space diff` (runtime.h, vm_diff.h): the writable disk, read-only, while the vCPUs are
-  // stopped (QMP `stop` also drains and flushes QEMU's block layer into disk.img).
-  Result<void> read_writable_disk(const std::function<Result<void>(int)>& read) override {
-    std::lock_guard lock(p_->qmp_mu);
-    UniqueFd disk(::open(p_->disk.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    if (!disk) return fail_sys("open", p_->disk.string());
-    const bool stop = !p_->paused;
-    if (stop) TRY_VOID_CTX(command("stop"), "stopping VM " + p_->id + " to read its disk");
-    auto r = read(disk.get());
-    if (stop) TRY_VOID_CTX(command("cont"), "resuming VM " + p_->id + " after reading its disk");
-    return r;
-  }
-  Result<void> destroy() override {
-    if (p_->destroyed) return {};
-    {
-      std::lock_guard lock(p_->qmp_mu);
-      p_->qmp.reset();
-    }
-    return stop_vmm();
-  }
-
-  // The VM stops; QEMU writes its migration stream (RAM and devices) into `memory`, through an
-  // fd passed over QMP (its seccomp sandbox forbids the exec: transport); its block layer has
-  // flushed the disk when the stream ends, and disk.img is linked beside it. Both stay as they
-  // are until the VM runs again.
-  Result<void> save_machine(int dir_fd) override {
-    std::lock_guard lock(p_->qmp_mu);
-    std::string ctx = "saving VM " + p_->id;
-    if (!p_->qmp) return fail(Code::kConflict, "VM " + p_->id + " is destroyed");
-    if (!p_->paused) {
-      TRY_VOID_CTX(command("stop"), ctx);
-      p_->paused = true;
-    }
-    UniqueFd mem(::openat(dir_fd, kMemoryFile, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-    if (!mem) return fail(Error::sys("openat", kMemoryFile).wrap(ctx));
-    auto deadline = Clock::now() + p_->save_timeout;
-    // Not throttled: the VM is stopped, nothing competes with the stream.
-    TRY_VOID_CTX(p_->qmp->execute("migrate-set-parameters", {{"max-bandwidth", 1ull << 40}}), ctx);
-    TRY_VOID_CTX(p_->qmp->send_fd("space-save", mem.get()), ctx);
-    mem.reset();
-    TRY_VOID_CTX(p_->qmp->execute("migrate", {{"uri", "fd:space-save"}}), ctx);
-    TRY_VOID_CTX(await_migration(*p_->qmp, deadline, true), ctx);
-    if (::linkat(AT_FDCWD, p_->disk.c_str(), dir_fd, kDiskFile, 0) != 0)
-      return fail(Error::sys("linkat", p_->disk.string()).wrap(ctx));
-    TRY_VOID_CTX(vm::write_machine_file(dir_fd, kMachineFile, p_->machine), ctx);
-    return {};
-  }
 
   // A template's save (QemuRuntime::build_template): reads what the agent said until it has
   // been quiet for a moment (its hello; the machine must stop with nothing in flight on its
@@ -346,15 +291,12 @@ class QemuInstance final : public vm::VmmInstance {
       if (::read(channel_fd(), buf, sizeof buf) <= 0)
         return fail(Code::kUnavailable, ctx + ": QEMU closed the agent's port");
     }
-    std::lock_guard lock(p_->qmp_mu);
+    std::lock_guard lock(p_->control_mu);
     auto deadline = Clock::now() + p_->save_timeout;
+    if (!p_->qmp) return fail(Code::kConflict, ctx + ": the VM is destroyed");
     TRY_VOID_CTX(set_ignore_shared(*p_->qmp, true), ctx);
-    TRY_VOID_CTX(command("stop"), ctx);
-    p_->paused = true;
-    TRY_VOID_CTX(p_->qmp->execute("migrate-set-parameters", {{"max-bandwidth", 1ull << 40}}), ctx);
-    TRY_VOID_CTX(p_->qmp->send_fd("space-template", state_fd), ctx);
-    TRY_VOID_CTX(p_->qmp->execute("migrate", {{"uri", "fd:space-template"}}), ctx);
-    TRY_VOID_CTX(await_migration(*p_->qmp, deadline, true), ctx);
+    TRY_VOID_CTX(stop_locked(), ctx);
+    TRY_VOID_CTX(migrate_out(*p_->qmp, state_fd, "space-template", deadline), ctx);
     return {};
   }
 
@@ -375,10 +317,30 @@ class QemuInstance final : public vm::VmmInstance {
   }
   bool resumed_from_template() const override { return !p_->template_name.empty(); }
 
+ protected:
+  bool has_control() const override { return p_->qmp.has_value(); }
+  void close_control() override { p_->qmp.reset(); }
+  Result<void> vmm_stop() override { return command("stop"); }
+  Result<void> vmm_cont() override { return command("cont"); }
+  Result<UniqueFd> open_writable_disk() override {
+    UniqueFd disk(::open(p_->disk.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!disk) return fail_sys("open", p_->disk.string());
+    return disk;
+  }
+  // QEMU writes its migration stream (RAM and devices) into `memory`; disk.img is linked beside
+  // it. Both stay as they are until the VM runs again.
+  Result<void> vmm_save(int dir_fd) override {
+    UniqueFd mem(::openat(dir_fd, kSavedMemory, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!mem) return fail_sys("openat", kSavedMemory);
+    TRY_VOID(migrate_out(*p_->qmp, mem.get(), "space-save", Clock::now() + p_->save_timeout));
+    mem.reset();
+    if (::linkat(AT_FDCWD, p_->disk.c_str(), dir_fd, kSavedDisk, 0) != 0)
+      return fail_sys("linkat", p_->disk.string());
+    return {};
+  }
+
  private:
-  // Runs a QMP command without arguments; the caller holds qmp_mu.
   Result<void> command(const char* name) {
-    if (!p_->qmp) return fail(Code::kConflict, "VM " + p_->id + " is destroyed");
     TRY(p_->qmp->execute(name));
     return {};
   }
@@ -426,7 +388,7 @@ Result<UniqueFd> connect_port(const fs::path& path, int pidfd, Clock::time_point
 QemuRuntime::QemuRuntime(Config config)
     : config_(std::move(config)),
       qemu_wanted_(config_.qemu),
-      layout_(linux::detect_cgroups(config_.cgroup_root)) {
+      layout_(host::detect_cgroups(config_.cgroup_root)) {
   std::lock_guard lock(probe_mu_);
   probe_tools();
 }
@@ -449,17 +411,9 @@ void QemuRuntime::probe_tools() const {
     }
   }
   kernel_error_.reset();
-  for (auto* p : {&config_.kernel, &config_.initrd}) {
-    if (p->empty() || ::access(p->c_str(), R_OK) != 0) {
-      kernel_error_ = Error(
-          Code::kUnavailable,
-          "guest " + std::string(p == &config_.kernel ? "kernel" : "initramfs") + " " +
-              (p->empty() ? std::string("not configured") : p->string() + " not found") +
-              ": build it with `make` (scripts/guest-kernel.sh) or set vm.kernel and vm.initrd "
-              "in spaced's config (docs/vm-guest.md)");
-      break;
-    }
-  }
+  std::string missing = vm::guest_file_missing(config_.kernel, true);
+  if (missing.empty()) missing = vm::guest_file_missing(config_.initrd, false);
+  if (!missing.empty()) kernel_error_ = Error(Code::kUnavailable, missing);
 }
 
 std::unique_ptr<QemuRuntime> QemuRuntime::create(Config config) {
@@ -518,11 +472,6 @@ Result<const CgroupLayout*> QemuRuntime::cgroup_layout() const {
 Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
   std::string ctx = "starting VM " + spec.id;
   TRY_VOID_CTX(usable(), ctx);
-  if (spec.populate_upper)
-    return fail(Code::kUnimplemented,
-                ctx +
-                    ": a VM's files are on its own disk: it restores whole machines "
-                    "(restore_machine), not writable layers");
   if (spec.image.vm_disk.empty() && !spec.image.ro_binds.empty())  // the host image
     return fail(Code::kConflict,
                 ctx + ": image \"" + spec.image.name +
@@ -530,15 +479,7 @@ Result<std::unique_ptr<Instance>> QemuRuntime::create(const SandboxSpec& spec) {
                     "boot in a VM; give --image an image of its own: `space image import NAME DIR` "
                     "(a root filesystem, e.g. from debootstrap) and `space image build-vm NAME` "
                     "(docs/vm-guest.md)");
-  if (spec.image.vm_disk.empty())
-    return fail(Code::kConflict, ctx + ": image \"" + spec.image.name +
-                                     "\" has no VM disk yet: run `space image "
-                                     "build-vm " +
-                                     spec.image.name + "` first (docs/vm-guest.md)");
-  if (spec.limits.memory_bytes < kMinMemory)
-    return fail(Code::kInvalidArgument, ctx + ": --memory must be at least 128M for a VM");
-  if (spec.limits.disk_bytes < kMinDisk)
-    return fail(Code::kInvalidArgument, ctx + ": --disk must be at least 16M for a VM");
+  TRY_VOID(vm::check_vm_spec(spec, ctx));
   std::string accel = TRY_CTX(accelerator(), ctx);
   if (spec.restore_machine) return start(spec, Launch{.mode = Launch::kRestore}, accel);
   if (!config_.templates || config_.template_dir.empty())
@@ -569,45 +510,23 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
   if (ec) return fail(Code::kInternal, ctx + ": creating " + jail.string() + ": " + ec.message());
   if (::chown(vm.c_str(), spec.uid_base, spec.uid_base) != 0 || ::chmod(vm.c_str(), 0700) != 0)
     return fail(Error::sys("chown", vm.string()).wrap(ctx));
-  fs::path disk = spec.dir / kDiskFile;  // outside `vm`: QEMU gets it as an fd only
-  // A saved machine comes in `restore` (removed when create() returns): its disk is moved to
+  fs::path disk = spec.dir / kSavedDisk;  // outside `vm`: QEMU gets it as an fd only
+  // A saved machine comes in `restore` (removed when start() returns): its disk is moved to
   // where a booted VM's would be, its memory is read by QEMU through an fd.
-  fs::path restore_dir = spec.dir / "restore";
-  Guard restore_guard([&] {
-    std::error_code e;
-    if (restoring) fs::remove_all(restore_dir, e);
-  });
+  vm::SavedMachine saved(spec.dir);
   UniqueFd memory_fd;
-  json saved_machine;
   if (restoring) {
-    if (::mkdir(restore_dir.c_str(), 0700) != 0)
-      return fail(Error::sys("mkdir", restore_dir.string()).wrap(ctx));
-    UniqueFd dir(::open(restore_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!dir) return fail(Error::sys("open", restore_dir.string()).wrap(ctx));
-    TRY_VOID_CTX(spec.restore_machine(dir.get()), ctx + ": restoring the saved machine");
-    struct stat st;
-    for (const char* f : {kDiskFile, kMemoryFile})
-      if (::fstatat(dir.get(), f, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
-        return fail(Code::kProtocol,
-                    ctx + ": the saved machine has no " + f + ": it is not a qemu snapshot");
-    auto m = vm::read_machine_file(dir.get(), kMachineFile);
-    if (!m)
-      return fail(Code::kProtocol, ctx + ": the saved machine has no readable " + kMachineFile +
-                                       ": it is not a qemu snapshot");
-    saved_machine = std::move(*m);
-    memory_fd.reset(::openat(dir.get(), kMemoryFile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    if (!memory_fd) return fail(Error::sys("openat", kMemoryFile).wrap(ctx));
-    if (::renameat(dir.get(), kDiskFile, AT_FDCWD, disk.c_str()) != 0)
+    TRY_VOID_CTX(saved.receive(spec, {kSavedDisk, kSavedMemory}, "qemu"), ctx);
+    memory_fd.reset(::openat(saved.dir_fd(), kSavedMemory, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!memory_fd) return fail(Error::sys("openat", kSavedMemory).wrap(ctx));
+    if (::renameat(saved.dir_fd(), kSavedDisk, AT_FDCWD, disk.c_str()) != 0)
       return fail(Error::sys("rename", disk.string()).wrap(ctx));
     times.mark("saved machine");
   } else if (clone) {
     // The template's writable disk as it was when its machine stopped (whose RAM caches its
-    // blocks): a copy of the sandbox's own, holes kept, a reflink where the filesystem can.
-    UniqueFd in(::open((how.from->dir / kTemplateDisk).c_str(), O_RDONLY | O_CLOEXEC));
-    if (!in) return fail(Error::sys("open", (how.from->dir / kTemplateDisk).string()).wrap(ctx));
-    UniqueFd out(::open(disk.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-    if (!out) return fail(Error::sys("open", disk.string()).wrap(ctx));
-    TRY_VOID_CTX(vm::copy_sparse(in.get(), out.get()), ctx + ": copying the template's disk");
+    // blocks).
+    TRY_VOID_CTX(vm::copy_template_disk(how.from->dir / kTemplateDisk, AT_FDCWD, disk.c_str()),
+                 ctx);
     times.mark("disk");
   } else {
     TRY_VOID_CTX(vm::make_writable_disk(disk, spec.limits, spec.dir / "mke2fs.log"),
@@ -615,17 +534,10 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
     times.mark("disk");
   }
 
-  // 2. A fresh cgroup: the sandbox's CPU limit; its memory plus QEMU's own.
-  Limits cg_limits = spec.limits;
-  cg_limits.memory_bytes += config_.overhead_bytes;
-  cg_limits.pids = 256;  // QEMU's threads
-  std::unique_ptr<Cgroup> cgroup =
-      TRY_CTX(Cgroup::create(*layout, config_.cgroup_name, spec.id, cg_limits), ctx);
-  Guard cgroup_guard([&] {
-    cgroup->kill_all();
-    (void)cgroup->wait_empty(stop);
-    (void)cgroup->remove();
-  });
+  // 2. A fresh cgroup: the sandbox's CPU limit; its memory plus QEMU's own; QEMU's threads.
+  std::unique_ptr<Cgroup> cgroup = TRY_CTX(
+      vm::make_vmm_cgroup(*layout, config_.cgroup_name, spec, config_.overhead_bytes, 256), ctx);
+  Guard cgroup_guard([&] { vm::remove_vmm_cgroup(*cgroup, stop); });
   times.mark("cgroup");
 
   // 3. The plan for the child: its tmpfs root and QEMU's command line.
@@ -671,7 +583,7 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
   plan.exe = config_.qemu.string();
 
   uint64_t mem_mib = spec.limits.memory_bytes >> 20;
-  int smp = std::max(1, static_cast<int>(std::ceil(spec.limits.cpus)));
+  int smp = vm::vcpu_count(spec.limits);
   // A clone goes on from its template's boot: the same command line (QEMU's fw_cfg holds it).
   std::string cmdline =
       clone ? how.from->cmdline : guest_cmdline(config_, spec.id, spec.limits.pids);
@@ -680,8 +592,7 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
   // spaced keeps (shared: what the guest writes lands in it); for a clone, the template's sealed
   // memfd mapped privately (copy-on-write). A snapshot saved before backends were used names
   // QEMU's default block instead and is restored without one.
-  json machine = {{"memory_bytes", spec.limits.memory_bytes}, {"vcpus", smp}};
-  const bool ram_backend = !restoring || saved_machine.value("ram", "") == "backend";
+  const bool ram_backend = !restoring || saved.machine().value("ram", "") == "backend";
   std::string ram_object;
   if (how.mode == Launch::kTemplate || clone)
     ram_object = "memory-backend-file,id=ram,size=" + std::to_string(mem_mib) +
@@ -689,7 +600,6 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
                  (clone ? ",share=off" : ",share=on");
   else
     ram_object = "memory-backend-ram,id=ram,size=" + std::to_string(mem_mib) + "M";
-  if (ram_backend) machine["ram"] = "backend";
   std::string vmd = kJailVm;
   plan.argv = {
       plan.exe,
@@ -759,25 +669,17 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
   for (auto& a : plan.argv) plan.argv_p.push_back(a.data());
   plan.argv_p.push_back(nullptr);
 
-  UniqueFd image_fd(::open(spec.image.vm_disk.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!image_fd) return fail(Error::sys("open", spec.image.vm_disk.string()).wrap(ctx));
-  machine["image_disk"] = disk_identity(image_fd.get());
-  if (restoring) {
-    json saved = saved_machine, mine = machine;
-    saved.erase("ram");
-    mine.erase("ram");
-    if (saved != mine) return fail(Code::kConflict, ctx + ": " + image_changed(spec.image.name));
-  }
+  UniqueFd image_fd = TRY_CTX(vm::open_image_disk(spec.image), ctx);
+  json machine = vm::describe_machine(image_fd.get(), spec.limits);
+  if (ram_backend) machine["ram"] = "backend";
+  if (restoring) TRY_VOID_CTX(vm::check_saved_machine(saved.machine(), machine, spec.image), ctx);
   UniqueFd disk_fd(::open(disk.c_str(), O_RDWR | O_CLOEXEC));
   if (!disk_fd) return fail(Error::sys("open", disk.string()).wrap(ctx));
   UniqueFd disk_ro_fd(::open(disk.c_str(), O_RDONLY | O_CLOEXEC));
   if (!disk_ro_fd) return fail(Error::sys("open", disk.string()).wrap(ctx));
-  UniqueFd null_fd(::open("/dev/null", O_RDWR | O_CLOEXEC));
-  UniqueFd log_fd(
-      ::open((spec.dir / "qemu.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
-  if (!null_fd || !log_fd) return fail(Error::sys("open", "qemu.log").wrap(ctx));
-  plan.log_fd = log_fd.get();
-  plan.null_fd = null_fd.get();
+  vm::ChildStdio stdio = TRY_CTX(vm::open_child_stdio(spec.dir / "qemu.log"), ctx);
+  plan.log_fd = stdio.log.get();
+  plan.null_fd = stdio.null.get();
   plan.image_fd = image_fd.get();
   plan.disk_fd = disk_fd.get();
   plan.disk_ro_fd = disk_ro_fd.get();
@@ -789,11 +691,8 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
           CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP,
           *cgroup, child_entry, &plan, kStepNames, std::size(kStepNames), "QEMU", stop),
       ctx);
-  UniqueFd pidfd = std::move(launched.pidfd);
-  const pid_t pid = launched.pid;
-  UniqueFd netns = std::move(launched.netns);
-  auto start_time = launched.start_time;
-  Guard child_guard([&] { (void)linux::kill_and_reap(pidfd.get(), true, stop); });
+  const int pidfd = launched.pidfd.get();
+  Guard child_guard([&] { (void)host::kill_and_reap(pidfd, true, stop); });
   times.mark("exec");
 
   // 5. The agent's port and QMP; then wait for the guest to boot up to the agent. The port is
@@ -805,7 +704,7 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
                  ctx + ": " + msg + "; QEMU said:" + tail_of(spec.dir / "qemu.log", 5) +
                      "\nthe guest console's last lines:" + tail_of(vm / "console.log", 12));
   };
-  auto channel = connect_port(vm / "agent.sock", pidfd.get(), deadline);
+  auto channel = connect_port(vm / "agent.sock", pidfd, deadline);
   if (!channel) return fail(boot_failed(std::move(channel.error())));
   auto qmp = Qmp::connect(vm / "qmp.sock", std::chrono::milliseconds(10000));
   if (!qmp) return fail(boot_failed(std::move(qmp.error())));
@@ -836,7 +735,7 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
     times.mark(clone ? "machine cloned" : "machine loaded");
   }
   while (!restoring && !clone) {
-    pollfd pfds[2] = {{channel->get(), POLLIN, 0}, {pidfd.get(), POLLIN, 0}};
+    pollfd pfds[2] = {{channel->get(), POLLIN, 0}, {pidfd, POLLIN, 0}};
     int left = static_cast<int>(
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
     int r = ::poll(pfds, 2, std::max(left, 0));
@@ -853,18 +752,11 @@ Result<std::unique_ptr<Instance>> QemuRuntime::start(const SandboxSpec& spec, co
   times.mark("boot");
 
   auto parts = std::make_unique<Parts>();
-  parts->id = spec.id;
-  parts->pid = pid;
-  parts->start_time = start_time;
-  parts->pidfd = std::move(pidfd);
-  parts->channel = std::move(*channel);
-  parts->netns = std::move(netns);
-  parts->cgroup = std::move(cgroup);
+  vm::take_launched(*parts, spec.id, std::move(launched), std::move(*channel), std::move(cgroup),
+                    std::move(machine), stop);
   parts->qmp.emplace(std::move(*qmp));
   parts->vm_dir = vm;
   parts->disk = disk;
-  parts->machine = std::move(machine);
-  parts->stop_timeout = stop;
   parts->accel = accel;
   if (accel == "tcg") parts->accel_note = tcg_note();
   if (clone) parts->template_name = how.from->name;
@@ -877,17 +769,14 @@ Result<std::shared_ptr<const QemuRuntime::Template>> QemuRuntime::ensure_templat
     const SandboxSpec& spec, const std::string& accel) {
   json key = template_key(config_, spec, accel);
   std::string name = template_name(key);
-  std::shared_ptr<std::mutex> lock;
   {
     std::lock_guard g(templates_mu_);
     if (auto it = templates_.find(name); it != templates_.end()) {
       it->second.used = Clock::now();
       return it->second.t;
     }
-    auto& l = template_locks_[name];
-    if (!l) l = std::make_shared<std::mutex>();
-    lock = l;
   }
+  std::shared_ptr<std::mutex> lock = template_locks_.get(name);
   std::lock_guard g(*lock);  // one build per template; the others wait for it
   {
     std::lock_guard g2(templates_mu_);
@@ -922,32 +811,17 @@ Result<std::shared_ptr<const QemuRuntime::Template>> QemuRuntime::build_template
     const SandboxSpec& spec, const json& key, const std::string& name, const std::string& accel) {
   std::string ctx = "booting the template VM for image \"" + spec.image.name + "\"";
   auto t0 = Clock::now();
-  fs::path build = config_.template_dir / (".build-" + name);
-  std::error_code ec;
-  fs::remove_all(build, ec);
-  if (::mkdir(build.c_str(), 0700) != 0) return fail(Error::sys("mkdir", build.string()).wrap(ctx));
-  Guard build_guard([&] {
-    std::error_code e;
-    fs::remove_all(build, e);
-  });
+  auto build = TRY_CTX(vm::TemplateBuild::begin(config_.template_dir, name, 0700), ctx);
+  const int out_fd = build->out_fd();
   // A sandbox of its own, with this sandbox's uid range (not in use yet) and RAM that spaced
   // keeps: the memfd QEMU maps shared.
   UniqueFd ram = TRY_CTX(new_template_ram(spec.limits.memory_bytes), ctx);
-  SandboxSpec ts = spec;
-  ts.id = "tpl_" + name;
-  ts.dir = build;
-  ts.times = nullptr;
-  ts.restore_machine = nullptr;
+  SandboxSpec ts = vm::template_spec(spec, name, build->dir());
   auto inst = start(ts, Launch{.mode = Launch::kTemplate, .template_ram = ram.get()}, accel);
   if (!inst) return fail(std::move(inst.error()).wrap(ctx));
   auto* vmi = static_cast<QemuInstance*>(inst->get());
   Guard vm_guard([&] { (void)vmi->destroy(); });
-  fs::path tmp = build / "template";
-  if (::mkdir(tmp.c_str(), 0700) != 0) return fail(Error::sys("mkdir", tmp.string()).wrap(ctx));
-  UniqueFd tmp_fd(::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!tmp_fd) return fail(Error::sys("open", tmp.string()).wrap(ctx));
-  UniqueFd state(
-      ::openat(tmp_fd.get(), kTemplateState, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400));
+  UniqueFd state(::openat(out_fd, kTemplateState, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400));
   if (!state) return fail(Error::sys("openat", kTemplateState).wrap(ctx));
   TRY_VOID_CTX(vmi->save_template(state.get()), ctx);
   state.reset();
@@ -957,26 +831,22 @@ Result<std::shared_ptr<const QemuRuntime::Template>> QemuRuntime::build_template
   vm_guard.dismiss();
   inst->reset();
   TRY_VOID_CTX(seal_template_ram(ram.get()), ctx);
-  if (::renameat(AT_FDCWD, (build / kDiskFile).c_str(), tmp_fd.get(), kTemplateDisk) != 0 ||
-      ::fchmodat(tmp_fd.get(), kTemplateDisk, 0400, 0) != 0)
-    return fail(Error::sys("rename", (build / kDiskFile).string()).wrap(ctx));
+  if (::renameat(AT_FDCWD, (build->dir() / kSavedDisk).c_str(), out_fd, kTemplateDisk) != 0 ||
+      ::fchmodat(out_fd, kTemplateDisk, 0400, 0) != 0)
+    return fail(Error::sys("rename", (build->dir() / kSavedDisk).string()).wrap(ctx));
   uint64_t ram_bytes = 0;
   {
-    UniqueFd out(
-        ::openat(tmp_fd.get(), kTemplateRam, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400));
+    UniqueFd out(::openat(out_fd, kTemplateRam, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400));
     if (!out) return fail(Error::sys("openat", kTemplateRam).wrap(ctx));
     ram_bytes = TRY_CTX(vm::copy_nonzero_pages(ram.get(), out.get()), ctx + ": storing its RAM");
   }
   // The command line it booted with, as start() made it: every clone must give QEMU the same.
   std::string cmdline = guest_cmdline(config_, ts.id, ts.limits.pids);
   TRY_VOID_CTX(
-      vm::write_machine_file(tmp_fd.get(), kTemplateMachine, {{"key", key}, {"cmdline", cmdline}}),
-      ctx);
-  if (::fchmodat(tmp_fd.get(), kTemplateMachine, 0400, 0) != 0)
+      vm::write_machine_file(out_fd, kTemplateMachine, {{"key", key}, {"cmdline", cmdline}}), ctx);
+  if (::fchmodat(out_fd, kTemplateMachine, 0400, 0) != 0)
     return fail(Error::sys("chmod", kTemplateMachine).wrap(ctx));
-  fs::path dir = config_.template_dir / name;
-  if (::rename(tmp.c_str(), dir.c_str()) != 0)
-    return fail(Error::sys("rename", dir.string()).wrap(ctx));
+  fs::path dir = TRY_CTX(build->commit(), ctx);
   auto t = std::make_shared<Template>();
   t->name = name;
   t->dir = dir;
@@ -1012,7 +882,7 @@ Result<std::unique_ptr<Instance>> QemuRuntime::reattach(const SandboxSpec& spec,
   parts->paused = status.is_object() && !status.value("running", true);
   parts->qmp.emplace(std::move(qmp));
   parts->vm_dir = vm;
-  parts->disk = spec.dir / kDiskFile;
+  parts->disk = spec.dir / kSavedDisk;
   parts->accel = persisted.value("accel", "");
   parts->accel_note = persisted.value("accel_note", "");
   parts->template_name = persisted.value("template", "");

@@ -30,9 +30,10 @@
 #include <optional>
 #include <string>
 
-#include "runtime/linux/cgroup.h"
+#include "host/cgroup.h"
 #include "runtime/qemu/accel_probe.h"
 #include "runtime/runtime.h"
+#include "runtime/vm_steps.h"
 
 namespace space::runtime::qemu {
 
@@ -60,8 +61,6 @@ struct Config {
   bool templates = true;
 };
 
-inline constexpr uint64_t kMinMemory = 128ull << 20;
-inline constexpr uint64_t kMinDisk = 16ull << 20;
 inline constexpr int kTcgCacheMiB = 64;
 // Templates whose RAM spaced keeps in memory, each all of its RAM size (the least recently used
 // beyond are let go and read back from disk when needed), and templates kept on disk.
@@ -114,7 +113,7 @@ class QemuRuntime final : public Runtime {
   Result<void> usable() const;
   // "TCG emulation ...: <why KVM is not used>", for doctor, inspect and the logs.
   std::string tcg_note() const;
-  Result<const linux::CgroupLayout*> cgroup_layout() const;
+  Result<const host::CgroupLayout*> cgroup_layout() const;
 
   // Looks for QEMU (where not found yet) and the guest kernel and initramfs; probe_mu_ held.
   void probe_tools() const;
@@ -126,9 +125,9 @@ class QemuRuntime final : public Runtime {
   mutable bool qemu_found_ = false;
   mutable std::once_flag kvm_once_;
   mutable AccelVerdict kvm_;
-  Result<linux::CgroupLayout> layout_;
-  std::mutex templates_mu_;
-  std::map<std::string, std::shared_ptr<std::mutex>> template_locks_;
+  Result<host::CgroupLayout> layout_;
+  vm::KeyedMutexes template_locks_;  // one build per template
+  std::mutex templates_mu_;          // guards templates_
   struct Loaded {
     std::shared_ptr<const Template> t;
     std::chrono::steady_clock::time_point used;

@@ -1,3 +1,5 @@
+// QMP over a Unix socket: the greeting and capabilities negotiation, then one command at a
+// time with its answer read in bounded lines, and fds passed with SCM_RIGHTS; see qmp.h.
 #include "runtime/qemu/qmp.h"
 
 #include <poll.h>

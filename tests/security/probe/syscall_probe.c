@@ -14,7 +14,7 @@
 //
 // Input: the rows printed by space_seccomp_dump (tests/security/tools/seccomp_dump.cc). The
 // probe evaluates the table itself for each call it makes (the same match semantics as
-// src/runtime/linux/seccomp.cc) and compares. Besides each row's matching arguments it makes
+// src/host/seccomp.cc) and compares. Besides each row's matching arguments it makes
 // calls that must NOT match (other ioctl requests, socket families, clone flags, personality
 // values) and a few control syscalls that are not in the table, so an over-broad filter fails
 // too. The non-native-architecture rule is checked in forked children (x32 and int 0x80).

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "host/cgroup.h"
 #include "proto/frame.h"
 #include "runtime/firecracker/firecracker_runtime.h"
-#include "runtime/linux/cgroup.h"
 
 #ifndef SPACE_AGENT_BIN_DEFAULT
 #error "SPACE_AGENT_BIN_DEFAULT (the space-agent binary) must be defined by the build"
@@ -78,7 +78,7 @@ class FirecrackerOrchestrationTest : public ::testing::Test {
 
   void TearDown() override {
     if (base_.empty()) return;
-    auto layout = linux::detect_cgroups();
+    auto layout = host::detect_cgroups();
     if (layout) {
       for (const auto& [name, mount] : layout->v1) {
         EXPECT_FALSE(fs::exists(mount / cgroup_name_)) << "left behind: " << mount / cgroup_name_;

@@ -19,8 +19,8 @@
 #include <span>
 #include <sstream>
 
+#include "host/caps.h"
 #include "proto/frame.h"
-#include "runtime/linux/caps.h"
 #include "test_sandbox.h"
 
 namespace space::runtime::linux::testing {
@@ -124,7 +124,7 @@ TEST_F(SandboxTest, PostureFromInside) {
   // Capabilities: exactly the default set.
   char mask[32];
   std::snprintf(mask, sizeof mask, "%016llx",
-                static_cast<unsigned long long>(default_capability_mask()));
+                static_cast<unsigned long long>(host::default_capability_mask()));
   EXPECT_EQ(r["cap_eff"], mask);
   EXPECT_EQ(r["cap_bnd"], mask);
 
@@ -180,7 +180,7 @@ TEST_F(SandboxTest, PostureFromHost) {
   const int pid = inst->agent_pid();
   char mask[32];
   std::snprintf(mask, sizeof mask, "%016llx",
-                static_cast<unsigned long long>(default_capability_mask()));
+                static_cast<unsigned long long>(host::default_capability_mask()));
   EXPECT_EQ(status_field(pid, "CapEff"), mask);
   EXPECT_EQ(status_field(pid, "CapPrm"), mask);
   EXPECT_EQ(status_field(pid, "CapBnd"), mask);
@@ -218,7 +218,7 @@ TEST_F(SandboxTest, LimitsAreInTheCgroups) {
   s.limits.cpus = 0.5;
   auto inst = start(s);
   ASSERT_TRUE(inst);
-  auto layout = detect_cgroups();
+  auto layout = host::detect_cgroups();
   ASSERT_TRUE(layout);
   bool saw_memory = false, saw_pids = false;
   for (const fs::path& dir : inst->cgroup_paths()) {
@@ -432,7 +432,7 @@ TEST_F(SandboxTest, NothingLeaks) {
   EXPECT_EQ(count_fds(), fds_before);
   EXPECT_EQ(slurp("/proc/self/mountinfo"), mounts_before);
   for (int pid : pids) EXPECT_NE(::kill(pid, 0), 0) << "agent " << pid << " still exists";
-  auto layout = detect_cgroups();
+  auto layout = host::detect_cgroups();
   ASSERT_TRUE(layout);
   std::vector<fs::path> mounts;
   for (const auto& entry : layout->v1) mounts.push_back(entry.second);

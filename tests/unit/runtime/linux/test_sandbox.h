@@ -31,7 +31,7 @@ inline std::string missing_facility() {
   if (::geteuid() != 0) return "needs root";
   if (::access("/proc/self/ns/user", F_OK) != 0) return "no user namespaces";
   if (::access(probe_path().c_str(), X_OK) != 0) return "probe binary not built";
-  auto layout = detect_cgroups();
+  auto layout = host::detect_cgroups();
   if (!layout) return "no usable cgroups: " + layout.error().message();
   return "";
 }

@@ -203,7 +203,7 @@ class PopulateUpperTest : public SandboxTest {
     EXPECT_EQ(count_fds(), fds_before);
     EXPECT_EQ(slurp("/proc/self/mountinfo"), mounts_before);
     EXPECT_EQ(children(), "") << "a sandbox process was started or not reaped";
-    auto layout = detect_cgroups();
+    auto layout = host::detect_cgroups();
     ASSERT_TRUE(layout);
     std::vector<fs::path> mounts;
     for (const auto& entry : layout->v1) mounts.push_back(entry.second);

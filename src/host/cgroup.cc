@@ -1,7 +1,7 @@
 // Cgroup back ends (see cgroup.h): layout detection (with the v2 base: spaced's delegated
 // subtree), the cgroup2 directory helper shared by the v2 back end and the unified part of
 // hybrid hosts, CgroupV2 and CgroupV1.
-#include "runtime/linux/cgroup.h"
+#include "host/cgroup.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,9 +13,9 @@
 #include <optional>
 #include <thread>
 
-#include "runtime/linux/host_files.h"
+#include "host/host_files.h"
 
-namespace space::runtime::linux {
+namespace space::host {
 
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
@@ -665,4 +665,4 @@ Result<void> remove_sandbox_cgroups(const CgroupLayout& layout, const std::strin
   return cg->remove();
 }
 
-}  // namespace space::runtime::linux
+}  // namespace space::host

@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-namespace space::runtime::linux {
+namespace space::host {
 
 inline long sys_clone3(struct clone_args* args) {
   return ::syscall(SYS_clone3, args, sizeof(*args));
@@ -36,4 +36,4 @@ inline int sys_seccomp(unsigned op, unsigned flags, void* args) {
   return static_cast<int>(::syscall(SYS_seccomp, op, flags, args));
 }
 
-}  // namespace space::runtime::linux
+}  // namespace space::host

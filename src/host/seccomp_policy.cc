@@ -1,17 +1,20 @@
-// The sandbox's seccomp policy table (see seccomp_policy.h). Reviewed like code: removing a
-// row or narrowing its match gives untrusted code more of the kernel.
-#include "runtime/linux/seccomp_policy.h"
+// The seccomp roles' tables (see seccomp_policy.h). Reviewed like code: removing a row or
+// narrowing its match in a denylist, or adding or widening one in the reader's allowlist, gives
+// untrusted code more of the kernel.
+#include "host/seccomp_policy.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <linux/sched.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <cstring>
 #include <string>
 
-namespace space::runtime::linux {
+namespace space::host {
 
 namespace {
 
@@ -149,11 +152,26 @@ std::string describe(const SyscallMatch& m) {
       return fmt::format("arg{} not in {{{}}}", m.arg, list(", "));
     case K::kArgNot:
       return fmt::format("arg{} != {}", m.arg, list(""));
+    case K::kArgsAre: {
+      std::string s;
+      for (size_t i = 0; i + 1 < m.values.size(); i += 2)
+        s += fmt::format("{}arg{} == {:#x}", i ? " and " : "", m.values[i], m.values[i + 1]);
+      return s;
+    }
   }
   return "?";
 }
 
 }  // namespace
+
+SyscallMatch args_are(std::initializer_list<std::pair<unsigned, uint64_t>> pairs) {
+  SyscallMatch m{K::kArgsAre, 0, {}};
+  for (const auto& [arg, value] : pairs) {
+    m.values.push_back(arg);
+    m.values.push_back(value);
+  }
+  return m;
+}
 
 const std::vector<PolicyRule>& sandbox_policy() {
   static const std::vector<PolicyRule> policy = build();
@@ -201,6 +219,60 @@ std::vector<PolicyRule> egress_policy(pid_t self) {
   return p;
 }
 
+SeccompRole upper_reader_role(int disk_fd) {
+  constexpr const char* kDisk =
+      "the disk: libext2fs's unix I/O reads it with pread64 (read after lseek as a fallback), "
+      "fstat's it and asks fcntl for its flags (unixfd_io_manager)";
+  constexpr const char* kGetenv =
+      "ext2fs_safe_getenv (E2FSPROGS_* variables; the environment is empty) first checks that "
+      "the process is not set-id and dumpable";
+  constexpr const char* kSync =
+      "unix I/O syncs the disk when it closes it: nothing was written, so it is answered as done "
+      "without being done";
+  constexpr const char* kOutput = "the listing on stdout; stderr for the C library's last words";
+  constexpr const char* kMemory = "memory (malloc), bounded by RLIMIT_AS";
+  constexpr const char* kLibc = "the C library: locks, the clock, signal returns, the end";
+  const auto fd = static_cast<uint64_t>(disk_fd);
+  const SyscallMatch on_disk = args_are({{0, fd}});
+  return {{
+              {"pread64", -1, on_disk, kAllow, kDisk},
+              {"read", -1, on_disk, kAllow, kDisk},
+              {"lseek", -1, on_disk, kAllow, kDisk},
+              {"fstat", -1, on_disk, kAllow, kDisk},
+              {"newfstatat", -1, args_are({{0, fd}, {3, AT_EMPTY_PATH}}), kAllow,
+               "glibc's fstat: fstatat(fd, \"\", AT_EMPTY_PATH). With AT_EMPTY_PATH an absolute "
+               "path would still be looked up; only metadata, and the reader has no path it could "
+               "use"},
+              {"fcntl", -1, args_are({{0, fd}, {1, F_GETFD}}), kAllow, kDisk},
+              {"fcntl", -1, args_are({{0, fd}, {1, F_GETFL}}), kAllow, kDisk},
+              {"ioctl", -1, kAll, ENOTTY,
+               "unix I/O asks a block device's properties (BLKDISCARDZEROES); a file has none"},
+              {"getuid", -1, kAll, kAllow, kGetenv},
+              {"geteuid", -1, kAll, kAllow, kGetenv},
+              {"getgid", -1, kAll, kAllow, kGetenv},
+              {"getegid", -1, kAll, kAllow, kGetenv},
+              {"prctl", -1, args_are({{0, PR_GET_DUMPABLE}}), kAllow, kGetenv},
+              {"fsync", -1, on_disk, 0, kSync},
+              {"fdatasync", -1, on_disk, 0, kSync},
+              {"close", -1, kAll, kAllow, "ext2fs_close_free closes the disk"},
+              {"write", -1, args_are({{0, 1}}), kAllow, kOutput},
+              {"write", -1, args_are({{0, 2}}), kAllow, kOutput},
+              {"writev", -1, args_are({{0, 2}}), kAllow, kOutput},
+              {"brk", -1, kAll, kAllow, kMemory},
+              {"mmap", -1, kAll, kAllow, kMemory},
+              {"munmap", -1, kAll, kAllow, kMemory},
+              {"mremap", -1, kAll, kAllow, kMemory},
+              {"madvise", -1, kAll, kAllow, kMemory},
+              {"mprotect", -1, kAll, kAllow, kMemory},
+              {"futex", -1, kAll, kAllow, kLibc},
+              {"clock_gettime", -1, kAll, kAllow, kLibc},
+              {"rt_sigreturn", -1, kAll, kAllow, kLibc},
+              {"exit", -1, kAll, kAllow, kLibc},
+              {"exit_group", -1, kAll, kAllow, kLibc},
+          },
+          Unmatched::kKillProcess};
+}
+
 nlohmann::json policy_table() {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : sandbox_policy()) {
@@ -216,4 +288,4 @@ nlohmann::json policy_table() {
   return rows;
 }
 
-}  // namespace space::runtime::linux
+}  // namespace space::host

@@ -1,18 +1,19 @@
-// Compiles the policy table with libseccomp and exports the BPF into memory (see seccomp.h).
-#include "runtime/linux/seccomp.h"
+// Compiles a role's table with libseccomp and exports the BPF into memory (see seccomp.h).
+#include "host/seccomp.h"
 
+#include <fcntl.h>
 #include <linux/seccomp.h>
 #include <seccomp.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 
 #include "common/fd.h"
-#include "runtime/linux/syscalls.h"
+#include "host/syscalls.h"
 
-namespace space::runtime::linux {
+namespace space::host {
 
 namespace {
 
@@ -29,6 +30,11 @@ Error seccomp_error(std::string_view what, int rc) {
 int add(void* ctx, uint32_t action, int nr, const scmp_arg_cmp* cmp) {
   return cmp ? seccomp_rule_add_exact_array(ctx, action, nr, 1, cmp)
              : seccomp_rule_add_exact_array(ctx, action, nr, 0, nullptr);
+}
+
+uint32_t action_of(const PolicyRule& r) {
+  return r.errno_value == kAllow ? SCMP_ACT_ALLOW
+                                 : SCMP_ACT_ERRNO(static_cast<uint16_t>(r.errno_value));
 }
 
 // libseccomp (2.5) refuses two comparisons of the same argument in one rule, and rules are
@@ -86,7 +92,7 @@ Result<void> add_not_in(void* ctx, uint32_t action, int nr, const PolicyRule& r)
 }
 
 Result<void> add_rule(void* ctx, const PolicyRule& r, int nr) {
-  const uint32_t action = SCMP_ACT_ERRNO(static_cast<uint16_t>(r.errno_value));
+  const uint32_t action = action_of(r);
   const auto& m = r.match;
   switch (m.kind) {
     case SyscallMatch::Kind::kAll:
@@ -123,14 +129,26 @@ Result<void> add_rule(void* ctx, const PolicyRule& r, int nr) {
       if (int rc = add(ctx, action, nr, &cmp); rc < 0) return fail(seccomp_error("rule_add", rc));
       return {};
     }
+    case SyscallMatch::Kind::kArgsAre: {
+      std::vector<scmp_arg_cmp> cmps;
+      for (size_t i = 0; i + 1 < m.values.size(); i += 2)
+        cmps.push_back(SCMP_CMP(static_cast<unsigned>(m.values[i]), SCMP_CMP_EQ, m.values[i + 1]));
+      if (cmps.empty() || m.values.size() % 2 != 0)
+        return fail(Code::kInternal,
+                    "seccomp: kArgsAre takes (arg, value) pairs (" + std::string(r.syscall) + ")");
+      if (int rc = seccomp_rule_add_exact_array(ctx, action, nr, static_cast<unsigned>(cmps.size()),
+                                                cmps.data());
+          rc < 0)
+        return fail(seccomp_error("rule_add", rc));
+      return {};
+    }
   }
   return fail(Code::kInternal, "seccomp: unknown match kind");
 }
 
-}  // namespace
-
-Result<SeccompProgram> compile_policy(const std::vector<PolicyRule>& policy, bool notify_execs) {
-  Ctx ctx(seccomp_init(SCMP_ACT_ALLOW));
+Result<SeccompProgram> compile(const std::vector<PolicyRule>& policy, uint32_t unmatched,
+                               bool notify_execs) {
+  Ctx ctx(seccomp_init(unmatched));
   if (!ctx) return fail(Code::kInternal, "seccomp_init failed");
   // Only the native architecture is in the filter; libseccomp makes everything else (i386,
   // and x32 syscall numbers with __X32_SYSCALL_BIT on x86_64) take this action.
@@ -160,24 +178,44 @@ Result<SeccompProgram> compile_policy(const std::vector<PolicyRule>& policy, boo
     out.notify_execs = true;
   }
 
-  UniqueFd mem(::memfd_create("space-seccomp", MFD_CLOEXEC));
-  if (!mem) return fail_sys("memfd_create");
-  if (int rc = seccomp_export_bpf(ctx.get(), mem.get()); rc < 0) {
+  // Through a pipe that holds a program of BPF_MAXINSNS and more (64 KiB by default; raised
+  // where the kernel allows), read back once libseccomp has written all of it.
+  int ends[2];
+  if (::pipe2(ends, O_CLOEXEC) != 0) return fail_sys("pipe2", "seccomp program");
+  UniqueFd rd(ends[0]), wr(ends[1]);
+  constexpr size_t kMax = BPF_MAXINSNS * sizeof(sock_filter);
+  (void)::fcntl(wr.get(), F_SETPIPE_SZ, static_cast<int>(2 * kMax));
+  (void)::fcntl(wr.get(), F_SETFL, O_NONBLOCK);  // a program that does not fit fails, not hangs
+  if (int rc = seccomp_export_bpf(ctx.get(), wr.get()); rc < 0) {
     return fail(seccomp_error("export_bpf", rc));
   }
-  off_t size = ::lseek(mem.get(), 0, SEEK_END);
-  if (size <= 0 || size % sizeof(sock_filter) != 0 ||
-      static_cast<size_t>(size) > BPF_MAXINSNS * sizeof(sock_filter)) {
+  wr.reset();
+  std::vector<char> bytes(kMax + 1);
+  size_t size = 0;
+  for (;;) {
+    ssize_t n = ::read(rd.get(), bytes.data() + size, bytes.size() - size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail_sys("read", "seccomp program");
+    if (n == 0 || (size += static_cast<size_t>(n)) == bytes.size()) break;
+  }
+  if (size == 0 || size % sizeof(sock_filter) != 0 || size > kMax) {
     return fail(Code::kInternal, "seccomp: bad exported program size");
   }
-  out.instructions.resize(static_cast<size_t>(size) / sizeof(sock_filter));
-  if (::pread(mem.get(), out.instructions.data(), static_cast<size_t>(size), 0) != size) {
-    return fail_sys("pread", "seccomp program");
-  }
-  if (out.instructions.size() > BPF_MAXINSNS) {
-    return fail(Code::kInternal, "seccomp: program longer than BPF_MAXINSNS");
-  }
+  out.instructions.resize(size / sizeof(sock_filter));
+  std::memcpy(out.instructions.data(), bytes.data(), size);
   return out;
+}
+
+}  // namespace
+
+Result<SeccompProgram> compile_policy(const std::vector<PolicyRule>& policy, bool notify_execs) {
+  return compile(policy, SCMP_ACT_ALLOW, notify_execs);
+}
+
+Result<SeccompProgram> compile_policy(const SeccompRole& role) {
+  return compile(role.rules,
+                 role.unmatched == Unmatched::kAllow ? SCMP_ACT_ALLOW : SCMP_ACT_KILL_PROCESS,
+                 false);
 }
 
 int install_seccomp(const SeccompProgram& program) {
@@ -198,4 +236,4 @@ int install_seccomp_listener(const SeccompProgram& program, int* listener) {
   return 0;
 }
 
-}  // namespace space::runtime::linux
+}  // namespace space::host

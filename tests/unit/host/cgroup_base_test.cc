@@ -8,9 +8,9 @@
 
 #include <fstream>
 
-#include "runtime/linux/cgroup.h"
+#include "host/cgroup.h"
 
-namespace space::runtime::linux {
+namespace space::host {
 namespace {
 
 namespace fs = std::filesystem;
@@ -100,4 +100,4 @@ TEST_F(CgroupBaseEnvTest, PersistedPathsMustBeUnderTheBase) {
 }
 
 }  // namespace
-}  // namespace space::runtime::linux
+}  // namespace space::host

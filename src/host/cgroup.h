@@ -29,9 +29,9 @@
 
 #include "common/error.h"
 #include "common/fd.h"
-#include "runtime/runtime.h"
+#include "host/limits.h"
 
-namespace space::runtime::linux {
+namespace space::host {
 
 enum class CgroupMode { kV2, kV1, kHybrid };
 std::string_view cgroup_mode_name(CgroupMode m);
@@ -110,4 +110,4 @@ Result<void> remove_sandbox_cgroups(const CgroupLayout& layout, const std::strin
                                     const std::string& id, const nlohmann::json& persisted,
                                     std::chrono::milliseconds timeout);
 
-}  // namespace space::runtime::linux
+}  // namespace space::host

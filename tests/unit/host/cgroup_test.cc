@@ -1,6 +1,6 @@
 // Cgroup back ends on this host, driven directly with a plain child process: limits, freezer,
 // kill, usage, removal, and the checks on persisted paths.
-#include "runtime/linux/cgroup.h"
+#include "host/cgroup.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -9,7 +9,7 @@
 
 #include <fstream>
 
-namespace space::runtime::linux {
+namespace space::host {
 namespace {
 
 namespace fs = std::filesystem;
@@ -148,4 +148,4 @@ TEST_F(CgroupTest, PersistedPathsMustBeOurs) {
 }
 
 }  // namespace
-}  // namespace space::runtime::linux
+}  // namespace space::host

@@ -1,5 +1,6 @@
-// Small helpers for the host-side files the runtime reads and writes: cgroup control files,
-// /proc/<pid>/... entries and the like. All fds are O_CLOEXEC; errors carry the path.
+// Small helpers for the host-side files the host toolkit and the runtimes read and write:
+// cgroup control files, /proc/<pid>/... entries and the like. All fds are O_CLOEXEC; errors
+// carry the path.
 #pragma once
 
 #include <filesystem>
@@ -8,7 +9,7 @@
 
 #include "common/error.h"
 
-namespace space::runtime::linux {
+namespace space::host {
 
 // Reads a whole (small) file.
 Result<std::string> read_text(const std::filesystem::path& path);
@@ -23,4 +24,4 @@ Result<uint64_t> read_keyed(const std::filesystem::path& path, std::string_view 
 // across pid reuse.
 Result<uint64_t> process_start_time(int pid);
 
-}  // namespace space::runtime::linux
+}  // namespace space::host

@@ -1,5 +1,5 @@
-// Capability table and the child-side code that applies it (see caps.h).
-#include "runtime/linux/caps.h"
+// The capability table and the code that drops a process to a plan (see caps.h).
+#include "host/caps.h"
 
 #include <linux/capability.h>
 #include <sys/prctl.h>
@@ -7,10 +7,10 @@
 #include <cerrno>
 #include <charconv>
 
-#include "runtime/linux/host_files.h"
-#include "runtime/linux/syscalls.h"
+#include "host/host_files.h"
+#include "host/syscalls.h"
 
-namespace space::runtime::linux {
+namespace space::host {
 
 namespace {
 
@@ -57,9 +57,9 @@ nlohmann::json capability_table() {
   return rows;
 }
 
-Result<CapPlan> make_cap_plan() {
+Result<CapPlan> make_cap_plan(uint64_t keep) {
   CapPlan plan;
-  plan.keep = default_capability_mask();
+  plan.keep = keep;
   auto last = read_u64("/proc/sys/kernel/cap_last_cap");
   if (!last) return fail(std::move(last.error()).wrap("reading the highest capability number"));
   if (*last > 63) return fail(Code::kInternal, "cap_last_cap > 63 is not supported");
@@ -89,4 +89,4 @@ int set_capabilities(const CapPlan& plan) {
   return 0;
 }
 
-}  // namespace space::runtime::linux
+}  // namespace space::host

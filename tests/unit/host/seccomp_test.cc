@@ -1,6 +1,6 @@
 // The seccomp policy: the table covers what the design requires, compiles, and the compiled
 // program behaves as the table says (checked by running syscalls under it in a child process).
-#include "runtime/linux/seccomp.h"
+#include "host/seccomp.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -20,9 +20,9 @@
 #include <string>
 #include <thread>
 
-#include "runtime/linux/seccomp_policy.h"
+#include "host/seccomp_policy.h"
 
-namespace space::runtime::linux {
+namespace space::host {
 namespace {
 
 TEST(SeccompPolicy, CoversTheRequiredSyscalls) {
@@ -276,4 +276,4 @@ TEST(SeccompPolicy, ForeignArchitecturesAreKilled) {
 }
 
 }  // namespace
-}  // namespace space::runtime::linux
+}  // namespace space::host

@@ -1,5 +1,5 @@
 // Host-side file helpers (see host_files.h).
-#include "runtime/linux/host_files.h"
+#include "host/host_files.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 
 #include "common/fd.h"
 
-namespace space::runtime::linux {
+namespace space::host {
 
 namespace {
 
@@ -107,4 +107,4 @@ Result<uint64_t> process_start_time(int pid) {
   return fail(Code::kInternal, "no start time in " + quoted(path));
 }
 
-}  // namespace space::runtime::linux
+}  // namespace space::host
