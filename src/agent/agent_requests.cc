@@ -59,8 +59,11 @@ void Agent::on_request(uint32_t stream, std::string_view payload) {
         TRY_VOID(do_resync(req));
         return std::optional<json>(json::object());
       }
-      if (op == "stat")
-        return std::optional<json>(json{{"stat", TRY(stat_path(*resolver_, TRY(path())))}});
+      if (op == "stat") {
+        // Not TRY inside the braces: see common/error.h, TRY.
+        json st = TRY(stat_path(*resolver_, TRY(path())));
+        return std::optional<json>(json{{"stat", std::move(st)}});
+      }
       if (op == "sync") {
         TRY_VOID(do_sync());
         return std::optional<json>(json::object());

@@ -113,7 +113,8 @@ Result<void> require_dir(Call& call, const std::string& path) {
 
 Result<void> stat(Call& call, const json& msg) {
   std::string path = TRY(path_field(call, msg));
-  return connect::respond(call.ex, {{"entry", TRY(entry_of(call, path))}});
+  json entry = TRY(entry_of(call, path));  // outside the braces: see common/error.h, TRY
+  return connect::respond(call.ex, {{"entry", std::move(entry)}});
 }
 
 Result<void> make_dir(Call& call, const json& msg) {
@@ -126,7 +127,8 @@ Result<void> make_dir(Call& call, const json& msg) {
   }
   TRY_VOID_CTX(envd_run(call, {"mkdir", "-p", "--", path}, user.exec_user),
                "making directory " + path);
-  return connect::respond(call.ex, {{"entry", TRY(entry_of(call, path))}});
+  json entry = TRY(entry_of(call, path));  // outside the braces: see common/error.h, TRY
+  return connect::respond(call.ex, {{"entry", std::move(entry)}});
 }
 
 Result<void> move(Call& call, const json& msg) {
@@ -138,7 +140,8 @@ Result<void> move(Call& call, const json& msg) {
                "making the destination's directory");
   TRY_VOID_CTX(envd_run(call, {"mv", "-T", "--", src, dst}, user.exec_user),
                "moving " + src + " to " + dst);
-  return connect::respond(call.ex, {{"entry", TRY(entry_of(call, dst))}});
+  json entry = TRY(entry_of(call, dst));  // outside the braces: see common/error.h, TRY
+  return connect::respond(call.ex, {{"entry", std::move(entry)}});
 }
 
 // The entries below `dir` to `depth` levels, as (path, entry), in listing order.
