@@ -40,8 +40,8 @@ LEVEL = {d: i for i, layer in enumerate(LAYERS) for d in layer}
 # The daemon headers that the layers above it may include: interfaces and plain types only.
 DAEMON_INTERFACES = {
     "daemon/service.h",        # SandboxService: what the API can ask of the daemon
-    "daemon/views.h",          # the typed structs it answers with
-    "daemon/sandbox_state.h",  # a sandbox's state (views.h holds it)
+    "daemon/service_types.h",  # the typed structs it answers with
+    "daemon/sandbox_state.h",  # a sandbox's state (service_types.h holds it)
     "daemon/tokens.h",         # the token text and record, the TokenStore interface
     "daemon/caller.h",         # who the request served on this thread acts for
 }

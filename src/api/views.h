@@ -1,4 +1,4 @@
-// The JSON of the service's results: one to_json per struct of daemon/views.h, writing the
+// The JSON of the service's results: one to_json per struct of daemon/service_types.h, writing the
 // shapes of api/openapi.yaml (schemas Sandbox, Snapshot, Process, Diff, Image, AuditEvent,
 // AuditVerification, Node, DrainReport and the health answer). The handlers render every
 // result through these, so the wire shape is decided here and nowhere else.
@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "daemon/views.h"
+#include "daemon/service_types.h"
 
 namespace space::api {
 

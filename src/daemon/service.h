@@ -1,8 +1,8 @@
 // The sandbox service: everything the REST API (src/api) can ask of the daemon. The API layer
 // parses and validates HTTP requests into these types, calls the service, and renders results
 // and errors; the daemon (src/daemon/daemon.cc) implements it. Results are typed structs
-// (views.h); their JSON is made in src/api/views.cc, once. Keeping the interface here lets the
-// API be tested against a test double and lets a second front end (gRPC, say) reuse it.
+// (service_types.h); their JSON is made in src/api/views.cc, once. Keeping the interface here lets
+// the API be tested against a test double and lets a second front end (gRPC, say) reuse it.
 #pragma once
 
 #include <array>
@@ -19,7 +19,7 @@
 
 #include "common/error.h"
 #include "common/fd.h"
-#include "daemon/views.h"
+#include "daemon/service_types.h"
 #include "runtime/runtime.h"
 
 namespace space::daemon {

@@ -37,8 +37,8 @@ CLEAN = {
     "spaced/main.cc": '#include "api/server.h"\n#include "daemon/store.h"\n',
     # The layers above the daemon see its interfaces only (check-layers.py DAEMON_INTERFACES).
     "api/server.h": '#include "daemon/service.h"\n',
-    "daemon/service.h": '#include "daemon/views.h"\n#include "runtime/runtime.h"\n',
-    "daemon/views.h": '#include "common/error.h"\n',
+    "daemon/service.h": '#include "daemon/service_types.h"\n#include "runtime/runtime.h"\n',
+    "daemon/service_types.h": '#include "common/error.h"\n',
     "host/cgroup.h": '#include "common/error.h"\n#include "tls/digest.h"\n',
     "tls/digest.h": '#include "common/error.h"\n',
     "runtime/runtime.h": '#include "common/error.h"\n',
@@ -106,7 +106,7 @@ class CheckLayersTest(unittest.TestCase):
         self.assertEqual(r.stdout.count("src/"), 1, r.stdout)
 
     def test_every_interface_header_passes_from_each_layer_above(self):
-        headers = ["daemon/service.h", "daemon/views.h", "daemon/sandbox_state.h",
+        headers = ["daemon/service.h", "daemon/service_types.h", "daemon/sandbox_state.h",
                    "daemon/tokens.h", "daemon/caller.h"]
         files = {h: '#include "common/error.h"\n' for h in headers}
         text = "".join(f'#include "{h}"\n' for h in headers)
