@@ -28,6 +28,7 @@
 #include "egress/h2_server.h"
 #include "egress/h2_upstream.h"
 #include "egress/internal.h"
+#include "loopback_listener.h"
 
 namespace space::egress {
 namespace {
@@ -69,15 +70,9 @@ Head parse_head(std::string_view text) {
 class Upstream {
  public:
   explicit Upstream(std::shared_ptr<SSL_CTX> ctx) : ctx_(std::move(ctx)) {
-    lfd_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::bind(lfd_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    EXPECT_EQ(::listen(lfd_.get(), 16), 0);
-    socklen_t len = sizeof a;
-    ::getsockname(lfd_.get(), reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    auto l = test_support::listen_loopback();
+    lfd_ = std::move(l.fd);
+    port_ = l.port;
     thread_ = std::thread([this] { serve(); });
   }
   ~Upstream() {
