@@ -588,9 +588,23 @@ class E2bPortsTest(E2bDoorTestCase):
             http_sock.close()
             ws.close()
 
+    def settled_fd_count(self):
+        """spaced's fd count once it has held still for half a second (an earlier test's
+        connections may still be closing when this one starts)."""
+        last, since = self.daemon.fd_count(), time.monotonic()
+        deadline = since + 10
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = self.daemon.fd_count()
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= 0.5:
+                break
+        return last
+
     def test_client_leaving_ends_relay(self):
         """A client that hangs up on a silent upstream frees the door's connection to it."""
-        base = self.daemon.fd_count()
+        base = self.settled_fd_count()
         s = self.hang()
         self.assertGreaterEqual(self.daemon.fd_count(), base + 2, "client and upstream")
         s.close()
