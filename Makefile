@@ -35,7 +35,7 @@ FUZZ_DIR    ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := frame_decoder api_request agent_request agent_conn upper_listing exec_report \
                 tls_hello dns host http_request qmp firecracker_api snapshot_manifest e2b_wire \
-                egress_wire
+                egress_wire oci_manifest layer_tar dockerfile
 # Release is -O2 without debug info here (CMakeLists.txt): debug info made the build ~25%
 # slower on 2 cores; `make check-asan` builds with it.
 BUILD_TYPE  ?= Release
@@ -118,6 +118,7 @@ bench: deps-bench
 # Every unit test and fuzz corpus under ASan+UBSan (the whole tree built sanitized: ~25 min on
 # 2 cores).
 ASAN_ALL_TARGETS := space_unit_tests space_egress_tests space_snapshot_tests space_cluster_tests \
+  space_image_tests \
   $(addprefix fuzz_replay_,$(FUZZ_TARGETS))
 check-asan: deps
 	cmake -G Ninja -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DSPACE_SANITIZE=ON \
@@ -127,7 +128,7 @@ check-asan: deps
 	  ctest --test-dir $(ASAN_DIR) --output-on-failure -L unit -j$(CTEST_JOBS)
 
 # make test's sanitizer gate: the code that parses hostile bytes, under ASan+UBSan: the
-# gateway's and the snapshot store's unit tests and every fuzz corpus whose
+# gateway's, the snapshot store's and the image reader's unit tests and every fuzz corpus whose
 # target does not link the whole daemon (agent_conn does; `make check-asan` runs it; api_request
 # links the api library only, which no longer pulls the daemon in; the unit-test binaries not
 # built here are left out by name). Built at -O0 (compile time is the gate's cost; the
@@ -139,7 +140,7 @@ check-asan-gate: deps
 	  -DSPACE_TESTS=ON "-DCMAKE_CXX_FLAGS_DEBUG=$(ASAN_GATE_FLAGS)" \
 	  "-DCMAKE_C_FLAGS_DEBUG=$(ASAN_GATE_FLAGS)"
 	ninja -C $(ASAN_DIR)-gate $(NINJA_FLAGS) space_egress_tests space_snapshot_tests \
-	  $(addprefix fuzz_replay_,$(ASAN_GATE_FUZZ))
+	  space_image_tests $(addprefix fuzz_replay_,$(ASAN_GATE_FUZZ))
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_DIR)-gate --output-on-failure -j$(CTEST_JOBS) -L unit \
 	  -E '_NOT_BUILT$$|^fuzz\.agent_conn$$'

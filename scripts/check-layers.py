@@ -28,7 +28,7 @@ LAYERS = [
     ["common"],  # std + nlohmann-json only: the static agent links it; no OpenSSL
     ["proto", "tls"],
     ["host"],  # the runtimes' host toolkit: namespaces, cgroups, launching, seccomp, confinement
-    ["runtime", "egress", "snapshot", "audit", "agent", "vminit"],
+    ["runtime", "egress", "snapshot", "image", "audit", "agent", "vminit"],
     ["cluster", "upper_reader", "egressd"],
     ["daemon"],
     ["api"],

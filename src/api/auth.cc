@@ -604,6 +604,17 @@ Result<daemon::ImageInfo> ScopedService::import_image(const std::string& name,
                                                       const daemon::ChunkSource& source) {
   return inner_.import_image(name, source);
 }
+Result<daemon::ImageInfo> ScopedService::build_image(
+    const std::string& name, const daemon::BuildRequest& req, const daemon::ChunkSource& context,
+    const std::function<void(const daemon::BuildEvent&)>& progress) {
+  if (req.profile.empty() || !principal_.allows_profile(req.profile))
+    return fail(Code::kPermissionDenied,
+                principal_.describe() + " may not build with profile " +
+                    (req.profile.empty() ? "(the default)" : req.profile.substr(0, 64)) +
+                    " (it is limited to " + join(principal_.token.profiles) +
+                    "); name one of those with profile=");
+  return inner_.build_image(name, req, context, progress);
+}
 Result<std::vector<daemon::ImageInfo>> ScopedService::list_images() { return inner_.list_images(); }
 Result<void> ScopedService::remove_image(const std::string& name) {
   return inner_.remove_image(name);

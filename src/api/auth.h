@@ -180,6 +180,11 @@ class ScopedService : public daemon::SandboxService {
                                          const daemon::ChunkSource& source) override;
   Result<std::vector<daemon::ImageInfo>> list_images() override;
   Result<void> remove_image(const std::string& name) override;
+  // A build runs sandboxes of its profile (its egress, its secrets): only a profile the token
+  // may use (the handler names the default one).
+  Result<daemon::ImageInfo> build_image(
+      const std::string& name, const daemon::BuildRequest& req, const daemon::ChunkSource& context,
+      const std::function<void(const daemon::BuildEvent&)>& progress) override;
   Result<daemon::VmDiskInfo> build_image_vm(
       const std::string& name, const std::function<void(const std::string&)>& progress) override {
     return inner_.build_image_vm(name, progress);

@@ -52,8 +52,17 @@ Result<void> restore_snapshot(Exchange& ex, ApiContext& ctx);
 
 Result<void> import_image(Exchange& ex, ApiContext& ctx);
 Result<void> list_images(Exchange& ex, ApiContext& ctx);
+Result<void> get_image(Exchange& ex, ApiContext& ctx);
 Result<void> delete_image(Exchange& ex, ApiContext& ctx);
 Result<void> build_image_vm(Exchange& ex, ApiContext& ctx);
+Result<void> build_image(Exchange& ex, ApiContext& ctx);
+// The query of POST /v1/images/{name}/build (docs/images.md): dockerfile (a relative path
+// without ".."), profile, no_cache, step_timeout (seconds, > 0 and <= 86400), build_args (a JSON
+// object of at most 256 strings), secrets and allow (comma lists). Unknown parameters are refused.
+Result<daemon::BuildRequest> parse_build_request(const Target& t);
+// One progress event of a build as its NDJSON line's object ("step", "output", "step_done",
+// "warning").
+nlohmann::json build_event_json(const daemon::BuildEvent& e);
 
 Result<void> create_token(Exchange& ex, ApiContext& ctx);
 Result<void> list_tokens(Exchange& ex, ApiContext& ctx);

@@ -509,6 +509,7 @@ Result<daemon::CreateRequest> parse_create_request(const json& body) {
   if (auto it = body.find("workdir"); it != body.end()) {
     req.workdir = TRY(string_field(*it, "workdir"));
     TRY_VOID(check_sandbox_path(req.workdir, "workdir"));
+    req.workdir_given = true;
   }
   if (auto it = body.find("snapshot_every"); it != body.end()) {
     req.snapshot_every_s = TRY(interval_field(*it, "snapshot_every"));
@@ -525,13 +526,14 @@ Result<daemon::ExecRequest> parse_exec_request(const json& body) {
                                 "user", "tty", "rows", "cols"},
                                "the exec request"));
   daemon::ExecRequest req;
-  auto cmd = body.find("cmd");
-  if (cmd == body.end()) {
-    return invalid("the exec request needs \"cmd\", e.g. {\"cmd\": [\"ls\", \"-l\"]}");
-  }
-  req.argv = TRY(string_list_field(*cmd, "cmd"));
-  if (req.argv.empty() || req.argv[0].empty()) {
-    return invalid("\"cmd\" must be a non-empty array whose first element names a program");
+  req.image_user = true;  // no "user": the image's User, if its config names one
+  // No "cmd": the sandbox's default command (its image's Entrypoint + Cmd), decided by the
+  // service, which refuses it where the image has none.
+  if (auto cmd = body.find("cmd"); cmd != body.end()) {
+    req.argv = TRY(string_list_field(*cmd, "cmd"));
+    if (req.argv.empty() || req.argv[0].empty()) {
+      return invalid("\"cmd\" must be a non-empty array whose first element names a program");
+    }
   }
   if (auto it = body.find("env"); it != body.end()) req.env = TRY(env_field(*it));
   if (auto it = body.find("cwd"); it != body.end()) {

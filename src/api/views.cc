@@ -99,11 +99,18 @@ json to_json(const daemon::Diff& d) {
 }
 
 json to_json(const daemon::ImageInfo& i) {
-  return {{"name", i.name},
-          {"kind", i.kind},
-          {"created_at", rfc3339(i.created_at)},
-          {"size_bytes", i.size_bytes},
-          {"files", i.files}};
+  json j = {{"name", i.name},
+            {"kind", i.kind},
+            {"created_at", rfc3339(i.created_at)},
+            {"size_bytes", i.size_bytes},
+            {"files", i.files}};
+  if (!i.format.empty()) j["format"] = i.format;
+  if (!i.digest.empty()) j["digest"] = i.digest;
+  const auto& c = i.config;
+  j["config"] = {{"env", c.env},   {"working_dir", c.working_dir},
+                 {"user", c.user}, {"entrypoint", c.entrypoint},
+                 {"cmd", c.cmd},   {"labels", c.labels}};
+  return j;
 }
 
 json to_json(const daemon::VmDiskInfo& d) {

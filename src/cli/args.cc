@@ -3,10 +3,13 @@
 
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <sstream>
 
+#include "cli/client.h"
 #include "common/units.h"
 #include "proto/runtime_names.h"
 
@@ -161,7 +164,8 @@ Commands define_commands(Args& a, const std::string& only) {
   if (want("run")) {
     auto* run = app.add_subcommand("run", "create a sandbox, run CMD in it, destroy it");
     add_sandbox_flags(run, a.sandbox);
-    run->add_option("cmd", a.cmd, "command and arguments (after --)");
+    run->add_option("cmd", a.cmd,
+                    "command and arguments (after --); none: the image's Entrypoint + Cmd");
     run->footer("Usage: space run [OPTIONS] -- CMD [ARGS...]");
   }
 
@@ -305,18 +309,60 @@ Commands define_commands(Args& a, const std::string& only) {
   if (want("image")) {
     c.image = app.add_subcommand("image", "manage images");
     c.image->require_subcommand(1);
-    auto* image_import = c.image->add_subcommand("import", "import a root filesystem");
+    auto* image_import = c.image->add_subcommand(
+        "import", "import a root filesystem, an OCI image layout or archive, or a docker save");
     image_import->add_option("name", a.name, "image name")->required();
-    image_import->add_option("path", a.path, "a directory, or a tarball (plain, gz, xz, zst)")
+    image_import
+        ->add_option("path", a.path,
+                     "a directory (a root filesystem or an OCI layout), or a tarball "
+                     "(plain, gz, xz, zst: a root filesystem, an oci-archive or a "
+                     "`docker save`)")
         ->required();
     auto* image_ls = c.image->add_subcommand("ls", "list images");
     image_ls->add_flag("--json", a.json, "print JSON");
+    auto* image_inspect =
+        c.image->add_subcommand("inspect", "show an image: its format, digest and config (JSON)");
+    image_inspect->add_option("name", a.name, "image name")->required();
     auto* image_rm = c.image->add_subcommand("rm", "remove an image");
     image_rm->add_option("name", a.name, "image name")->required();
     auto* image_vm = c.image->add_subcommand(
         "build-vm", "build (or reuse) the image's ext4 disk for VM runtimes (--runtime qemu)");
     image_vm->add_option("name", a.name, "image name")->required();
     image_vm->add_flag("--json", a.json, "print the disk as JSON");
+    auto* build = c.image->add_subcommand(
+        "build",
+        "build an image from a Dockerfile; each RUN runs in a sandbox of the build profile");
+    build->add_option("name", a.name, "image name, e.g. agent-env")->required();
+    build->add_option("context", a.path,
+                      "the build context: a directory, sent as a tar that honours its "
+                      ".dockerignore (default .)");
+    build->add_option("--file,-f", a.file, "the Dockerfile (default CONTEXT/Dockerfile)");
+    build->add_option("--build-arg", a.build_args, "K=V of an ARG (repeatable; K alone: $K)")
+        ->allow_extra_args(false);
+    build->add_option("--profile", a.sandbox.profile,
+                      "profile of the RUN steps' sandboxes: their egress and secrets (default: "
+                      "build if configured, else test)");
+    build
+        ->add_option("--secret", a.sandbox.secrets,
+                     "credential NAME the RUN steps may use through the gateway (repeatable)")
+        ->allow_extra_args(false);
+    build
+        ->add_option("--allow", a.sandbox.allow,
+                     "HOST[:PORT] the RUN steps may reach, within the profile (repeatable)")
+        ->allow_extra_args(false);
+    build->add_flag("--no-cache", a.no_cache, "run every step, even those the cache has");
+    build->add_option("--step-timeout", a.step_timeout,
+                      "kill a RUN step after this long, e.g. 10m (default 30m)");
+    build->add_flag("--json", a.json,
+                    "print the build's events on stdout as JSON Lines (the API's stream; the "
+                    "last is {\"type\":\"done\",\"image\":{...}} or an \"error\")");
+    build->add_flag("--quiet,-q", a.quiet, "do not show the steps' output");
+    build->footer(
+        "Usage: space image build NAME [-f DOCKERFILE] [CONTEXT] [--build-arg K=V]... "
+        "[--profile P] [--secret NAME]... [--allow HOST]... [--no-cache] [--step-timeout DUR] "
+        "[--json] [--quiet]\n"
+        "A Dockerfile outside CONTEXT is sent along with it. Progress goes to stderr; a failed "
+        "build exits 125 naming the failing step (docs/images.md).");
   }
 
   c.snapshot = add_snapshot_commands(app, a, want);
@@ -407,7 +453,9 @@ ParseOutcome parse_args(const std::vector<std::string>& argv) {
       }
       a.cmd = tail;
     }
-    if (a.cmd.empty()) {
+    // `space run` without a command runs the image's default command (Entrypoint + Cmd); the
+    // daemon refuses it where the image has none.
+    if (a.cmd.empty() && a.command == "exec") {
       return usage_error("no command given: space " + a.command +
                          (a.command == "exec" ? " ID" : "") + " [OPTIONS] -- CMD [ARGS...]");
     }
@@ -516,6 +564,62 @@ Result<nlohmann::json> exec_body(const Args& a) {
   if (a.snapshot) body["snapshot"] = true;
   if (!a.user.empty()) body["user"] = a.user;
   return body;
+}
+
+Result<std::string> build_query(const Args& a, std::string_view dockerfile) {
+  auto no_comma = [](const std::vector<std::string>& items, std::string_view flag) -> Result<void> {
+    for (const auto& item : items) {
+      if (item.empty() || item.find(',') != std::string::npos) {
+        return fail(Code::kInvalidArgument, "invalid " + std::string(flag) + " \"" + item +
+                                                "\": give one name per flag, without commas");
+      }
+    }
+    return {};
+  };
+  std::string q = "?dockerfile=" + url_encode(dockerfile);
+  if (!a.sandbox.profile.empty()) q += "&profile=" + url_encode(a.sandbox.profile);
+  if (a.no_cache) q += "&no_cache=true";
+  if (!a.step_timeout.empty()) {
+    auto v = parse_duration(a.step_timeout);
+    if (!v) return fail(std::move(v.error()).wrap("--step-timeout"));
+    if (*v <= 0 || *v > 86400) {
+      return fail(Code::kInvalidArgument,
+                  "--step-timeout must be greater than 0 and at most 24h, e.g. 10m; got \"" +
+                      a.step_timeout + "\"");
+    }
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%g", *v);
+    q += "&step_timeout=" + std::string(secs);
+  }
+  if (!a.build_args.empty()) {
+    nlohmann::json args = nlohmann::json::object();
+    for (const auto& kv : a.build_args) {
+      size_t eq = kv.find('=');
+      if (eq == 0) {
+        return fail(Code::kInvalidArgument,
+                    "invalid --build-arg \"" + kv + "\": expected K=V, e.g. PIP_VERSION=24.0");
+      }
+      if (eq != std::string::npos) {
+        args[kv.substr(0, eq)] = kv.substr(eq + 1);
+      } else if (const char* v = std::getenv(kv.c_str()); v != nullptr) {
+        args[kv] = v;
+      }
+    }
+    if (!args.empty()) {
+      q += "&build_args=" +
+           url_encode(args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    }
+  }
+  auto join = [](const std::vector<std::string>& items) {
+    std::string out;
+    for (const auto& item : items) out += (out.empty() ? "" : ",") + item;
+    return out;
+  };
+  TRY_VOID(no_comma(a.sandbox.secrets, "--secret"));
+  TRY_VOID(no_comma(a.sandbox.allow, "--allow"));
+  if (!a.sandbox.secrets.empty()) q += "&secrets=" + url_encode(join(a.sandbox.secrets));
+  if (!a.sandbox.allow.empty()) q += "&allow=" + url_encode(join(a.sandbox.allow));
+  return q;
 }
 
 Result<int> parse_signal(std::string_view text) {

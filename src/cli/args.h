@@ -22,7 +22,8 @@ struct SandboxFlags {
 
 struct Args {
   // "run", "create", "exec", "ps", "kill", "logs", "wait", "cp", "ls", "inspect", "rm", "pause",
-  // "resume", "diff", "doctor", "image import", "image ls", "image rm", "snapshot", "snapshot rm",
+  // "resume", "diff", "doctor", "image import", "image ls", "image rm", "image build", "snapshot",
+  // "snapshot rm",
   // "snapshots", "rollback", "restore", "audit", "token create", "token ls", "token rm", "mcp".
   std::string command;
   SandboxFlags sandbox;            // run, create; restore --profile is sandbox.profile
@@ -48,6 +49,12 @@ struct Args {
   std::vector<std::string> profiles, ops;
   std::string ttl;
   bool e2b = false;  // token create --e2b: print it as an E2B API key (docs/e2b.md)
+  // image build NAME [CONTEXT] (CONTEXT in `path`, default "."): -f, --build-arg (repeatable),
+  // --step-timeout, --no-cache, --quiet; --profile, --secret and --allow in `sandbox`.
+  std::string file;
+  std::vector<std::string> build_args;
+  std::string step_timeout;
+  bool no_cache = false, quiet = false;
 };
 
 struct ParseOutcome {
@@ -64,6 +71,10 @@ Result<nlohmann::json> create_body(const SandboxFlags& flags);
 Result<nlohmann::json> env_object(const std::vector<std::string>& pairs, std::string_view flag);
 // Body of POST .../exec (without "stdin", which the caller decides).
 Result<nlohmann::json> exec_body(const Args& args);
+// The query of POST /v1/images/{name}/build from `image build`'s flags ("?dockerfile=..."),
+// `dockerfile` being the Dockerfile's name inside the context. --build-arg K without "=V" takes
+// K's value from our environment (and is left out where it is unset), as docker build does.
+Result<std::string> build_query(const Args& args, std::string_view dockerfile);
 // "9", "KILL", "SIGKILL", "kill" -> 9.
 Result<int> parse_signal(std::string_view text);
 

@@ -66,8 +66,11 @@ Result<int> cmd_cp(const Args& a, const Client& c);
 // images (commands_image.cc)
 Result<int> cmd_image_import(const Args& a, const Client& c);
 Result<int> cmd_image_ls(const Args& a, const Client& c);
+Result<int> cmd_image_inspect(const Args& a, const Client& c);
 Result<int> cmd_image_rm(const Args& a, const Client& c);
 Result<int> cmd_image_build_vm(const Args& a, const Client& c);
+// `space image build NAME [-f DOCKERFILE] [CONTEXT]` (docs/images.md).
+Result<int> cmd_image_build(const Args& a, const Client& c);
 
 // snapshots (commands_snapshot.cc)
 Result<int> cmd_snapshot(const Args& a, const Client& c);

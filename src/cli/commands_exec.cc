@@ -293,7 +293,8 @@ Result<int> cmd_run(const Args& a, const Client& c) {
   // While the command runs its exec stream keeps the sandbox; if this CLI dies in a way that
   // skips the DELETE below (SIGKILL), spaced removes the sandbox once it has been idle this long.
   create["idle_timeout"] = kRunIdleTimeoutS;
-  json exec = {{"cmd", a.cmd}};
+  // No command: the sandbox's default one, its image's Entrypoint + Cmd (the daemon decides).
+  json exec = a.cmd.empty() ? json::object() : json{{"cmd", a.cmd}};
   if (create.contains("timeout")) exec["timeout"] = create["timeout"];  // the lifetime bounds it
   // One connection carries the create and then the exec (HTTP keep-alive); the destroy gets
   // its own, since an exec's connection is closed mid-stream when we stop early.

@@ -40,8 +40,10 @@ Result<int> run_command(const Args& a, const Client& c) {
   if (cmd == "mcp") return cmd_mcp(a, c);
   if (cmd == "image import") return cmd_image_import(a, c);
   if (cmd == "image ls") return cmd_image_ls(a, c);
+  if (cmd == "image inspect") return cmd_image_inspect(a, c);
   if (cmd == "image rm") return cmd_image_rm(a, c);
   if (cmd == "image build-vm") return cmd_image_build_vm(a, c);
+  if (cmd == "image build") return cmd_image_build(a, c);
   if (cmd == "snapshot") return cmd_snapshot(a, c);
   if (cmd == "snapshot rm") return cmd_snapshot_rm(a, c);
   if (cmd == "snapshots") return cmd_snapshots(a, c);

@@ -147,12 +147,39 @@ Result<void> write_tar(const fs::path& dir, const TarSink& sink, TarWriteOptions
   std::error_code ec;
   fs::recursive_directory_iterator it(dir, fs::directory_options::none, ec);
   if (ec) return fail(Code::kNotFound, "reading directory " + dir.native() + ": " + ec.message());
+  // Directories left out for now but looked inside (kSkipButLookInside), outermost first, with
+  // their depth: written before the first entry under them that is included.
+  struct Pending {
+    int depth;
+    fs::path path;
+    std::string name;
+  };
+  std::vector<Pending> pending;
   for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec) break;
     std::string name = it->path().lexically_relative(dir).generic_string();
+    if (options.filter) {
+      while (!pending.empty() && pending.back().depth >= it.depth()) pending.pop_back();
+      std::error_code type_ec;
+      bool is_dir = it->symlink_status(type_ec).type() == fs::file_type::directory;
+      TarFilter what = options.filter(name, is_dir);
+      if (what == TarFilter::kSkip || (what == TarFilter::kSkipButLookInside && !is_dir)) {
+        if (is_dir) it.disable_recursion_pending();
+        continue;
+      }
+      if (what == TarFilter::kSkipButLookInside) {
+        pending.push_back({it.depth(), it->path(), name});
+        continue;
+      }
+      for (const auto& p : pending) TRY_VOID(write_entry(a.get(), p.path, p.name, options, ctx));
+      pending.clear();
+    }
     TRY_VOID(write_entry(a.get(), it->path(), name, options, ctx));
   }
   if (ec) return fail(Code::kInternal, "walking " + dir.native() + ": " + ec.message());
+  for (const auto& [name, path] : options.extra_files) {
+    TRY_VOID(write_entry(a.get(), path, name, options, ctx));
+  }
   if (archive_write_close(a.get()) != ARCHIVE_OK) {
     if (ctx.error) return fail(std::move(*ctx.error));
     return fail(Code::kInternal, "finishing the archive: " + archive_message(a.get()));

@@ -35,6 +35,11 @@ constexpr FailpointInfo kTable[] = {
     {"image.after_unpack", "image import: the archive unpacked in staging, not yet installed"},
     {"image.after_install", "image import: the directory in place, record not yet written"},
     {"image.remove_after_record", "image rm: the record deleted, the directory not yet removed"},
+    {"image.build.after_run",
+     "image build: a RUN step's command ended, its changes not yet read, its sandbox alive"},
+    {"image.build.after_step",
+     "image build: a step's tree in place in the cache, its record not yet written"},
+    {"image.build.after_install", "image build: the image's tree in place, record not yet written"},
 };
 
 struct Armed {

@@ -76,6 +76,8 @@ Result<void> Config::load(const std::filesystem::path& file) {
       TRY_VOID_CTX(load_snapshots(v), file.string() + ": snapshots");
     } else if (k == "vm" && v.is_object()) {
       TRY_VOID_CTX(load_vm(v), file.string() + ": vm");
+    } else if (k == "images" && v.is_object()) {
+      TRY_VOID_CTX(load_images(v), file.string() + ": images");
     } else if (k == "gateway" && v.is_object()) {
       TRY_VOID_CTX(load_gateway(v), file.string() + ": gateway");
     } else if (k == "defaults" && v.is_object()) {
@@ -527,6 +529,26 @@ Result<void> Config::load_cluster(const nlohmann::json& v) {
       cluster.push_snapshots = x.get<bool>();
     } else if (k == "etcd") {
       cluster.etcd = TRY_CTX(cluster::parse_etcd_config(x), "etcd");
+    } else {
+      return fail(Code::kInvalidArgument, "unknown or mistyped key \"" + k + "\"");
+    }
+  }
+  return {};
+}
+
+// "images": {"max_layer": "16G", "max_total": "32G", "max_entries": 1000000, "max_ratio": 200,
+// "keep_setuid": false}.
+Result<void> Config::load_images(const nlohmann::json& v) {
+  for (auto& [k, iv] : v.items()) {
+    if ((k == "max_layer" || k == "max_total") && iv.is_string()) {
+      uint64_t n = TRY_CTX(parse_size(iv.get<std::string>()), k);
+      if (n == 0) return fail(Code::kInvalidArgument, k + ": more than 0");
+      (k == "max_layer" ? images.max_layer_bytes : images.max_total_bytes) = n;
+    } else if ((k == "max_entries" || k == "max_ratio") && iv.is_number_unsigned() &&
+               iv.get<uint64_t>() > 0) {
+      (k == "max_entries" ? images.max_entries : images.max_ratio) = iv.get<uint64_t>();
+    } else if (k == "keep_setuid" && iv.is_boolean()) {
+      images.keep_setuid = iv.get<bool>();
     } else {
       return fail(Code::kInvalidArgument, "unknown or mistyped key \"" + k + "\"");
     }

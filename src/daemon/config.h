@@ -75,6 +75,17 @@ struct VmConfig {
   bool templates = true;
 };
 
+// Image imports (docs/images.md, "Limits"): bounds on what one import may unpack, and whether
+// setuid/setgid bits of an image's files are kept. 0 = the built-in default
+// (image::kDefaultLimits).
+struct ImageImportConfig {
+  uint64_t max_layer_bytes = 0;  // uncompressed bytes of one layer
+  uint64_t max_total_bytes = 0;  // uncompressed bytes of an image (and of the upload)
+  uint64_t max_entries = 0;      // tar entries of an image
+  uint64_t max_ratio = 0;        // uncompressed / compressed bytes of a layer
+  bool keep_setuid = false;
+};
+
 // api_tls (docs/api-auth.md, "Remote access"): TLS on the api_listen address, with spaced's own
 // CA under <state_dir>/tls/ ("auto") or the operator's certificate and key files.
 struct ApiTlsConfig {
@@ -164,6 +175,7 @@ struct Config {
   std::vector<PoolConfig> pools;
   bool pools_configured = false;  // the file had a "pools" key ([] = no pool at all)
   VmConfig vm;
+  ImageImportConfig images;
 
   // Reads a JSON config file over the current values.
   Result<void> load(const std::filesystem::path& file);
@@ -177,6 +189,7 @@ struct Config {
   Result<void> load_gateway(const nlohmann::json& v);
   Result<void> load_snapshots(const nlohmann::json& v);
   Result<void> load_vm(const nlohmann::json& v);
+  Result<void> load_images(const nlohmann::json& v);
   Result<void> load_api_tls(const nlohmann::json& v);
   Result<void> load_e2b(const nlohmann::json& v);
   Result<void> load_node(const nlohmann::json& v);

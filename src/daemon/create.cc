@@ -1,9 +1,9 @@
 // Creating a sandbox (docs/pools.md, docs/crash-safety.md): the request checked, a sandbox taken
 // from a warm pool or made on the cold path (prepare_sandbox: the record written first, then the
 // CA, the trust store, the runtime's instance, the agent, the workdir, the gateway's listeners),
-// then personalized (env, egress policy, lifetime) and registered. A failure at any step
-// leaves nothing but a destroyed record saying why; a kill at any step leaves a record that the
-// next start's reconcile undoes.
+// then personalized (env, egress policy, lifetime, the image config's defaults) and registered. A
+// failure at any step leaves nothing but a destroyed record saying why; a kill at any step leaves a
+// record that the next start's reconcile undoes.
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -21,6 +21,7 @@
 #include "common/subprocess.h"
 #include "common/units.h"
 #include "daemon/daemon.h"
+#include "image/oci.h"
 #include "runtime/kvm.h"
 
 namespace space::daemon {
@@ -75,6 +76,31 @@ bool image_has_dir(const fs::path& rootfs, const std::string& path) {
   UniqueFd fd(sys_openat2(root.get(), rel.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC,
                           RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS));
   return fd.valid();
+}
+
+// The defaults an image's config gives a sandbox (docs/images.md, "The image config"), put
+// into the sandbox's spec under what the request asked: "env" gains the image's Env first (so
+// the gateway's variables and the request's --env win per key), "user" is the default user of
+// its execs, "command" the command of an exec that names none (Entrypoint + Cmd). The config
+// came from an uploaded image: entries that cannot be used are left out.
+void apply_image_config(const image::ImageConfig& c, json& spec) {
+  std::vector<std::string> env;
+  for (const auto& kv : c.env) {
+    auto eq = kv.find('=');
+    if (eq == 0 || eq == std::string::npos || kv.find('\0') != std::string::npos) continue;
+    env.push_back(kv);
+  }
+  if (!env.empty()) {
+    for (auto& kv : spec.value("env", std::vector<std::string>{})) env.push_back(kv);
+    spec["env"] = env;
+  }
+  // As the API checks an exec's "user": a name, "UID" or "UID:GID", no spaces or slashes.
+  if (!c.user.empty() && c.user.size() <= 64 &&
+      c.user.find_first_of(std::string("\0\n/ ", 4)) == std::string::npos)
+    spec["user"] = c.user;
+  std::vector<std::string> command = c.entrypoint;
+  command.insert(command.end(), c.cmd.begin(), c.cmd.end());
+  if (!command.empty() && !command[0].empty()) spec["command"] = command;
 }
 
 json limits_json(const runtime::Limits& l) {
@@ -318,6 +344,13 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
   // A place among max_sandboxes, held until the sandbox is registered or the create fails.
   Registry::Slot slot = TRY(registry_.admit(cfg_.max_sandboxes));
 
+  // The image's config: its WorkingDir unless the request chose one (the rest below).
+  const image::ImageConfig image_config = TRY(images_.config(req.image));
+  if (!req.workdir_given && !image_config.working_dir.empty()) {
+    req.workdir = image_config.working_dir;
+    if (req.workdir[0] != '/') req.workdir.insert(0, "/");  // relative to "/", as Docker does
+  }
+
   // Everything only this request decides is checked before a sandbox is taken or made.
   SandboxRecord personal;
   personal.spec = limits_json(req.limits);
@@ -340,6 +373,7 @@ Result<SandboxInfo> Daemon::create_sandbox(const CreateRequest& req_in,
     personal.spec["snapshot_every"] = every;
   }
   auto egress_plan = TRY(plan_egress(personal, req));
+  apply_image_config(image_config, personal.spec);
   times.mark("request");
 
   Template t{req.runtime, req.image, req.profile, req.limits, req.workdir};

@@ -57,7 +57,7 @@ Daemon::Daemon(Config cfg, Runtimes runtimes, std::unique_ptr<Store> store)
     : cfg_(std::move(cfg)),
       runtimes_(std::move(runtimes)),
       store_(std::move(store)),
-      images_(cfg_.state_dir / "images", *store_),
+      images_(cfg_.state_dir / "images", *store_, cfg_.images),
       started_at_(now_s()),
       snap_stores_(cfg_.state_dir / "snapshots"),
       pools_(cfg_.pools) {}
@@ -116,6 +116,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(Config cfg, Runtimes runtimes) {
   if (auto r = d->audit_->prune_destroyed(now_s() - d->cfg_.audit_retention_s); r && *r > 0)
     spdlog::info("audit log: removed {} events of sandboxes destroyed over the retention", *r);
   d->reconcile_snapshots();
+  d->sweep_build_sandboxes();
   TRY_VOID(d->start_cluster());
   d->reaper_ = std::thread([p = d.get()] { p->reaper(); });
   d->snapshotter_ = std::thread([p = d.get()] { p->snapshot_loop(); });
@@ -638,11 +639,22 @@ void Daemon::end_lifetime(const std::shared_ptr<Sandbox>& sb) {
 namespace {
 
 ImageInfo image_info(const ImageRecord& rec) {
-  return {.name = rec.name,
-          .kind = rec.kind,
-          .created_at = rec.created_at,
-          .size_bytes = rec.size_bytes,
-          .files = rec.files};
+  ImageInfo i{.name = rec.name,
+              .kind = rec.kind,
+              .created_at = rec.created_at,
+              .size_bytes = rec.size_bytes,
+              .files = rec.files,
+              .format = rec.format,
+              .digest = rec.digest};
+  if (auto c = image::ImageConfig::from_json(rec.config); c) {
+    i.config = {.env = std::move(c->env),
+                .working_dir = std::move(c->working_dir),
+                .user = std::move(c->user),
+                .entrypoint = std::move(c->entrypoint),
+                .cmd = std::move(c->cmd),
+                .labels = std::move(c->labels)};
+  }
+  return i;
 }
 
 }  // namespace

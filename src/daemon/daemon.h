@@ -34,6 +34,7 @@
 #include "daemon/snapshot_stores.h"
 #include "daemon/store.h"
 #include "egress/gateway.h"
+#include "image/dockerfile.h"
 #include "runtime/runtime.h"
 #include "snapshot/cas.h"
 
@@ -87,6 +88,9 @@ class Daemon : public SandboxService {
   Result<ImageInfo> import_image(const std::string& name, const ChunkSource& source) override;
   Result<std::vector<ImageInfo>> list_images() override;
   Result<void> remove_image(const std::string& name) override;
+  Result<ImageInfo> build_image(const std::string& name, const BuildRequest& req,
+                                const ChunkSource& context,
+                                const std::function<void(const BuildEvent&)>& progress) override;
   Result<VmDiskInfo> build_image_vm(
       const std::string& name, const std::function<void(const std::string&)>& progress) override;
   Result<std::vector<AuditEvent>> audit_events(const std::string& id, int64_t after,
@@ -332,6 +336,16 @@ class Daemon : public SandboxService {
   // One snapshot is taken at a time: spaced's memory for manifests (proportional to a tree's
   // entries) is then bounded by one tree, not by the number of sandboxes snapshotting. Held
   // while a snapshot is taken, inside the sandbox's `mu`.
+  // Image builds (image_build.cc): one RUN step in a sandbox of the build profile, its
+  // changes written as a layer tar at `layer`; and, at start, destroying the step sandboxes
+  // of builds a kill cut short. One build at a time (build_mu_).
+  Result<void> run_build_step(const std::string& name, const std::string& profile,
+                              const BuildRequest& req, const std::string& image,
+                              const image::Step& step, size_t step_no, size_t of,
+                              double step_timeout, const std::filesystem::path& layer,
+                              const std::function<void(const BuildEvent&)>& progress);
+  void sweep_build_sandboxes();
+  std::mutex build_mu_;
   std::mutex take_mu_;
   std::thread snapshotter_;
   WarmPools pools_;

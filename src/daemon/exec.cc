@@ -212,7 +212,31 @@ class ExecSessionImpl : public ExecSession {
 
 }  // namespace
 
-Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const ExecRequest& req) {
+Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const ExecRequest& asked) {
+  // The image config's defaults (create.cc, apply_image_config): the command where none is
+  // given, the user where none is asked for.
+  ExecRequest req = asked;
+  bool image_user = false;
+  if (req.argv.empty() || (req.user.empty() && req.image_user)) {
+    auto sb = TRY(running(id));
+    const json& spec = sb->rec.spec;
+    if (req.argv.empty()) {
+      if (auto c = spec.find("command"); c != spec.end() && c->is_array())
+        for (const auto& a : *c)
+          if (a.is_string()) req.argv.push_back(a.get<std::string>());
+      if (req.argv.empty())
+        return fail(Code::kInvalidArgument,
+                    "no command given, and image " + sb->rec.image +
+                        " has no default command (no Entrypoint or Cmd in its config); name "
+                        "one: `space run [OPTIONS] -- CMD [ARGS...]`, `space exec ID -- CMD`");
+    }
+    if (req.user.empty() && req.image_user) {
+      if (auto u = spec.find("user"); u != spec.end() && u->is_string()) {
+        req.user = u->get<std::string>();
+        image_user = true;
+      }
+    }
+  }
   if (req.argv.empty() || req.argv[0].empty())
     return fail(Code::kInvalidArgument, "exec needs a command: `space exec ID -- CMD [ARGS...]`");
   size_t bytes = 0;
@@ -272,7 +296,9 @@ Result<std::unique_ptr<ExecSession>> Daemon::exec(const std::string& id, const E
   }
   if (!req.user.empty()) {
     spec["user"] = req.user;
-    if (req.cwd.empty()) spec.erase("cwd");  // the user's home
+    // The user's home, unless the user is the image's (its WorkingDir, "/" if it names none,
+    // is the sandbox's workdir).
+    if (req.cwd.empty() && !image_user) spec.erase("cwd");
   }
   metrics_.execs++;
   json env_names = json::array();

@@ -1,5 +1,8 @@
-// Image handling: the host skeleton, tar imports (libarchive, with the secure extraction
-// flags: archives are untrusted input) and VM disks (build_vm: mke2fs -d + debugfs, no mounts).
+// Image handling: the host skeleton, imports (the upload unpacked by libarchive with the secure
+// extraction flags, then taken as a root filesystem or, for an OCI layout or docker-save
+// archive, resolved and its layers applied by src/image: every byte is untrusted input), the
+// content store imported images share, and VM disks (build_vm: mke2fs -d + debugfs, no
+// mounts).
 #include "daemon/images.h"
 
 #include <archive.h>
@@ -7,11 +10,14 @@
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
@@ -19,7 +25,9 @@
 #include "common/clock.h"
 #include "common/failpoint.h"
 #include "common/subprocess.h"
+#include "common/units.h"
 #include "daemon/archive_names.h"
+#include "image/layer.h"
 #include "tls/digest.h"
 
 namespace space::daemon {
@@ -86,6 +94,21 @@ const char* kHostDirs[] = {"/etc/ld.so.conf.d", "/etc/python3", "/etc/python3.11
 // directory of the skeleton, so the file lands in the sandbox's writable layer
 // (daemon/egress.cc).
 constexpr const char* kChromiumPolicyDir = "etc/chromium/policies/managed";
+
+Result<std::string> sha256_file(const fs::path& p) {
+  UniqueFd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return fail_sys("open", p.string());
+  tls::Sha256 sha;
+  char buf[64 * 1024];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail_sys("read", p.string());
+    if (n == 0) break;
+    sha.update(buf, static_cast<size_t>(n));
+  }
+  return sha.hex();
+}
 
 }  // namespace
 
@@ -189,8 +212,12 @@ void Images::sweep() {
   // What an import, a removal or a VM disk build cut short by a kill left: staging directories,
   // image directories without a record, temporary disk files. The record is the truth.
   std::set<std::string> known;
+  std::map<std::string, std::string> built_paths;
   if (auto all = store_.images(); all) {
-    for (auto& rec : *all) known.insert(rec.name);
+    for (auto& rec : *all) {
+      known.insert(rec.name);
+      if (rec.kind == "built") built_paths[rec.name] = rec.path;
+    }
   } else {
     spdlog::warn("images: not sweeping leftovers: {}", all.error().message());
     return;
@@ -198,12 +225,18 @@ void Images::sweep() {
   std::error_code ec;
   for (auto& e : fs::directory_iterator(dir_, ec)) {
     std::string n = e.path().filename().string();
-    bool staging = n.starts_with(".import-");
+    // .build-: a build's staging area; .install-: a built image not yet in place; .cache-: a
+    // build step's tree (kept while its record is).
+    bool staging = n.starts_with(".import-") || n.starts_with(".build-") ||
+                   n.starts_with(".install-") || (n.starts_with(".cache-") && !known.count(n));
     if (!staging && (!e.is_directory(ec) || known.count(n))) {
       for (auto& f : fs::directory_iterator(e.path(), ec)) {
         std::string fn = f.path().filename().string();
+        // A built image's trees other than the one its record names (a rebuild cut short).
+        bool stale_tree = fn.starts_with("rootfs-") && built_paths.count(n) &&
+                          fs::path(built_paths[n]).filename() != fn;
         if (fn.starts_with(".vm.ext4.tmp") || fn.starts_with(".vm.debugfs") ||
-            fn.starts_with("rootfs.v2.tmp")) {
+            fn.starts_with("rootfs.v2.tmp") || stale_tree) {
           std::error_code rm;
           fs::remove_all(f.path(), rm);
         }
@@ -216,6 +249,10 @@ void Images::sweep() {
     std::error_code rm;
     fs::remove_all(e.path(), rm);
   }
+  // Entries of the content store that only an image removed above (or a cut-short removal)
+  // linked.
+  std::lock_guard lock(content_mu_);
+  collect_content();
 }
 
 Result<runtime::Image> Images::resolve(const std::string& name) {
@@ -237,28 +274,18 @@ Result<runtime::Image> Images::resolve(const std::string& name) {
   return img;
 }
 
-Result<ImageRecord> Images::import(const std::string& name, const ChunkSource& source) {
-  TRY_VOID(validate_name(name));
-  if (name == "host")
-    return fail(Code::kInvalidArgument, "\"host\" is the built-in image; choose another name");
-  if (auto existing = TRY(store_.get_image(name)); existing)
-    return fail(Code::kAlreadyExists,
-                "image \"" + name + "\" exists; `space image rm " + name + "` first");
-  std::random_device rd;
-  fs::path base = dir_ / name;
-  fs::path tmp = dir_ / (".import-" + name + "-" + std::to_string(rd()));
-  std::error_code ec;
-  fs::create_directories(tmp / "rootfs", ec);
-  if (ec) return fail(Code::kInternal, "creating " + tmp.string() + ": " + ec.message());
-  struct Cleanup {
-    fs::path p;
-    bool armed = true;
-    ~Cleanup() {
-      std::error_code e;
-      if (armed) fs::remove_all(p, e);
-    }
-  } cleanup{tmp};
+Images::Images(fs::path dir, Store& store, const ImageImportConfig& import)
+    : dir_(std::move(dir)),
+      store_(store),
+      limits_(image::kDefaultLimits),
+      keep_setuid_(import.keep_setuid) {
+  if (import.max_layer_bytes) limits_.max_layer_bytes = import.max_layer_bytes;
+  if (import.max_total_bytes) limits_.max_total_bytes = import.max_total_bytes;
+  if (import.max_entries) limits_.max_entries = import.max_entries;
+  if (import.max_ratio) limits_.max_ratio = import.max_ratio;
+}
 
+Result<Images::Unpacked> Images::unpack_upload(const ChunkSource& source, const fs::path& into) {
   auto upload = TRY(UploadArchive::open(source, "image archive"));
   archive* in = upload->get();
   archive* out = archive_write_disk_new();
@@ -270,42 +297,240 @@ Result<ImageRecord> Images::import(const std::string& name, const ChunkSource& s
     archive* out;
     ~FreeOut() { archive_write_free(out); }
   } free_out{out};
-  uint64_t files = 0, bytes = 0;
+  Unpacked u;
   for (;;) {
     archive_entry* e = nullptr;
     int r = archive_read_next_header(in, &e);
     if (r == ARCHIVE_EOF) break;
     if (r < ARCHIVE_WARN) return fail(upload->error());
+    if (++u.entries > limits_.max_entries)
+      return fail(Code::kPayloadTooLarge, "the image archive has more than " +
+                                              std::to_string(limits_.max_entries) +
+                                              " entries (images.max_entries in spaced's config)");
     auto type = archive_entry_filetype(e);
     if (type == AE_IFCHR || type == AE_IFBLK) continue;  // no device nodes in images
     // Names are cleaned here (no "..", leading "/" dropped) and re-rooted under the staging
     // directory; libarchive's SECURE_SYMLINKS then refuses writes through symlinks.
     std::string rel = TRY(clean_archive_name(archive_entry_pathname(e)));
     if (rel.empty()) continue;  // the root itself
-    std::string path = (tmp / "rootfs" / rel).string();
+    std::string path = (into / rel).string();
     archive_entry_set_pathname(e, path.c_str());
     if (const char* hl = archive_entry_hardlink(e)) {
-      std::string h = (tmp / "rootfs" / TRY(clean_archive_name(hl))).string();
+      std::string h = (into / TRY(clean_archive_name(hl))).string();
       archive_entry_set_hardlink(e, h.c_str());
     }
     if (archive_write_header(out, e) < ARCHIVE_WARN)
-      return fail(Code::kInvalidArgument, std::string("extracting \"") + archive_entry_pathname(e) +
-                                              "\": " + archive_error_string(out));
+      return fail(Code::kInvalidArgument,
+                  "extracting \"" + rel.substr(0, 200) + "\": " + archive_error_string(out));
     const void* blk;
     size_t sz;
     la_int64_t off;
     while ((r = archive_read_data_block(in, &blk, &sz, &off)) == ARCHIVE_OK) {
+      u.bytes += sz;
+      if (u.bytes > limits_.max_total_bytes)
+        return fail(Code::kPayloadTooLarge, "the image archive unpacks to more than " +
+                                                format_size(limits_.max_total_bytes) +
+                                                " (images.max_total in spaced's config)");
       if (archive_write_data_block(out, blk, sz, off) < ARCHIVE_WARN)
         return fail(Code::kInternal,
                     std::string("writing image data: ") + archive_error_string(out));
-      bytes += sz;
     }
     if (r != ARCHIVE_EOF) return fail(upload->error());
-    ++files;
   }
   if (archive_write_finish_entry(out) < ARCHIVE_WARN || archive_write_close(out) != ARCHIVE_OK)
     return fail(Code::kInternal, std::string("finishing extraction: ") + archive_error_string(out));
-  if (files == 0) return fail(Code::kInvalidArgument, "the image archive is empty");
+  if (u.entries == 0) return fail(Code::kInvalidArgument, "the image archive is empty");
+  return u;
+}
+
+Result<image::Resolved> Images::build_from_layers(const fs::path& upload, const fs::path& rootfs) {
+  image::Resolved img = TRY(image::resolve(upload, image::Platform::host()));
+  if (::mkdir(rootfs.c_str(), 0755) != 0) return fail_sys("mkdir", rootfs.string());
+  UniqueFd root(::open(rootfs.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!root) return fail_sys("open", rootfs.string());
+  image::Totals totals;
+  for (size_t i = 0; i < img.layers.size(); ++i) {
+    const image::Layer& layer = img.layers[i];
+    // Its errors name the layer by digest; the context says where it is in the stack.
+    TRY_VOID_CTX(image::apply_layer(layer.path, layer, root.get(), limits_, totals, keep_setuid_),
+                 "layer " + std::to_string(i + 1) + " of " + std::to_string(img.layers.size()));
+  }
+  // The root directory is the image's "/": a layer cannot change it (an entry "./" is the root
+  // itself), so it is always root's, 0755.
+  if (::fchmod(root.get(), 0755) != 0) return fail_sys("fchmod", rootfs.string());
+  return img;
+}
+
+// --- The content store ----------------------------------------------------------------------
+//
+// Why sharing files between images by hard links is safe:
+// - Nothing writes an installed image's tree: the linux runtime mounts it as the read-only
+//   lower layer of each sandbox's overlay (a write copies the file up into the sandbox's own
+//   layer; overlayfs in a user namespace runs with userxattr, which turns its inode index off,
+//   so a copy-up never reaches other names of the same inode), and build_vm copies the tree
+//   into an ext4 file. spaced itself only links and unlinks names.
+// - An entry is keyed by its content's SHA-256 and by the mode and owner, the metadata a
+//   shared inode has once for all its names: two files share an inode only where nothing but
+//   their times and xattrs could tell them apart, and files with xattrs (capabilities, ACLs)
+//   are never shared. The times an image sees are those of the first image that added it.
+// - Entries are made by linking a file of a tree that is complete and checked (every digest
+//   verified), so a store entry's content always matches its name.
+// Removal and sweep drop entries whose link count fell to 1 (only the store names them).
+
+namespace {
+
+constexpr const char* kContentDir = ".content";
+
+// Whether a file has extended attributes (they stay private to its image).
+bool has_xattrs(const fs::path& p) { return ::llistxattr(p.c_str(), nullptr, 0) > 0; }
+
+}  // namespace
+
+Result<Images::TreeStats> Images::share_content(const fs::path& rootfs,
+                                                const std::set<ino_t>* in_store) {
+  TreeStats t;
+  fs::path store = dir_ / kContentDir;
+  std::error_code ec;
+  fs::create_directories(store, ec);
+  if (ec) return fail(Code::kInternal, "creating " + store.string() + ": " + ec.message());
+  ::chmod(store.c_str(), 0700);
+  // Names of one inode in the tree (hard links of the image itself) go to the same entry.
+  std::map<ino_t, fs::path> linked;
+  uint64_t tmp_seq = 0;
+  // Replaces `file` by a hard link to `entry`; false (and nothing changed) if it cannot be.
+  auto link_over = [&](const fs::path& entry, const fs::path& file) {
+    // Already that inode (rename would then do nothing and leave the temporary name).
+    struct stat a, b;
+    if (::lstat(entry.c_str(), &a) != 0 || ::lstat(file.c_str(), &b) != 0) return false;
+    if (a.st_ino == b.st_ino && a.st_dev == b.st_dev) return true;
+    fs::path tmp = file.parent_path() / (".space-share." + std::to_string(++tmp_seq));
+    if (::link(entry.c_str(), tmp.c_str()) != 0) return false;
+    if (::rename(tmp.c_str(), file.c_str()) != 0) {
+      ::unlink(tmp.c_str());
+      return false;
+    }
+    return true;
+  };
+  auto it = fs::recursive_directory_iterator(rootfs, fs::directory_options::none, ec);
+  if (ec) return fail(Code::kInternal, "reading " + rootfs.string() + ": " + ec.message());
+  for (auto end = fs::recursive_directory_iterator(); it != end; it.increment(ec)) {
+    if (ec) return fail(Code::kInternal, "reading " + rootfs.string() + ": " + ec.message());
+    const fs::path& p = it->path();
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0) return fail_sys("lstat", p.string());
+    ++t.files;
+    if (!S_ISREG(st.st_mode)) continue;
+    t.bytes += static_cast<uint64_t>(st.st_size);
+    if (st.st_size == 0) continue;  // no data blocks to save
+    if (in_store && st.st_nlink > 1 && in_store->contains(st.st_ino)) continue;
+    if (auto l = linked.find(st.st_ino); l != linked.end()) {
+      (void)link_over(l->second, p);
+      continue;
+    }
+    if (has_xattrs(p)) continue;
+    std::string hex = TRY(sha256_file(p));
+    char key[160];
+    std::snprintf(key, sizeof key, "%s-%o-%u-%u", hex.c_str(),
+                  static_cast<unsigned>(st.st_mode & 07777), static_cast<unsigned>(st.st_uid),
+                  static_cast<unsigned>(st.st_gid));
+    fs::path shard = store / hex.substr(0, 2);
+    if (::mkdir(shard.c_str(), 0700) != 0 && errno != EEXIST)
+      return fail_sys("mkdir", shard.string());
+    fs::path entry = shard / key;
+    struct stat es;
+    if (::lstat(entry.c_str(), &es) == 0) {
+      // Another image has it: link to its inode (if this one cannot take another link, e.g.
+      // EMLINK, the file stays this image's own).
+      if (S_ISREG(es.st_mode) && es.st_size == st.st_size && link_over(entry, p)) {
+        ++t.shared;
+        t.shared_bytes += static_cast<uint64_t>(st.st_size);
+        linked.emplace(st.st_ino, entry);
+      }
+      continue;
+    }
+    // New content: the store names this file's inode.
+    if (::link(p.c_str(), entry.c_str()) == 0) linked.emplace(st.st_ino, entry);
+  }
+  return t;
+}
+
+void Images::collect_content() {
+  fs::path store = dir_ / kContentDir;
+  std::error_code ec;
+  uint64_t dropped = 0;
+  for (auto& shard : fs::directory_iterator(store, ec)) {
+    std::error_code e2;
+    for (auto& f : fs::directory_iterator(shard.path(), e2)) {
+      struct stat st;
+      if (::lstat(f.path().c_str(), &st) != 0) continue;
+      if (!S_ISREG(st.st_mode) || st.st_nlink <= 1) {
+        std::error_code rm;
+        fs::remove_all(f.path(), rm);
+        ++dropped;
+      }
+    }
+    ::rmdir(shard.path().c_str());  // only if it is empty
+  }
+  ::rmdir(store.c_str());  // likewise: no image shares anything
+  if (dropped) spdlog::info("images: dropped {} content store entries no image uses", dropped);
+}
+
+Result<ImageRecord> Images::import(const std::string& name, const ChunkSource& source) {
+  TRY_VOID(validate_name(name));
+  if (name == "host")
+    return fail(Code::kInvalidArgument, "\"host\" is the built-in image; choose another name");
+  if (auto existing = TRY(store_.get_image(name)); existing)
+    return fail(Code::kAlreadyExists,
+                "image \"" + name + "\" exists; `space image rm " + name + "` first");
+  std::random_device rd;
+  fs::path base = dir_ / name;
+  fs::path tmp = dir_ / (".import-" + name + "-" + std::to_string(rd()));
+  fs::path upload = tmp / "upload", rootfs = tmp / "rootfs";
+  std::error_code ec;
+  fs::create_directories(upload, ec);
+  if (ec) return fail(Code::kInternal, "creating " + tmp.string() + ": " + ec.message());
+  ::chmod(tmp.c_str(), 0700);
+  // On any way out before the install: the staging directory goes, and with it whatever the
+  // content store gained from it.
+  struct Cleanup {
+    Images* self;
+    fs::path p;
+    bool armed = true;
+    bool shared = false;
+    ~Cleanup() {
+      if (!armed) return;
+      std::error_code e;
+      fs::remove_all(p, e);
+      if (shared) {
+        std::lock_guard lock(self->content_mu_);
+        self->collect_content();
+      }
+    }
+  } cleanup{this, tmp};
+
+  const Unpacked unpacked = TRY(unpack_upload(source, upload));
+  ImageRecord rec{name, "imported", (base / "rootfs").string(), 0, 0, 0};
+  const image::Format format = image::sniff(upload);
+  if (format == image::Format::kRootfs) {
+    fs::rename(upload, rootfs, ec);
+    if (ec) return fail(Code::kInternal, "staging image " + name + ": " + ec.message());
+    rec.format = "rootfs";
+  } else {
+    image::Resolved img = TRY(build_from_layers(upload, rootfs));
+    fs::remove_all(upload, ec);  // the blobs: the tree is what is kept
+    rec.format = img.format;
+    rec.config = img.config.to_json();
+    if (!rec.config.is_object()) rec.config = nlohmann::json::object();
+    rec.digest = img.manifest_digest.empty() ? img.config_digest : img.manifest_digest;
+  }
+  TreeStats stats;
+  {
+    std::lock_guard lock(content_mu_);
+    cleanup.shared = true;
+    stats = TRY(share_content(rootfs));
+  }
+  rec.files = stats.files;
+  rec.size_bytes = stats.bytes;
   if (auto existing = TRY(store_.get_image(name)); existing)
     return fail(Code::kAlreadyExists,
                 "image \"" + name + "\" exists; `space image rm " + name + "` first");
@@ -315,13 +540,36 @@ Result<ImageRecord> Images::import(const std::string& name, const ChunkSource& s
   if (ec) return fail(Code::kInternal, "installing image " + name + ": " + ec.message());
   cleanup.armed = false;
   failpoint("image.after_install");  // init() removes the directory: it has no record
-  ImageRecord rec{name, "imported", (base / "rootfs").string(), now_s(), bytes, files};
+  rec.created_at = now_s();
   if (auto r = store_.put_image(rec); !r) {
     fs::remove_all(base, ec);
+    std::lock_guard lock(content_mu_);
+    collect_content();
     return fail(std::move(r.error()).wrap("recording image " + name));
   }
-  spdlog::info("imported image {}: {} entries, {} bytes", name, files, bytes);
+  spdlog::info(
+      "imported image {} ({}): {} entries, {} bytes of files ({} uploaded), {} files ({}) shared "
+      "with other images",
+      name, rec.format, stats.files, stats.bytes, unpacked.bytes, stats.shared,
+      format_size(stats.shared_bytes));
   return rec;
+}
+
+Result<image::ImageConfig> Images::config(const std::string& name) {
+  auto rec = TRY(store_.get_image(name));
+  if (!rec)
+    return fail(Code::kNotFound, "unknown image \"" + name.substr(0, 80) +
+                                     "\"; `space image ls` lists images, `space image import "
+                                     "NAME PATH` adds one");
+  image::ImageConfig c;
+  if (!rec->config.empty())
+    c = TRY_CTX(image::ImageConfig::from_json(rec->config), "the config of image " + name);
+  // An OCI or docker image that names no WorkingDir runs in "/", as under Docker; a root
+  // filesystem keeps SPACE's default (/root).
+  if (c.working_dir.empty() &&
+      (rec->format == "oci" || rec->format == "docker" || rec->format == "dockerfile"))
+    c.working_dir = "/";
+  return c;
 }
 
 Result<void> Images::remove(const std::string& name) {
@@ -337,10 +585,16 @@ Result<void> Images::remove(const std::string& name) {
   failpoint("image.remove_after_record");  // init() removes the directory: it has no record
   std::error_code ec;
   fs::remove_all(dir_ / name, ec);
+  std::lock_guard lock(content_mu_);
+  collect_content();
   return {};
 }
 
-Result<std::vector<ImageRecord>> Images::list() { return store_.images(); }
+Result<std::vector<ImageRecord>> Images::list() {
+  auto all = TRY(store_.images());
+  std::erase_if(all, [](const ImageRecord& r) { return r.kind == "cache"; });  // build steps
+  return all;
+}
 
 // --- VM disks -------------------------------------------------------------------------------
 
@@ -380,21 +634,6 @@ Result<void> run_checked(const std::vector<std::string>& argv, const std::string
                                      std::to_string(r.status) + (out.empty() ? "" : ": " + out));
   }
   return {};
-}
-
-Result<std::string> sha256_file(const fs::path& p) {
-  UniqueFd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return fail_sys("open", p.string());
-  tls::Sha256 sha;
-  char buf[64 * 1024];
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail_sys("read", p.string());
-    if (n == 0) break;
-    sha.update(buf, static_cast<size_t>(n));
-  }
-  return sha.hex();
 }
 
 // The agent as the stamp records it: content hash for build_vm, size + mtime for resolve's

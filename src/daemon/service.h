@@ -40,6 +40,8 @@ struct CreateRequest {
   std::vector<std::string> secrets;  // credential names granted (egress issue)
   std::vector<std::string> allow;    // HOST[:PORT] narrowing the profile's egress allowlist
   std::string workdir = "/root";     // default cwd of execs
+  // Whether the caller chose `workdir`; if not, an image's WorkingDir replaces it.
+  bool workdir_given = false;
   // Rolling snapshots: take one this often (seconds) while the sandbox lives. Unset = the
   // profile's default ("snapshot_every" in the config); 0 = never.
   std::optional<double> snapshot_every_s;
@@ -54,7 +56,9 @@ struct CreateRequest {
 inline constexpr size_t kMaxMetadataEntries = 64;
 
 struct ExecRequest {
-  std::vector<std::string> argv;    // non-empty
+  // Empty: the sandbox's default command, its image's Entrypoint + Cmd (docs/images.md);
+  // kInvalidArgument where the image has none.
+  std::vector<std::string> argv;
   std::vector<std::string> env;     // "K=V", added to the sandbox's env
   std::string cwd;                  // empty = the sandbox's workdir
   std::optional<double> timeout_s;  // kill the exec's process tree after this long
@@ -68,8 +72,38 @@ struct ExecRequest {
   bool tty = false;
   uint16_t rows = 24, cols = 80;
   // Run as this user: a name in the sandbox's /etc/passwd, "UID" or "UID:GID" (the agent
-  // resolves it). Empty: root of the sandbox.
+  // resolves it). Empty: root of the sandbox, or with image_user its image's User if it names
+  // one.
   std::string user;
+  // Whether an empty `user` means the image config's User: set by SPACE's REST API (the CLI,
+  // the SDKs); E2B's door names its users itself and spaced's own execs run as root.
+  bool image_user = false;
+};
+
+// `space image build` (POST /v1/images/{name}/build, docs/images.md "Building from a
+// Dockerfile"): the build context arrives as a tar stream; these are the rest of its options.
+struct BuildRequest {
+  std::string dockerfile = "Dockerfile";  // a path inside the context
+  // The profile whose sandboxes run the RUN steps (egress allowlist, credentials): "" = the
+  // profile named "build" when spaced's config has one, else "test".
+  std::string profile;
+  std::map<std::string, std::string> build_args;  // --build-arg K=V
+  std::vector<std::string> secrets;      // credential names granted to RUN steps (the gateway's)
+  std::vector<std::string> allow;        // HOST[:PORT] narrowing the profile's allowlist
+  bool no_cache = false;                 // run every step even where the cache has it
+  std::optional<double> step_timeout_s;  // each RUN's limit (default: 30 minutes)
+};
+inline constexpr double kDefaultBuildStepTimeoutS = 1800;
+
+// What a build reports as it goes, on the calling thread, in this order per step: kStep, then
+// (for a RUN that runs) kOutput chunks, then kStepDone. kWarning may come before the first step.
+struct BuildEvent {
+  enum class Kind { kStep, kOutput, kStepDone, kWarning } kind = Kind::kStep;
+  size_t step = 0, of = 0;  // 1-based: FROM is step 1, `of` counts every instruction
+  std::string text;         // kStep: the instruction; kOutput: bytes; kWarning: the message
+  bool is_stderr = false;   // kOutput
+  bool cached = false;      // kStep, kStepDone: the step's result came from the build cache
+  double duration_s = 0;    // kStepDone
 };
 
 struct ExitStatus {
@@ -273,6 +307,14 @@ class SandboxService {
   virtual Result<ImageInfo> import_image(const std::string& name, const ChunkSource& source) = 0;
   virtual Result<std::vector<ImageInfo>> list_images() = 0;
   virtual Result<void> remove_image(const std::string& name) = 0;
+  // Builds image `name` from a Dockerfile in the build context `context` (a tar stream),
+  // reporting each step through `progress` (docs/images.md). Any failure leaves no image and
+  // no staging files; steps that completed stay in the build cache.
+  virtual Result<ImageInfo> build_image(const std::string& name, const BuildRequest& req,
+                                        const ChunkSource& context,
+                                        const std::function<void(const BuildEvent&)>& progress) {
+    return fail(Code::kUnimplemented, "building images is not supported by this service");
+  }
   // Builds (or reuses) the image's ext4 disk for VM runtimes (Images::build_vm); `progress`
   // gets one line per step, on the calling thread.
   virtual Result<VmDiskInfo> build_image_vm(

@@ -114,10 +114,19 @@ struct Diff {
 // An image (schema Image).
 struct ImageInfo {
   std::string name;
-  std::string kind;  // host | imported
+  std::string kind;  // host | imported | built
   double created_at = 0;
   uint64_t size_bytes = 0;
   uint64_t files = 0;
+  std::string format;  // rootfs | oci | docker | dockerfile (built); "" for host
+  std::string digest;  // sha256:... of the manifest it came from (docker: its config); or ""
+  // The image config's defaults for its sandboxes (docs/images.md, "The image config").
+  struct Config {
+    std::vector<std::string> env;  // "K=V"
+    std::string working_dir, user;
+    std::vector<std::string> entrypoint, cmd;
+    std::map<std::string, std::string> labels;
+  } config;
 };
 
 // An image's ext4 disk for the VM runtimes (POST /v1/images/{name}/vm, the "done" event).

@@ -443,6 +443,7 @@ Result<SandboxInfo> Daemon::restore(const std::string& snap,
   req.limits_given = {true, true, true, true};
   req.env = s.value("env", std::vector<std::string>{});
   req.workdir = s.value("workdir", std::string("/root"));
+  req.workdir_given = true;  // the sandbox's own, whatever its image's config says now
   req.allow = s.value("allow", std::vector<std::string>{});
   req.secrets = s.value("secrets", std::vector<std::string>{});
   req.snapshot_every_s = s.value("snapshot_every", 0.0);

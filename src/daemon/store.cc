@@ -55,8 +55,16 @@ ImageRecord read_image(const Stmt& s) {
   r.created_at = s.real(3);
   r.size_bytes = static_cast<uint64_t>(s.integer(4));
   r.files = static_cast<uint64_t>(s.integer(5));
+  r.format = s.text(6);
+  // Written by put_image from a json object; a value that does not parse reads as no config.
+  nlohmann::json config = nlohmann::json::parse(s.text(7), nullptr, false);
+  r.config = config.is_object() ? std::move(config) : nlohmann::json::object();
+  r.digest = s.text(8);
   return r;
 }
+
+constexpr const char* kImageCols =
+    "name, kind, path, created_at, size_bytes, files, format, config, digest";
 
 constexpr const char* kSnapshotCols =
     "id, sandbox_id, profile, name, kind, parent, runtime, image, spec, uid_base, created_at, "
@@ -243,6 +251,11 @@ Result<void> Store::migrate() {
       R"(DROP INDEX snapshots_name;
          CREATE UNIQUE INDEX snapshots_name ON snapshots(sandbox_id, name) WHERE name IS NOT NULL;
          CREATE INDEX snapshots_by_name ON snapshots(name) WHERE name IS NOT NULL;)",
+      // 8 -> 9: what an image was imported from and the config it honours (docs/images.md):
+      // its format (rootfs, oci, docker), its config's defaults (JSON) and manifest digest.
+      R"(ALTER TABLE images ADD COLUMN format TEXT NOT NULL DEFAULT '';
+         ALTER TABLE images ADD COLUMN config TEXT NOT NULL DEFAULT '{}';
+         ALTER TABLE images ADD COLUMN digest TEXT NOT NULL DEFAULT '';)",
   };
   std::lock_guard lock(mu_);
   int64_t version;
@@ -374,19 +387,26 @@ Result<int> Store::prune_destroyed(double before) {
 
 Result<void> Store::put_image(const ImageRecord& r) {
   std::lock_guard lock(mu_);
-  Stmt s(db_,
-         "INSERT OR REPLACE INTO images (name, kind, path, created_at, size_bytes, files) "
-         "VALUES (?,?,?,?,?,?)");
+  std::string sql =
+      std::string("INSERT OR REPLACE INTO images (") + kImageCols + ") VALUES (?,?,?,?,?,?,?,?,?)";
+  Stmt s(db_, sql.c_str());
   if (!s.ok()) return fail(s.error("saving image"));
   s.bind(1, r.name).bind(2, r.kind).bind(3, r.path).bind(4, r.created_at);
   s.bind(5, static_cast<int64_t>(r.size_bytes)).bind(6, static_cast<int64_t>(r.files));
+  // The config came from an uploaded image: dump() must not throw on what it holds.
+  s.bind(7, r.format)
+      .bind(8, r.config.is_object()
+                   ? r.config.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                   : std::string("{}"));
+  s.bind(9, r.digest);
   if (s.step() != SQLITE_DONE) return fail(s.error("saving image " + r.name));
   return {};
 }
 
 Result<std::optional<ImageRecord>> Store::get_image(const std::string& name) {
   std::lock_guard lock(mu_);
-  Stmt s(db_, "SELECT name, kind, path, created_at, size_bytes, files FROM images WHERE name = ?");
+  std::string sql = std::string("SELECT ") + kImageCols + " FROM images WHERE name = ?";
+  Stmt s(db_, sql.c_str());
   if (!s.ok()) return fail(s.error("reading image"));
   s.bind(1, name);
   int rc = s.step();
@@ -397,7 +417,8 @@ Result<std::optional<ImageRecord>> Store::get_image(const std::string& name) {
 
 Result<std::vector<ImageRecord>> Store::images() {
   std::lock_guard lock(mu_);
-  Stmt s(db_, "SELECT name, kind, path, created_at, size_bytes, files FROM images ORDER BY name");
+  std::string sql = std::string("SELECT ") + kImageCols + " FROM images ORDER BY name";
+  Stmt s(db_, sql.c_str());
   if (!s.ok()) return fail(s.error("listing images"));
   std::vector<ImageRecord> out;
   int rc;

@@ -40,11 +40,20 @@ struct SandboxRecord {
 
 struct ImageRecord {
   std::string name;
-  std::string kind;  // host | imported
+  std::string kind;  // host | imported | built | cache (a build step: not listed)
   std::string path;  // rootfs directory
   double created_at = 0;
   uint64_t size_bytes = 0;
   uint64_t files = 0;
+  // What was imported: "rootfs" (a root-filesystem tarball or directory), "oci" (an OCI image
+  // layout or oci-archive), "docker" (a `docker save` archive) or "dockerfile" (built by
+  // `space image build`); "" for host and for images
+  // imported before formats were recorded.
+  std::string format;
+  // The image config's defaults SPACE honours (image::ImageConfig::to_json(): env,
+  // working_dir, user, entrypoint, cmd, labels); {} when there are none.
+  nlohmann::json config = nlohmann::json::object();
+  std::string digest;  // sha256:... of the chosen manifest (docker: of the config); "" else
 };
 
 // A snapshot's metadata (its data is in the snapshot store, src/snapshot). Everything needed

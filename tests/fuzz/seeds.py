@@ -5,9 +5,15 @@ crashed something are kept next to them as crash-* files and never regenerated h
 Usage: python3 tests/fuzz/seeds.py   (idempotent)
 """
 
+import gzip
+import hashlib
+import io
 import json
 import os
+import shutil
 import struct
+import subprocess
+import tarfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -646,6 +652,180 @@ def egress_wire():
     msg("reply-with-fd", {"op": "reply", "seq": 1, "ok": True}, 1)
 
 
+def tar_bytes(entries, fmt=tarfile.PAX_FORMAT):
+    """A tar stream of (name, kind, data_or_link, mode) entries, kind one of f d l h c b p;
+    names are written as given (hostile ones too)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as t:
+        for name, kind, arg, mode in entries:
+            info = tarfile.TarInfo(name)
+            info.mode = mode
+            info.mtime = 1700000000
+            info.type = {"f": tarfile.REGTYPE, "d": tarfile.DIRTYPE, "l": tarfile.SYMTYPE,
+                         "h": tarfile.LNKTYPE, "c": tarfile.CHRTYPE, "b": tarfile.BLKTYPE,
+                         "p": tarfile.FIFOTYPE}[kind]
+            data = None
+            if kind == "f":
+                data = arg.encode() if isinstance(arg, str) else arg
+                info.size = len(data)
+            elif kind in "lh":
+                info.linkname = arg
+            elif kind in "cb":
+                info.devmajor, info.devminor = 1, 3
+            t.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def zstd_bytes(data):
+    if not shutil.which("zstd"):
+        return None
+    return subprocess.run(["zstd", "-q", "-c"], input=data, capture_output=True,
+                          check=True).stdout
+
+
+def layer_tar():
+    # First byte: bit 0 keep_setuid, bit 1 two layers (the rest split in the middle; tarfile pads
+    # each small stream to 10240 bytes, so two small tars split evenly).
+    basic = tar_bytes([("etc/", "d", None, 0o755), ("etc/hosts", "f", "127.0.0.1 h\n", 0o644),
+                       ("usr/bin/tool", "f", "#!/bin/sh\n", 0o755),
+                       ("usr/bin/alias", "l", "tool", 0o777),
+                       ("usr/bin/hard", "h", "usr/bin/tool", 0o755),
+                       ("run/fifo", "p", None, 0o600), ("./abs", "l", "/etc/hosts", 0o777)])
+    seeds = {
+        "basic": b"\x00" + basic,
+        "basic-gzip": b"\x00" + gzip.compress(basic, mtime=0),
+        "basic-gnu": b"\x00" + tar_bytes([("a" * 150 + "/b" * 60, "f", "long", 0o644),
+                                          ("l", "l", "t" * 200, 0o777)], tarfile.GNU_FORMAT),
+        "pax-long": b"\x00" + tar_bytes([("d/" + "/".join(["n" * 100] * 4), "f", "x", 0o644),
+                                         ("d/" + "n" * 300, "f", "x", 0o644)]),
+        "utf8-names": b"\x00" + tar_bytes([("caf\u00e9/na\u00efve.txt", "f", "ok", 0o644),
+                                           ("\u6587\u4ef6", "l", "caf\u00e9", 0o777)]),
+        "traversal": b"\x00" + tar_bytes([("../escape", "f", "x", 0o644)]),
+        "traversal-inner": b"\x00" + tar_bytes([("a/../../escape", "f", "x", 0o644)]),
+        "absolute": b"\x00" + tar_bytes([("/etc/passwd", "f", "x", 0o644)]),
+        "symlink-escape": b"\x00" + tar_bytes([("evil", "l", "/", 0o777),
+                                               ("evil/tmp/pwned", "f", "x", 0o644)]),
+        "symlink-escape-relative": b"\x00" + tar_bytes([("up", "l", "../..", 0o777),
+                                                        ("up/pwned", "f", "x", 0o644)]),
+        "symlink-then-file": b"\x00" + tar_bytes([("f", "l", "/etc/passwd", 0o777),
+                                                  ("f", "f", "replaced", 0o644)]),
+        "hardlink-outside": b"\x00" + tar_bytes([("h", "h", "../../etc/passwd", 0o644)]),
+        "hardlink-missing": b"\x00" + tar_bytes([("h", "h", "nothing", 0o644)]),
+        "hardlink-through-symlink": b"\x00" + tar_bytes([("s", "l", "/etc", 0o777),
+                                                         ("h", "h", "s/passwd", 0o644)]),
+        "device": b"\x00" + tar_bytes([("dev/null", "c", None, 0o666),
+                                       ("dev/sda", "b", None, 0o660)]),
+        "setuid": b"\x00" + tar_bytes([("su", "f", "x", 0o4755), ("sg", "f", "x", 0o2755),
+                                       ("shared/", "d", None, 0o2775)]),
+        "setuid-kept": b"\x01" + tar_bytes([("su", "f", "x", 0o4755)]),
+        "whiteouts": b"\x02" + tar_bytes([("a/x", "f", "x", 0o644), ("a/y", "f", "y", 0o644),
+                                          ("b/z", "f", "z", 0o644)]) +
+                     tar_bytes([("a/.wh.x", "f", "", 0o644), (".wh.b", "f", "", 0o644),
+                                ("a/.wh..wh..opq", "f", "", 0o644), ("a/new", "f", "n", 0o644)]),
+        "escape-across-layers": b"\x02" + tar_bytes([("out", "l", "/tmp", 0o777)]) +
+                                tar_bytes([("out/pwned", "f", "x", 0o644),
+                                           ("out/.wh..wh..opq", "f", "", 0o644)]),
+        "replace-types": b"\x02" + tar_bytes([("x/inner", "f", "i", 0o644),
+                                              ("y", "f", "file", 0o644)]) +
+                         tar_bytes([("x", "f", "now a file", 0o644), ("y/", "d", None, 0o755)]),
+        "gzip-bomb": b"\x00" + gzip.compress(tar_bytes([("zeros", "f", bytes(16 << 20), 0o644)]),
+                                             mtime=0),
+        "gzip-truncated": b"\x00" + gzip.compress(basic, mtime=0)[:200],
+        "garbage": b"\x00" + b"not a tar at all" * 40,
+        "empty": b"\x00",
+    }
+    z = zstd_bytes(basic)
+    if z:
+        seeds["basic-zstd"] = b"\x00" + z
+    for name, data in seeds.items():
+        write("layer_tar", name, data)
+
+
+def oci_manifest():
+    # First byte % 6: 0 config blob, 1 index, 2 OCI manifest, 3 Docker manifest,
+    # 4 docker-save manifest.json, 5 stored ImageConfig.
+    def d(obj):
+        return json.dumps(obj, separators=(",", ":")).encode()
+    h = lambda s: "sha256:" + hashlib.sha256(s.encode()).hexdigest()
+    oci_m = "application/vnd.oci.image.manifest.v1+json"
+    oci_i = "application/vnd.oci.image.index.v1+json"
+    layer_t = "application/vnd.oci.image.layer.v1.tar+gzip"
+    config = {"architecture": "amd64", "os": "linux",
+              "config": {"Env": ["PATH=/usr/bin", "LANG=C.UTF-8"], "WorkingDir": "/work",
+                         "User": "1000:1000", "Entrypoint": ["/bin/sh", "-c"], "Cmd": ["echo hi"],
+                         "Labels": {"org.example.team": "agents"}},
+              "rootfs": {"type": "layers", "diff_ids": [h("a"), h("b")]}}
+    desc = lambda mt, s, **kw: dict({"mediaType": mt, "digest": h(s), "size": len(s)}, **kw)
+    manifest = {"schemaVersion": 2, "mediaType": oci_m,
+                "config": desc("application/vnd.oci.image.config.v1+json", "c"),
+                "layers": [desc(layer_t, "a"), desc(layer_t, "b")]}
+    index = {"schemaVersion": 2, "mediaType": oci_i, "manifests": [
+        desc(oci_m, "arm", platform={"os": "linux", "architecture": "arm64", "variant": "v8"}),
+        desc("application/vnd.in-toto+json", "att",
+             platform={"os": "unknown", "architecture": "unknown"}),
+        desc(oci_m, "amd", platform={"os": "linux", "architecture": "amd64"}),
+        desc(oci_i, "nested")]}
+    seeds = {
+        "config": b"\x00" + d(config),
+        "config-minimal": b"\x00" + d({"rootfs": {"type": "layers", "diff_ids": []}}),
+        "config-nulls": b"\x00" + d({"config": {"Env": None, "Cmd": None, "Labels": None},
+                                     "rootfs": {"type": "layers", "diff_ids": []}}),
+        "config-bad-types": b"\x00" + d({"config": {"Env": "A=1", "Cmd": [1], "User": 5},
+                                         "rootfs": {"type": "layers", "diff_ids": ["md5:0"]}}),
+        "config-nul": b"\x00" + b'{"config":{"Env":["A=b\\u0000c"]},'
+                      b'"rootfs":{"type":"layers","diff_ids":[]}}',
+        "index": b"\x01" + d(index),
+        "index-unplatformed": b"\x01" + d({"schemaVersion": 2, "manifests": [desc(oci_m, "x")]}),
+        "index-two-unplatformed": b"\x01" + d({"manifests": [desc(oci_m, "x"), desc(oci_m, "y")]}),
+        "index-bad-size": b"\x01" + d({"manifests": [dict(desc(oci_m, "x"), size=-1)]}),
+        "index-deep": b"\x01" + b"[" * 64 + b"]" * 64,
+        "manifest": b"\x02" + d(manifest),
+        "manifest-docker": b"\x03" + d(dict(
+            manifest, mediaType="application/vnd.docker.distribution.manifest.v2+json",
+            config=desc("application/vnd.docker.container.image.v1+json", "c"),
+            layers=[desc("application/vnd.docker.image.rootfs.diff.tar.gzip", "a")])),
+        "manifest-unknown-layer": b"\x02" + d(dict(manifest, layers=[desc("text/plain", "a")])),
+        "manifest-wrong-type": b"\x02" + d(dict(manifest, mediaType=oci_i)),
+        "docker-save": b"\x04" + d([{"Config": h("c")[7:] + ".json", "RepoTags": ["a:latest"],
+                                      "Layers": ["l1/layer.tar", "./blobs/sha256/" + h("a")[7:]]}]),
+        "docker-save-traversal": b"\x04" + d([{"Config": "c.json",
+                                                "Layers": ["../../etc/shadow", "/abs"]}]),
+        "docker-save-two": b"\x04" + d([{"Config": "a.json", "Layers": []},
+                                         {"Config": "b.json", "Layers": []}]),
+        "stored": b"\x05" + d({"env": ["A=1"], "working_dir": "/w", "user": "u",
+                                "entrypoint": ["e"], "cmd": ["c"], "labels": {"k": "v"}}),
+        "stored-bad": b"\x05" + d({"env": [["x"]], "working_dir": "rel"}),
+    }
+    for name, data in seeds.items():
+        write("oci_manifest", name, data)
+
+
+def dockerfile():
+    """Dockerfiles as image::parse_dockerfile reads them: an agent team's typical files (apt,
+    pip, npm), every form and substitution, and each refusal (multi-stage, heredocs, ADD of a
+    URL or an archive, RUN --mount, unknown instructions)."""
+    seeds = {
+        'args-scope': b'\x01ARG TAG=1 IMG=base\nFROM --platform=$BUILDPLATFORM ${IMG}:${TAG}\nARG TAG\nARG TARGETARCH\nARG C=$TAG-c\nRUN echo $TAG $C $TARGETARCH\nENV TAG=env\nRUN echo $TAG\n',
+        'escape-backtick': b'\x00# escape=`\nFROM img\nRUN dir C:\\ `\n    && echo `$HOME\nENV P=C:\\path Q="a`"b"\nCOPY a`  b C:/dest/\n',
+        'ignored': b'\x02FROM img\nEXPOSE 80/tcp\nVOLUME ["/data"]\nSTOPSIGNAL SIGTERM\nHEALTHCHECK --interval=5s CMD curl -f http://localhost/\nMAINTAINER someone\nENTRYPOINT ["/app"]\n',
+        'json-edge': b'\x00FROM img\nRUN [ -f /x ] && echo\nCMD [not json\nENTRYPOINT []\nCMD ["a\\u00e9", "\\ud83d\\ude00"]\nCOPY ["with space", "./x/../y/"]\nRUN [[[[[[[[[[[["a"]]]]]]]]]]]]\n',
+        'limits-small': b'\x04FROM img\nENV A=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\nENV B=$A$A$A$A$A$A\nRUN true\nRUN true\nRUN true\nRUN true\nRUN true\nRUN true\nRUN true\nRUN true\nRUN true\nRUN true\n',
+        'nasty-continuations': b'\x04FROM img\r\nRUN a \\\r\n# c\r\n\r\n   b \\  \t\r\n\\\r\n\\\r\nRUN last \\',
+        'refuse-add-archive': b'\x00FROM img\nADD vendor.tar.gz /opt/vendor/\n',
+        'refuse-add-url': b'\x00FROM img\nADD https://example.com/tool.tar.gz /opt/\nADD git@github.com:o/r.git /src\n',
+        'refuse-heredoc': b'\x00FROM img\nRUN <<EOF\necho hi\nEOF\nCOPY <<-"X" /etc/x\n',
+        'refuse-misc': b'\x00FROM img\nONBUILD RUN make\nRUN ["a", 1]\nSHELL /bin/bash\nFROBNICATE\n',
+        'refuse-multistage': b'\x00FROM golang:1.22 AS build\nRUN go build -o /out/app .\nFROM debian\nCOPY --from=build /out/app /app\n',
+        'refuse-run-mount': b'\x00FROM img\nRUN --mount=type=cache,target=/root/.cache pip install x\n',
+        'substitutions': b'\x03FROM img\nARG X\nENV SET=v EMPTY=\nENV a=${SET:-x} b=${EMPTY:-x} c=${UNSET:+y} d=${SET:+y} e=\\$SET f=\'${SET}\' g="\\$SET" h=${X:-${SET:-z}} i=$ j=a$-b\nENV k="${UNSET:?must be set}"\n',
+        'typical-apt': b'\x01FROM debian:bookworm\nARG A\nARG DEBIAN_FRONTEND=noninteractive\nRUN apt-get update \\\n # install the tools\n && apt-get install -y --no-install-recommends git curl ca-certificates \\\n\n && rm -rf /var/lib/apt/lists/*\nSHELL ["/bin/bash", "-o", "pipefail", "-c"]\nRUN echo "$A" | tee /a\nENTRYPOINT /usr/bin/env bash\n',
+        'typical-node': b'\x02FROM node:20\nWORKDIR /usr/src/app\nCOPY package*.json ./\nRUN npm ci --omit=dev\nCOPY . .\nEXPOSE 3000\nENV NODE_ENV=production PORT=3000\nCMD node server.js\n',
+        'typical-python': b'\x03# syntax=docker/dockerfile:1\nARG PY=3.12\nFROM python:${PY}-slim\nENV PIP_NO_CACHE_DIR=1 \\\n    APP_HOME=/app\nWORKDIR $APP_HOME\nCOPY requirements.txt .\nRUN pip install -r requirements.txt && \\\n    rm -rf /root/.cache\nCOPY --chown=agent:agent --chmod=0755 src/ ./src/\nUSER agent\nLABEL org.opencontainers.image.title="agent env" version=1\nENTRYPOINT ["python3", "-m", "agent"]\nCMD ["--serve"]\n',
+    }
+    for name, data in seeds.items():
+        write("dockerfile", name, data)
+
+
 if __name__ == "__main__":
     frame_decoder()
     api_request()
@@ -662,3 +842,6 @@ if __name__ == "__main__":
     snapshot_manifest()
     e2b_wire()
     egress_wire()
+    layer_tar()
+    oci_manifest()
+    dockerfile()

@@ -313,8 +313,56 @@ class FailpointTest(CrashBase):
             if name.startswith("test_"):
                 src = getattr(self, name).__func__.__code__.co_consts
                 tested.update(c for c in src if isinstance(c, str) and c in table)
-        tested |= PoolCrashTest.COVERS
+        tested |= PoolCrashTest.COVERS | BuildCrashTest.COVERS
         self.assertEqual(sorted(set(table) - tested), [], "failpoints without a scenario")
+
+
+class BuildCrashTest(CrashBase):
+    """An image build cut at each of its failpoints (its own daemon: the steps a cut build
+    finished stay in the build cache, which FailpointTest's image checks would see)."""
+
+    COVERS = {"image.build.after_run", "image.build.after_step", "image.build.after_install"}
+    setUp = FailpointTest.setUp
+    cut = FailpointTest.cut
+    images_dir_entries = FailpointTest.images_dir_entries
+
+    def build_cut(self, failpoint):
+        """A build (FROM a busybox image, RUN, COPY) cut at `failpoint`: after the restart no
+        image of that name, no staging or half-made tree, no step sandbox; the rebuild works."""
+        from vm_image import busybox_tar
+        base = os.path.join(self.tmp, "busybox.tar.gz")
+        busybox_tar(base, ["sh", "echo", "cat"])
+        self.space_ok("image", "import", "cut-base", base)
+        ctx = os.path.join(self.tmp, "ctx-" + failpoint)
+        os.makedirs(ctx)
+        with open(os.path.join(ctx, "Dockerfile"), "w") as f:
+            f.write("FROM cut-base\nRUN echo ran > /ran\nCOPY file /copied\n")
+        with open(os.path.join(ctx, "file"), "w") as f:
+            f.write("copied\n")
+        self.cut(failpoint, "image", "build", "cut-built", ctx)
+        images = json.loads(self.space_ok("image", "ls", "--json"))
+        self.assertNotIn("cut-built", [i["name"] for i in images])
+        self.assertEqual(self.list_ids(), [], "the step's sandbox is gone")
+        left = [e for e in self.images_dir_entries()
+                if e.startswith((".build-", ".install-")) or e == "cut-built"]
+        self.assertEqual(left, [], "nothing of the cut build is left")
+        out = self.space_ok("image", "build", "cut-built", ctx)
+        sid = self.space_ok("create", "--image", "cut-built").strip().splitlines()[-1]
+        self.known_ids.add(sid)
+        self.assertEqual(self.exec_ok(sid, "cat", "/ran", "/copied"), "ran\ncopied\n", out)
+        self.space_ok("rm", "-f", sid)
+        self.space_ok("image", "rm", "cut-built")
+        self.space_ok("image", "rm", "cut-base")
+        self.check_invariants(self.before, [])
+
+    def test_image_build_after_run(self):
+        self.build_cut("image.build.after_run")
+
+    def test_image_build_after_step(self):
+        self.build_cut("image.build.after_step")
+
+    def test_image_build_after_install(self):
+        self.build_cut("image.build.after_install")
 
 
 class PoolCrashTest(CrashBase):

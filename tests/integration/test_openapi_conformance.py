@@ -324,9 +324,36 @@ class OpenApiConformanceTest(SpaceTestCase):
         self.hit("PUT", I, "/v1/images/conf-img", rootfs.getvalue(),
                  {"Content-Type": "application/x-tar"}, expect=409)
         self.hit("POST", S, S, {"runtime": "qemu", "image": "conf-img"}, expect=409)  # no VM disk
+        self.hit("GET", I, "/v1/images/conf-img", expect=200)
+        self.hit("GET", I, "/v1/images/host", expect=200)
+        self.hit("GET", I, "/v1/images/nothing", expect=404)
         self.hit("PUT", I, "/v1/images/conf-bad", b"not a tar",
                  {"Content-Type": "application/x-tar"}, expect=400)
         self.hit("POST", I + "/vm", "/v1/images/nothing/vm", expect=404)
+        # Builds (the builds themselves: test_image_build.py). Refused parameters, then a build
+        # of a Dockerfile without RUN steps (FROM the image just imported): a stream ending with
+        # the image.
+        B, TAR = I + "/build", {"Content-Type": "application/x-tar"}
+        context = io.BytesIO()
+        with tarfile.open(fileobj=context, mode="w") as t:
+            dockerfile = b"FROM conf-img\nENV CONF=1\nWORKDIR /srv\n"
+            info = tarfile.TarInfo("Dockerfile")
+            info.size = len(dockerfile)
+            t.addfile(info, io.BytesIO(dockerfile))
+        context = context.getvalue()
+        self.hit("POST", B, "/v1/images/conf-built/build?dockerfile=..%2FDockerfile", context,
+                 TAR, expect=400)
+        self.hit("POST", B, "/v1/images/conf-built/build?step_timeout=0", context, TAR,
+                 expect=400)
+        self.hit("POST", B, "/v1/images/conf-built/build?build_args=%5B%5D", context, TAR,
+                 expect=400)
+        self.hit("POST", B, "/v1/images/conf-img/build", context, TAR, expect=409)  # imported
+        built = self.hit("POST", B, "/v1/images/conf-built/build", context, TAR)
+        if built.status == 200:
+            last = json.loads(built.body.strip().splitlines()[-1])
+            self.assertEqual(last["type"], "done", built.body[-500:])
+            self.assertEqual(last["image"]["format"], "dockerfile")
+            self.hit("DELETE", I, "/v1/images/conf-built", expect=204)
         self.hit("POST", I + "/vm", "/v1/images/host/vm")
         self.hit("DELETE", I, "/v1/images/conf-img", expect=204)
         self.hit("DELETE", I, "/v1/images/conf-img", expect=404)

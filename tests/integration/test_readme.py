@@ -26,7 +26,8 @@ class ReadmeTourTest(SpaceTestCase):
                                                                          p.stderr[-3000:]))
             out = p.stdout
             for expected in ("hello\n", "42\n", "data\n", "V\n/tmp\n", "nobody\n", "hi from Linux\n",
-                             "D /root/project", "started\n", "exit 137\n"):
+                             "D /root/project", "started\n", "exit 137\n",
+                             "built\nprint(42)\n"):
                 self.assertIn(expected, out)
             self.assertTrue(os.path.exists(os.path.join(work, "notes.txt")))
             self.assertRegex(out, r"now expires at 20")

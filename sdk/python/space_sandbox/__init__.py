@@ -16,6 +16,7 @@ from .errors import (AlreadyExistsError, AuthenticationError, CommandExitError, 
                      ResourceExhaustedError, SpaceError, SpaceTimeoutError, UnavailableError,
                      UnimplementedError)
 from .files import EntryInfo, Files
+from .images import DockerIgnore, Space
 from .ports import PortForward
 from .pty import Pty, PtyHandle
 from .sandbox import Sandbox, SandboxInfo, SnapshotInfo
@@ -29,5 +30,5 @@ __all__ = [
     "PayloadTooLargeError", "ResourceExhaustedError", "UnimplementedError", "ProtocolError",
     "UnavailableError", "DaemonRestartError", "SpaceTimeoutError", "InternalError",
     "CommandExitError", "CodeContext", "Execution", "ExecutionError", "Result", "Pty", "PtyHandle",
-    "PortForward",
+    "PortForward", "Space", "DockerIgnore",
 ]

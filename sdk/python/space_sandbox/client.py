@@ -239,6 +239,12 @@ class Client:
             r._body = r.read()  # type: ignore[attr-defined]
         return r
 
+    def build_image(self, name: str, context: str = ".", **kw: Any) -> Dict[str, Any]:
+        """Builds an image from a Dockerfile: ``Space(client).build_image(...)`` (see
+        :meth:`space_sandbox.images.Space.build_image` for the arguments)."""
+        from .images import Space
+        return Space(self).build_image(name, context, **kw)
+
     def call(self, method: str, path: str, **kw: Any) -> Any:
         """A request whose answer is JSON (or empty): the parsed body."""
         r = self.request(method, path, **kw)

@@ -31,7 +31,8 @@ CLI_HINTS: List[Tuple[str, Optional[str]]] = [
     (r"space audit \S+", "sandbox.audit()"),
     (r"space cp", "sandbox.files.read()"),
     (r"space snapshot rm \S+", None),
-    (r"space image (?:ls|rm|import|build-vm)\b.*", None),
+    (r"space run .*", "sandbox.commands.run(cmd)"),
+    (r"space image (?:ls|rm|import|build|build-vm)\b.*", None),
     (r"space token (?:create|ls)\b.*", None),
     (r"space doctor", None),
 ]

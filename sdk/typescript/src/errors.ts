@@ -23,7 +23,8 @@ export const CLI_HINTS: ReadonlyArray<readonly [RegExp, string | null]> = [
   [/^space audit \S+$/, "sandbox.audit()"],
   [/^space cp$/, "sandbox.files.read()"],
   [/^space snapshot rm \S+$/, null],
-  [/^space image (?:ls|rm|import|build-vm)\b.*$/, null],
+  [/^space run .*$/, "sandbox.commands.run(cmd)"],
+  [/^space image (?:ls|rm|import|build|build-vm)\b.*$/, null],
   [/^space token (?:create|ls)\b.*$/, null],
   [/^space doctor$/, null],
 ];

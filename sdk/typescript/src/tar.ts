@@ -70,11 +70,27 @@ export function entryHeader(name: string, type: "0" | "2" | "5",
                         data, padding(data.length), main]);
 }
 
-/** A tar stream of directory `localDir`'s contents, named "./", "./sub/", "./sub/file", ...
- * (as Python's `tar.add(local_dir, arcname=".")`), sorted by name: regular files (mode, mtime,
- * size, their content read as the stream goes), directories and symlinks (their target as is).
- * Sockets, FIFOs and devices are skipped; a hard link is stored as a copy of its file. */
-export async function* tarDir(localDir: string): AsyncGenerator<Buffer> {
+/** What tarDir does with one entry (its path relative to the directory, "/"-separated):
+ * "include" it, "skip" it (a directory: with everything under it), or "look" inside a directory
+ * left out, which is written after all (before the first entry under it that is) if anything
+ * under it is included. */
+export type TarFilter = (rel: string, isDir: boolean) => "include" | "skip" | "look";
+
+export interface TarDirOptions {
+  /** "dot" (the default): members "./", "./sub/", "./sub/file", as Python's
+   * `tar.add(local_dir, arcname=".")`; "bare": "sub/", "sub/file", no member for the root (a
+   * build context, as `space image build` sends it). */
+  names?: "dot" | "bare";
+  filter?: TarFilter;
+  /** Local files appended after the tree, as [name in the archive, local path]. */
+  extra?: Array<[string, string]>;
+}
+
+/** A tar stream of directory `localDir`'s contents (named as `opts.names` says), sorted by
+ * name: regular files (mode, mtime, size, their content read as the stream goes), directories
+ * and symlinks (their target as is), as `opts.filter` chooses, then `opts.extra`. Sockets, FIFOs
+ * and devices are skipped; a hard link is stored as a copy of its file. */
+export async function* tarDir(localDir: string, opts: TarDirOptions = {}): AsyncGenerator<Buffer> {
   let pending: Buffer[] = [];
   let pendingSize = 0;
   const take = () => {
@@ -88,50 +104,70 @@ export async function* tarDir(localDir: string): AsyncGenerator<Buffer> {
     pendingSize += b.length;
     return pendingSize >= BATCH;
   };
+  const prefix = opts.names === "bare" ? "" : "./";
 
-  const root = await fs.promises.stat(localDir);
-  if (put(entryHeader("./", "5", { mode: root.mode, mtime: root.mtimeMs / 1000 }))) yield take();
+  async function* file(name: string, full: string, st: fs.Stats): AsyncGenerator<Buffer> {
+    const meta = { mode: st.mode, mtime: st.mtimeMs / 1000 };
+    const fh = await fs.promises.open(full, "r");
+    try {
+      put(entryHeader(name, "0", { ...meta, size: st.size }));
+      // The header's size wins: a file that grew is cut there, one that shrank is padded.
+      let left = st.size;
+      while (left > 0) {
+        const buf = Buffer.allocUnsafe(Math.min(BATCH, left));
+        const { bytesRead } = await fh.read(buf, 0, buf.length, null);
+        if (bytesRead === 0) {
+          buf.fill(0);
+          put(buf);
+          left -= buf.length;
+        } else {
+          put(buf.subarray(0, bytesRead));
+          left -= bytesRead;
+        }
+        if (pendingSize >= BATCH) yield take();
+      }
+      put(padding(st.size));
+    } finally {
+      await fh.close();
+    }
+  }
+
+  if (prefix) {
+    const root = await fs.promises.stat(localDir);
+    if (put(entryHeader("./", "5", { mode: root.mode, mtime: root.mtimeMs / 1000 }))) yield take();
+  }
+  const written = new Set<string>(); // directories left out but written for what is under them
   // Depth first, each directory's entries sorted by name, as tar does.
-  async function* walk(rel: string): AsyncGenerator<Buffer> {
+  async function* walk(rel: string, skipped: Array<[string, fs.Stats]>): AsyncGenerator<Buffer> {
     const names = (await fs.promises.readdir(path.join(localDir, rel))).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
     for (const n of names) {
       const r = rel ? rel + "/" + n : n;
       const full = path.join(localDir, r);
       const st = await fs.promises.lstat(full);
       const meta = { mode: st.mode, mtime: st.mtimeMs / 1000 };
+      const what = opts.filter ? opts.filter(r, st.isDirectory()) : "include";
+      if (what !== "include") {
+        if (what === "look" && st.isDirectory()) yield* walk(r, [...skipped, [r, st]]);
+        continue;
+      }
+      for (const [d, dst] of skipped) {
+        if (written.has(d)) continue;
+        written.add(d);
+        if (put(entryHeader(prefix + d + "/", "5", { mode: dst.mode, mtime: dst.mtimeMs / 1000 }))) yield take();
+      }
       if (st.isDirectory()) {
-        if (put(entryHeader("./" + r + "/", "5", meta))) yield take();
-        yield* walk(r);
+        if (put(entryHeader(prefix + r + "/", "5", meta))) yield take();
+        yield* walk(r, []);
       } else if (st.isSymbolicLink()) {
-        if (put(entryHeader("./" + r, "2", { ...meta, linkname: await fs.promises.readlink(full) }))) yield take();
+        if (put(entryHeader(prefix + r, "2", { ...meta, linkname: await fs.promises.readlink(full) }))) yield take();
       } else if (st.isFile()) {
-        const fh = await fs.promises.open(full, "r");
-        try {
-          put(entryHeader("./" + r, "0", { ...meta, size: st.size }));
-          // The header's size wins: a file that grew is cut there, one that shrank is padded.
-          let left = st.size;
-          while (left > 0) {
-            const buf = Buffer.allocUnsafe(Math.min(BATCH, left));
-            const { bytesRead } = await fh.read(buf, 0, buf.length, null);
-            if (bytesRead === 0) {
-              buf.fill(0);
-              put(buf);
-              left -= buf.length;
-            } else {
-              put(buf.subarray(0, bytesRead));
-              left -= bytesRead;
-            }
-            if (pendingSize >= BATCH) yield take();
-          }
-          put(padding(st.size));
-        } finally {
-          await fh.close();
-        }
+        yield* file(prefix + r, full, st);
       }
       // sockets, FIFOs, character and block devices: skipped
     }
   }
-  yield* walk("");
+  yield* walk("", []);
+  for (const [name, local] of opts.extra ?? []) yield* file(name, local, await fs.promises.stat(local));
   put(Buffer.alloc(2 * BLOCK));
   yield take();
 }

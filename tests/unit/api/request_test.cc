@@ -192,7 +192,10 @@ TEST(ExecRequest, Invalid) {
     SCOPED_TRACE(body.dump());
     expect_invalid(parse_exec_request(body), needle);
   };
-  check(json::object(), "needs \"cmd\"");
+  // No "cmd" at all is the sandbox's default command (its image's), decided by the service.
+  auto no_cmd = parse_exec_request(json::object());
+  ASSERT_TRUE(no_cmd) << no_cmd.error().message();
+  EXPECT_TRUE(no_cmd->argv.empty());
   check({{"cmd", json::array()}}, "non-empty");
   check({{"cmd", {""}}}, "non-empty");
   check({{"cmd", "ls -l"}}, "array");

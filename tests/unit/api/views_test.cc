@@ -122,7 +122,21 @@ TEST(Views, ProcessDiffImageDisk) {
                                       .size_bytes = 9,
                                       .files = 2}),
             json::parse(R"({"name":"deb","kind":"imported","created_at":"2026-12-02T10:00:00.000Z",
-                            "size_bytes":9,"files":2})"));
+                            "size_bytes":9,"files":2,"config":{"env":[],"working_dir":"",
+                            "user":"","entrypoint":[],"cmd":[],"labels":{}}})"));
+  daemon::ImageInfo oci{.name = "app", .kind = "imported", .format = "oci", .digest = "sha256:ab"};
+  oci.config.env = {"A=1"};
+  oci.config.working_dir = "/app";
+  oci.config.user = "app";
+  oci.config.entrypoint = {"/bin/sh", "-c"};
+  oci.config.cmd = {"echo hi"};
+  oci.config.labels = {{"org.opencontainers.image.version", "1.0"}};
+  json j = to_json(oci);
+  EXPECT_EQ(j["format"], "oci");
+  EXPECT_EQ(j["digest"], "sha256:ab");
+  EXPECT_EQ(j["config"], json::parse(R"({"env":["A=1"],"working_dir":"/app","user":"app",
+      "entrypoint":["/bin/sh","-c"],"cmd":["echo hi"],
+      "labels":{"org.opencontainers.image.version":"1.0"}})"));
   EXPECT_EQ(to_json(daemon::VmDiskInfo{
                 .name = "deb", .path = "/x/vm.ext4", .size_bytes = 8, .cached = true}),
             json::parse(R"({"name":"deb","path":"/x/vm.ext4","size_bytes":8,"cached":true})"));

@@ -66,8 +66,9 @@ TEST(Args, RunWithoutDashDash) {
   EXPECT_EQ(a.cmd, (std::vector<std::string>{"echo", "hi"}));
   EXPECT_EQ(create_body(Args{}.sandbox)->size(), 0u);  // no flags: the daemon's defaults
   usage_error({"run", "ls", "-la"}, "after `--`");
-  usage_error({"run"}, "no command given");
-  usage_error({"run", "--"}, "no command given");
+  // No command: the image's default command (the daemon refuses it where there is none).
+  EXPECT_TRUE(ok({"run"}).cmd.empty());
+  EXPECT_TRUE(ok({"run", "--image", "app", "--"}).cmd.empty());
   usage_error({"run", "ls", "--", "-la"}, "whole command after `--`");
 }
 

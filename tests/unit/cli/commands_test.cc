@@ -317,7 +317,12 @@ TEST_F(CommandsTest, Images) {
   EXPECT_EQ(*run({"image", "import", "tree", tree.native()}).result, 0);
   EXPECT_GT(svc_.image_bytes, 512u);
 
-  EXPECT_EQ(run({"image", "ls"}).out, "NAME  SIZE  CREATED\nhost  0B    3d ago\n");
+  EXPECT_EQ(run({"image", "ls"}).out, "NAME  FORMAT  SIZE  CREATED\nhost  -       0B    3d ago\n");
+  // inspect prints the API's view of one image (the test service's list has host only).
+  auto inspected = run({"image", "inspect", "host"});
+  ASSERT_TRUE(inspected.result) << inspected.result.error().message();
+  EXPECT_NE(inspected.out.find("\"name\": \"host\""), std::string::npos) << inspected.out;
+  EXPECT_NE(inspected.out.find("\"config\""), std::string::npos) << inspected.out;
   auto rm = run({"image", "rm", "host"});
   ASSERT_FALSE(rm.result);
   EXPECT_EQ(rm.result.error().code(), Code::kConflict);

@@ -151,6 +151,33 @@ TEST_F(StoreTest, SurvivesReopen) {
   EXPECT_EQ((**img).files, 2u);
 }
 
+TEST_F(StoreTest, ImageFormatConfigAndDigest) {
+  ImageRecord r{"app", "imported", "/x", 1.0, 10, 2};
+  r.format = "oci";
+  r.config = {{"env", {"A=1"}}, {"working_dir", "/app"}, {"labels", {{"k", "v"}}}};
+  r.digest = "sha256:" + std::string(64, 'a');
+  {
+    auto s = Store::open(dir_ / "db");
+    ASSERT_TRUE(s);
+    ASSERT_TRUE((*s)->put_image(r));
+    ASSERT_TRUE((*s)->put_image({"old", "imported", "/y", 1.0, 1, 1}));  // no config
+  }
+  auto s = Store::open(dir_ / "db");
+  ASSERT_TRUE(s);
+  auto img = (*s)->get_image("app");
+  ASSERT_TRUE(img && *img);
+  EXPECT_EQ((**img).format, "oci");
+  EXPECT_EQ((**img).config, r.config);
+  EXPECT_EQ((**img).digest, r.digest);
+  auto old = (*s)->get_image("old");
+  ASSERT_TRUE(old && *old);
+  EXPECT_EQ((**old).format, "");
+  EXPECT_EQ((**old).config, nlohmann::json::object());
+  auto all = (*s)->images();
+  ASSERT_TRUE(all);
+  EXPECT_EQ(all->size(), 2u);
+}
+
 TEST_F(StoreTest, RefusesNewerSchema) {
   {
     sqlite3* db;
