@@ -283,6 +283,62 @@ Result<void> delete_image(Exchange& ex, ApiContext& ctx) {
   return ex.respond_no_content();
 }
 
+namespace {
+
+// The NDJSON progress stream of a long image operation (build, build-vm). The response begins
+// with the first event. Before each event the caller's token is checked: one gone bad ends the
+// stream with an "error" event (or, before it began, makes finish() answer 401). A client that
+// left is not written to again; the operation itself goes on (its result is kept or cached).
+class ProgressStream {
+ public:
+  ProgressStream(Exchange& ex, StreamAuth& auth, std::string what)
+      : ex_(ex), auth_(auth), what_(std::move(what)) {}
+
+  void emit(const nlohmann::json& event) {
+    if (broken_) return;
+    if (auto valid = auth_.check(); !valid) {
+      Error e = std::move(valid.error()).wrap(what_);
+      if (streaming_)
+        (void)ex_.write_chunk(json_text({{"type", "error"}, {"error", error_body(e)["error"]}}) +
+                              "\n");
+      else
+        refused_ = std::move(e);
+      broken_ = true;
+      return;
+    }
+    if (!streaming_) {
+      if (!ex_.begin_chunked(http::status::ok, "application/x-ndjson",
+                             {{"Cache-Control", "no-store"}})) {
+        broken_ = true;
+        return;
+      }
+      streaming_ = true;
+    }
+    if (!ex_.write_chunk(json_text(event) + "\n")) broken_ = true;
+  }
+  void error(const Error& e) { emit({{"type", "error"}, {"error", error_body(e)["error"]}}); }
+  // Whether anything was decided about the response yet (a plain error answer is still
+  // possible when not).
+  bool begun() const { return streaming_ || broken_; }
+  Result<void> finish() {
+    if (refused_) return fail(std::move(*refused_));
+    if (broken_) {
+      ex_.mark_broken();
+      return {};
+    }
+    return ex_.end_chunked();
+  }
+
+ private:
+  Exchange& ex_;
+  StreamAuth& auth_;
+  std::string what_;
+  bool streaming_ = false, broken_ = false;
+  std::optional<Error> refused_;  // the caller's token went bad before the stream began
+};
+
+}  // namespace
+
 // POST /v1/images/{name}/build?dockerfile=&profile=&no_cache=&step_timeout=&build_args=&secrets=
 // &allow= with the build context as a tar body. Errors found before the build starts (bad
 // parameters, an existing image, an unknown profile, a Dockerfile that does not parse) are plain
@@ -299,32 +355,10 @@ Result<void> build_image(Exchange& ex, ApiContext& ctx) {
   if (req.profile.empty() && ctx.profiles != nullptr)
     req.profile = ctx.profiles->contains("build") ? "build" : "test";
   const std::string what = "building image " + name;
-  bool streaming = false, broken = false;
   StreamAuth auth(ctx.principal, ctx.tokens);
-  std::optional<Error> refused;       // the caller's token went bad before the stream began
-  std::optional<Error> body_refused;  // ... or while the context was being read
-  auto emit = [&](const json& event) {
-    if (broken) return;
-    if (auto valid = auth.check(); !valid) {
-      Error e = std::move(valid.error()).wrap(what);
-      if (streaming)
-        (void)ex.write_chunk(json_text({{"type", "error"}, {"error", error_body(e)["error"]}}) +
-                             "\n");
-      else
-        refused = std::move(e);
-      broken = true;
-      return;
-    }
-    if (!streaming) {
-      if (!ex.begin_chunked(http::status::ok, "application/x-ndjson",
-                            {{"Cache-Control", "no-store"}})) {
-        broken = true;
-        return;
-      }
-      streaming = true;
-    }
-    if (!ex.write_chunk(json_text(event) + "\n")) broken = true;
-  };
+  ProgressStream stream(ex, auth, what);
+  std::optional<Error> body_refused;  // the token went bad while the context was being read
+  auto emit = [&](const json& event) { stream.emit(event); };
   // Output: whole UTF-8 characters per step and stream (Utf8Joiner).
   Utf8Joiner joiners[2];
   size_t output_step = 0;
@@ -362,17 +396,12 @@ Result<void> build_image(Exchange& ex, ApiContext& ctx) {
     failure = std::move(image.error()).wrap(what);
   }
   if (failure) {
-    if (!streaming && !broken) return fail(std::move(*failure));
-    emit({{"type", "error"}, {"error", error_body(*failure)["error"]}});
+    if (!stream.begun()) return fail(std::move(*failure));
+    stream.error(*failure);
   } else {
     emit({{"type", "done"}, {"image", to_json(*image)}});
   }
-  if (refused) return fail(std::move(*refused));
-  if (broken) {
-    ex.mark_broken();
-    return {};
-  }
-  return ex.end_chunked();
+  return stream.finish();
 }
 
 // POST /v1/images/{name}/vm. Errors found before any work starts (unknown image, the host
@@ -382,48 +411,21 @@ Result<void> build_image(Exchange& ex, ApiContext& ctx) {
 Result<void> build_image_vm(Exchange& ex, ApiContext& ctx) {
   const std::string& name = ex.param("name");
   TRY_VOID(check_image_name(name));
-  bool streaming = false, broken = false;
+  const std::string what = "building the VM disk of image " + name;
   StreamAuth auth(ctx.principal, ctx.tokens);
-  std::optional<Error> refused;  // the caller's token went bad before the stream began
-  auto emit = [&](const nlohmann::json& event) {
-    if (broken) return;  // the client left; the build still finishes and is cached
-    if (auto valid = auth.check(); !valid) {
-      // The caller's token went bad: a last event saying so (or a 401), and no more.
-      Error e = std::move(valid.error()).wrap("building the VM disk of image " + name);
-      if (streaming)
-        (void)ex.write_chunk(json_text({{"type", "error"}, {"error", error_body(e)["error"]}}) +
-                             "\n");
-      else
-        refused = std::move(e);
-      broken = true;
-      return;
-    }
-    if (!streaming) {
-      if (!ex.begin_chunked(http::status::ok, "application/x-ndjson",
-                            {{"Cache-Control", "no-store"}})) {
-        broken = true;
-        return;
-      }
-      streaming = true;
-    }
-    if (!ex.write_chunk(json_text(event) + "\n")) broken = true;
-  };
+  ProgressStream stream(ex, auth, what);
+  auto emit = [&](const nlohmann::json& event) { stream.emit(event); };
   auto disk = ctx.service.build_image_vm(name, [&](const std::string& message) {
     emit({{"type", "progress"}, {"message", message}});
   });
   if (!disk) {
-    Error e = std::move(disk.error()).wrap("building the VM disk of image " + name);
-    if (!streaming) return fail(std::move(e));
-    emit({{"type", "error"}, {"error", error_body(e)["error"]}});
+    Error e = std::move(disk.error()).wrap(what);
+    if (!stream.begun()) return fail(std::move(e));
+    stream.error(e);
   } else {
     emit({{"type", "done"}, {"disk", to_json(*disk)}});
   }
-  if (refused) return fail(std::move(*refused));
-  if (broken) {
-    ex.mark_broken();
-    return {};
-  }
-  return ex.end_chunked();
+  return stream.finish();
 }
 
 }  // namespace space::api::handlers

@@ -22,6 +22,7 @@
 
 #include "image/sha256.h"
 #include "image/tree.h"
+#include "image/utf8_locale.h"
 
 namespace space::image {
 
@@ -234,28 +235,6 @@ Result<void> apply_entry(archive* in, archive_entry* e, Stream& s, Tree& tree, b
       return fail(Code::kInvalidArgument, "an entry of unknown type");
   }
 }
-
-// libarchive converts pax names (UTF-8, by the standard) to the charset of the current locale,
-// which in spaced (no setlocale: "C", ASCII) fails for every non-ASCII name. While a layer is
-// read this thread uses C.UTF-8, so UTF-8 names pass unchanged; ustar/GNU names are raw bytes
-// either way. Without C.UTF-8 (not in glibc before 2.35) nothing changes.
-class Utf8Locale {
- public:
-  Utf8Locale() : loc_(::newlocale(LC_CTYPE_MASK, "C.UTF-8", locale_t{})) {
-    if (loc_) old_ = ::uselocale(loc_);
-  }
-  ~Utf8Locale() {
-    if (!loc_) return;
-    ::uselocale(old_);
-    ::freelocale(loc_);
-  }
-  Utf8Locale(const Utf8Locale&) = delete;
-  Utf8Locale& operator=(const Utf8Locale&) = delete;
-
- private:
-  locale_t loc_;
-  locale_t old_ = LC_GLOBAL_LOCALE;
-};
 
 std::string short_digest(const Layer& layer, const std::filesystem::path& blob) {
   if (!layer.digest.empty()) return layer.digest.substr(0, 19);

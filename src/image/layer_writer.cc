@@ -29,6 +29,7 @@
 #include "common/fd.h"
 #include "common/openat2.h"
 #include "image/sha256.h"
+#include "image/utf8_locale.h"
 
 namespace space::image {
 
@@ -140,28 +141,6 @@ Result<void> walk(int dirfd, const std::string& prefix, size_t depth, const Visi
   }
   return {};
 }
-
-// libarchive converts names to UTF-8 for pax headers from the current locale, which in spaced
-// is "C" (ASCII). While a layer is written this thread uses C.UTF-8, so UTF-8 names pass
-// unchanged (apply_layer reads them under C.UTF-8 too); a name that is not UTF-8 is written as
-// raw bytes (pax hdrcharset=BINARY), which the reader also takes as they are.
-class Utf8Locale {
- public:
-  Utf8Locale() : loc_(::newlocale(LC_CTYPE_MASK, "C.UTF-8", locale_t{})) {
-    if (loc_) old_ = ::uselocale(loc_);
-  }
-  ~Utf8Locale() {
-    if (!loc_) return;
-    ::uselocale(old_);
-    ::freelocale(loc_);
-  }
-  Utf8Locale(const Utf8Locale&) = delete;
-  Utf8Locale& operator=(const Utf8Locale&) = delete;
-
- private:
-  locale_t loc_;
-  locale_t old_ = LC_GLOBAL_LOCALE;
-};
 
 // One tar entry.
 struct Entry {
