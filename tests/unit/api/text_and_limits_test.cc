@@ -4,6 +4,7 @@
 // naming the field, never a 500; text a sandbox supplies that is not UTF-8 reaches the client
 // with U+FFFD in its place; and a serializer error deep in the daemon is not a 500 either.
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <atomic>
 #include <filesystem>
@@ -105,7 +106,15 @@ TEST_F(TextAndLimitsTest, ChunkLinesAreBounded) {
       if (!c.send(head + prefix)) return;
       const std::string block(64 * 1024, filler);
       // Up to 16 MiB, until the answer came (the server then drains what follows for a while).
-      for (int i = 0; i < 256 && !answered && c.send(block); ++i) sent += block.size();
+      // The answer is looked for on the socket itself, not only through the reader: on a loaded
+      // machine the reader thread may wake long after the answer arrived, while the server's
+      // drain lets this loop go on.
+      auto answer_waiting = [&] {
+        pollfd p{c.stream().fd(), POLLIN, 0};
+        return ::poll(&p, 1, 0) > 0;
+      };
+      for (int i = 0; i < 256 && !answered && !answer_waiting() && c.send(block); ++i)
+        sent += block.size();
     });
     int status = c.read_head();  // without a bound: no answer until the client stops (timeout)
     answered = true;
