@@ -6,8 +6,8 @@
 
 #include <string_view>
 
-#include "common/json_nesting.h"
 #include "image/oci.h"
+#include "image/oci_parse.h"
 
 namespace space::image {
 
@@ -119,13 +119,7 @@ bool valid_sha256_digest(std::string_view s) {
 }
 
 Result<ParsedConfig> parse_config_blob(std::string_view text) {
-  if (text.size() > kMaxJsonBlobBytes)
-    return fail(Code::kInvalidArgument,
-                "larger than " + std::to_string(kMaxJsonBlobBytes) + " bytes");
-  if (!json_nesting_within(text, kMaxJsonNesting))
-    return fail(Code::kInvalidArgument, "JSON nested too deep");
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) return fail(Code::kInvalidArgument, "not valid JSON");
+  json j = TRY(detail::parse_json(text));  // bounded in size and nesting (oci_parse.h)
   if (!j.is_object()) return fail(Code::kInvalidArgument, "not a JSON object");
   ParsedConfig out;
   auto cfg = j.find("config");
